@@ -1,0 +1,1 @@
+"""Features: vocabulary, IDF and TF-IDF assembly."""

@@ -1,0 +1,105 @@
+"""Stage ``vocabulary``: per-language document frequency, vocabulary and IDF.
+
+Per language l, over the training documents only (held-out concepts removed, the
+length filter applied; see :mod:`pipeline.features.selection`):
+
+- ``df(t)``: number of training documents of l containing term t;
+- the vocabulary: terms with ``df >= min_df``, the ``max_vocabulary`` most frequent,
+  ``term_index`` 0.. in order of decreasing df (ties: term, ascending) so the
+  index is deterministic;
+- ``idf(t) = ln(N_l / df(t))`` with N_l the number of training documents of l.
+
+Everything is a Spark aggregation; no document reaches the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from pipeline.config import Config
+from pipeline.errors import InputDataError
+from pipeline.features.selection import (
+    TOKENIZED_SCHEMA,
+    count_by_reason,
+    distinct_terms_fn,
+    length_reason,
+    remove_heldout,
+)
+from pipeline.io.datasets import read_dataset, write_dataset
+from pipeline.io.schemas import DOCUMENTS, VOCABULARY
+from pipeline.text.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def build_vocabulary(spark: SparkSession, cfg: Config):
+    """Return (vocabulary DataFrame, report)."""
+    docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
+    docs, heldout_counts = remove_heldout(spark, docs, cfg)
+    tokenized = docs.select("doc_id", "concept_id", "lang", "text").mapInArrow(
+        distinct_terms_fn(Tokenizer.from_config(cfg.text)), TOKENIZED_SCHEMA
+    )
+    reason = length_reason(cfg)
+    tokenized = tokenized.withColumn("reason", reason).persist()
+    counts = count_by_reason(tokenized, F.col("reason"))
+    train = tokenized.filter(F.col("reason").isNull())
+    n_docs = {lang: c.get("kept", 0) for lang, c in counts.items()}
+    if not any(n_docs.values()):
+        raise InputDataError(
+            f"no training documents left after the filters ({counts}). Fix: lower "
+            "features.min_unique_words (e.g. --conf conf/short-docs.yaml for short documents)."
+        )
+    n_docs_df = spark.createDataFrame(
+        [(lang, n) for lang, n in n_docs.items() if n], "lang string, n_docs long"
+    )
+    f = cfg.features
+    df = (
+        train.select("lang", F.explode("terms").alias("term"))
+        .groupBy("lang", "term").agg(F.count(F.lit(1)).alias("df"))
+    )
+    order = Window.partitionBy("lang").orderBy(F.desc("df"), F.asc("term"))
+    vocab = (
+        df.filter(F.col("df") >= f.min_df)
+        .withColumn("term_index", F.row_number().over(order) - 1)
+        .filter(F.col("term_index") < f.max_vocabulary)
+        .join(F.broadcast(n_docs_df), "lang")
+        .withColumn("idf", F.log(F.col("n_docs") / F.col("df")).cast("float"))
+    )
+    report: dict[str, Any] = {
+        "documents_by_reason": counts,
+        "heldout_documents": heldout_counts,
+        "training_documents": n_docs,
+    }
+    return vocab, tokenized, report
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    vocab, tokenized, report = build_vocabulary(spark, cfg)
+    vocab = vocab.repartition("lang").sortWithinPartitions("lang", "term_index").cache()
+    sizes = {
+        r["lang"]: r["count"] for r in vocab.groupBy("lang").count().orderBy("lang").collect()
+    }
+    empty = [lang for lang, n in report["training_documents"].items() if n and not sizes.get(lang)]
+    if empty:
+        log.warning("languages with an empty vocabulary (every term below min_df=%d): %s",
+                    cfg.features.min_df, empty)
+    report["vocabulary_size"] = sizes
+    report["settings"] = {
+        "min_df": cfg.features.min_df,
+        "max_vocabulary": cfg.features.max_vocabulary,
+        "min_unique_words": cfg.features.min_unique_words,
+        "max_unique_words": cfg.features.max_unique_words,
+        "heldout_concepts": cfg.features.heldout_concepts,
+        "text": cfg.to_dict()["text"],
+        "idf": "ln(N_l / df)",
+    }
+    path = cfg.paths.dataset("vocabulary")
+    write_dataset(spark, vocab, VOCABULARY, path, manifest={"report": report})
+    vocab.unpersist()
+    tokenized.unpersist()
+    report["path"] = path
+    return report

@@ -1,0 +1,1 @@
+"""Ingestion: aligned corpora (and, later, Wikipedia dumps) into ``documents``."""

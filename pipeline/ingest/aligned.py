@@ -1,0 +1,260 @@
+"""Stage ``ingest``: an aligned corpus (Parquet, JSON Lines or TSV) to ``documents``.
+
+Input columns: ``concept_id``, ``lang``, ``text`` (required), ``doc_id`` and
+``title`` (optional; ``doc_id`` is derived as ``<lang>:<concept_id>`` when the
+column is absent). Every check runs as one Spark aggregation over the input; an
+error quotes the offending records with the file they came from and says how to
+fix the input or which setting to change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from pipeline.config import Config, IngestConfig
+from pipeline.errors import InputDataError
+from pipeline.io.datasets import HadoopFS, write_dataset
+from pipeline.io.schemas import DOCUMENTS
+
+log = logging.getLogger(__name__)
+
+REQUIRED = ("concept_id", "lang", "text")
+OPTIONAL = ("doc_id", "title")
+_CORRUPT = "_corrupt_record"
+_FILE = "_source_file"
+_LANG_RE = r"^[a-z][a-z0-9_-]*$"
+_EXTENSIONS = {
+    ".parquet": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".tsv": "tsv",
+}
+
+
+def detect_format(spark: SparkSession, path: str) -> str:
+    """Guess the input format from the file name (or the first data file of a directory)."""
+    fs = HadoopFS(spark, path)
+    if not fs.exists(path):
+        raise InputDataError(
+            f"ingest.input {path} does not exist. Fix: point ingest.input at an aligned corpus "
+            "(Parquet, JSON Lines or TSV with columns concept_id, lang, text[, doc_id, title])."
+        )
+    names = [path.rstrip("/").rsplit("/", 1)[-1]]
+    if fs.fs.getFileStatus(fs.path(path)).isDirectory():
+        names = sorted(n for n in fs.list_names(path) if not n.startswith(("_", ".")))
+        if any("=" in n for n in names):  # a partitioned Parquet dataset
+            return "parquet"
+    for name in names:
+        stem = name[:-3] if name.endswith((".gz", ".bz2")) else name
+        stem = stem[:-4] if stem.endswith(".zst") else stem
+        for ext, fmt in _EXTENSIONS.items():
+            if stem.endswith(ext) or stem.endswith(ext + ".zstd"):
+                return fmt
+        if ".parquet" in stem:
+            return "parquet"
+    raise InputDataError(
+        f"cannot tell the format of {path} from its name(s) {names[:3]}. "
+        "Fix: set ingest.format to parquet, jsonl or tsv."
+    )
+
+
+def read_corpus(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, str]:
+    """Read the raw corpus with a ``_source_file`` column; returns (frame, format)."""
+    fmt = cfg.format if cfg.format != "auto" else detect_format(spark, cfg.input)
+    reader = spark.read
+    if fmt == "parquet":
+        df = reader.parquet(cfg.input)
+    elif fmt == "jsonl":
+        reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
+        reader = reader.option("encoding", cfg.encoding)
+        if cfg.encoding.lower().replace("-", "") not in ("utf8",):
+            reader = reader.option("lineSep", "\n")
+        df = reader.json(cfg.input)
+    elif fmt == "tsv":
+        header = (
+            spark.read.option("sep", "\t").option("header", True).option("quote", "")
+            .option("encoding", cfg.encoding).csv(cfg.input).columns
+        )
+        schema = StructType(
+            [StructField(c, StringType(), True) for c in header]
+            + [StructField(_CORRUPT, StringType(), True)]
+        )
+        df = (
+            reader.option("sep", "\t").option("header", True).option("quote", "")
+            .option("encoding", cfg.encoding).option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", _CORRUPT).schema(schema).csv(cfg.input)
+        )
+    else:  # pragma: no cover - guarded by config validation
+        raise InputDataError(f"unknown ingest.format {fmt!r}")
+    return df.withColumn(_FILE, F.input_file_name()), fmt
+
+
+def _examples(df: DataFrame, cond: Column, cols: list[str], k: int) -> list[dict[str, Any]]:
+    rows = df.filter(cond).select(*cols, _FILE).limit(k).collect()
+    out = []
+    for r in rows:
+        d = r.asDict()
+        for key, v in d.items():
+            if isinstance(v, str) and len(v) > 80:
+                d[key] = v[:77] + "..."
+        out.append(d)
+    return out
+
+
+def _fmt(examples: list[dict[str, Any]]) -> str:
+    return "\n".join(f"  - {e}" for e in examples)
+
+
+def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, dict[str, Any]]:
+    """Validate and normalise the corpus into the ``documents`` schema.
+
+    Returns
+    -------
+    documents : DataFrame with :data:`pipeline.io.schemas.DOCUMENTS` columns
+    report : dict of counts (per language, dropped by reason) and examples
+    """
+    raw, fmt = read_corpus(spark, cfg)
+    cols = set(raw.columns) - {_CORRUPT, _FILE}
+    missing = [c for c in REQUIRED if c not in cols]
+    if missing:
+        raise InputDataError(
+            f"{cfg.input} ({fmt}) lacks required column(s) {missing}; it has {sorted(cols)}. "
+            "Fix: provide columns concept_id, lang, text (doc_id and title are optional)."
+        )
+    raw = raw.cache()
+    k = cfg.max_examples
+    if _CORRUPT in raw.columns:
+        bad = F.col(_CORRUPT).isNotNull()
+        n_bad = raw.filter(bad).count()
+        if n_bad:
+            raise InputDataError(
+                f"{cfg.input}: {n_bad} malformed {fmt} record(s) (wrong number of fields or not "
+                f"valid {fmt}), e.g.:\n{_fmt(_examples(raw, bad, [_CORRUPT], k))}\n"
+                "Fix the records, or remove them from the input."
+            )
+    df = raw.select(
+        *[F.col(c).cast("string").alias(c) for c in REQUIRED + OPTIONAL if c in cols], _FILE
+    )
+    if "title" not in cols:
+        df = df.withColumn("title", F.lit(None).cast("string"))
+    has_doc_id = "doc_id" in cols
+    df = df.withColumn("lang", F.lower(F.trim("lang"))).withColumn(
+        "concept_id", F.trim("concept_id")
+    )
+
+    blank_key = (
+        F.col("concept_id").isNull() | (F.col("concept_id") == "")
+        | F.col("lang").isNull() | (F.col("lang") == "")
+    )
+    bad_lang = ~blank_key & ~F.col("lang").rlike(_LANG_RE)
+    # Spark decodes invalid bytes as U+FFFD: the file is not in the declared encoding.
+    bad_bytes = F.col("text").contains("\ufffd") | F.coalesce(
+        F.col("title").contains("\ufffd"), F.lit(False)
+    )
+    empty = F.col("text").isNull() | (F.trim("text") == "")
+    checks = {"blank_key": blank_key, "bad_lang": bad_lang, "bad_bytes": bad_bytes, "empty": empty}
+    if has_doc_id:
+        checks["null_doc_id"] = F.col("doc_id").isNull() | (F.trim("doc_id") == "")
+    counts = df.agg(
+        F.count(F.lit(1)).alias("rows"),
+        *[F.sum(F.when(c, 1).otherwise(0)).alias(n) for n, c in checks.items()],
+    ).first().asDict()
+    show = ["doc_id", "concept_id", "lang", "text"] if has_doc_id else ["concept_id", "lang", "text"]
+    if counts["blank_key"]:
+        raise InputDataError(
+            f"{cfg.input}: {counts['blank_key']} record(s) with an empty concept_id or lang, e.g.:\n"
+            f"{_fmt(_examples(df, blank_key, show, k))}\nFix: every record needs both."
+        )
+    if counts["bad_lang"]:
+        raise InputDataError(
+            f"{cfg.input}: {counts['bad_lang']} record(s) with an invalid language code (expected "
+            f"a code like en, de, zh-yue), e.g.:\n{_fmt(_examples(df, bad_lang, show, k))}"
+        )
+    if counts["bad_bytes"]:
+        raise InputDataError(
+            f"{cfg.input}: {counts['bad_bytes']} record(s) contain bytes that are not valid "
+            f"{cfg.encoding} (decoded as U+FFFD), e.g.:\n{_fmt(_examples(df, bad_bytes, show, k))}\n"
+            "Fix: set ingest.encoding to the file's real encoding (e.g. latin-1, cp1252, utf-16) "
+            "or re-encode the file as UTF-8."
+        )
+    if counts.get("null_doc_id"):
+        raise InputDataError(
+            f"{cfg.input}: {counts['null_doc_id']} record(s) with an empty doc_id, e.g.:\n"
+            f"{_fmt(_examples(df, checks['null_doc_id'], show, k))}\n"
+            "Fix: fill doc_id for every record, or drop the column to derive <lang>:<concept_id>."
+        )
+    report: dict[str, Any] = {"input": cfg.input, "format": fmt, "rows_read": counts["rows"]}
+    dropped: dict[str, int] = {}
+    if counts["empty"]:
+        examples = _examples(df, empty, show, k)
+        if cfg.on_empty_text == "error":
+            raise InputDataError(
+                f"{cfg.input}: {counts['empty']} record(s) with empty text, e.g.:\n"
+                f"{_fmt(examples)}\nFix: remove them, or set ingest.on_empty_text=drop."
+            )
+        dropped["empty_text"] = counts["empty"]
+        report["empty_text_examples"] = examples
+        df = df.filter(~empty)
+    if cfg.languages:
+        wanted = [lang.lower() for lang in cfg.languages]
+        n_before = df.count()
+        df = df.filter(F.col("lang").isin(wanted))
+        dropped["language_not_selected"] = n_before - df.count()
+
+    if not has_doc_id:
+        df = df.withColumn("doc_id", F.concat_ws(":", "lang", "concept_id"))
+    else:
+        df = df.withColumn("doc_id", F.trim("doc_id"))
+        dup_ids = df.groupBy("doc_id").count().filter("count > 1")
+        n_dup_ids = dup_ids.count()
+        if n_dup_ids:
+            ex = [r.asDict() for r in dup_ids.limit(k).collect()]
+            raise InputDataError(
+                f"{cfg.input}: {n_dup_ids} doc_id value(s) occur more than once, e.g. {ex}. "
+                "Fix: make doc_id unique, or drop the column to derive <lang>:<concept_id>."
+            )
+
+    # One document per (concept, language): keep the smallest doc_id, deterministically.
+    rank = F.row_number().over(Window.partitionBy("concept_id", "lang").orderBy("doc_id"))
+    df = df.withColumn("_rank", rank)
+    dup = F.col("_rank") > 1
+    n_dup = df.filter(dup).count()
+    if n_dup:
+        examples = _examples(df, dup, ["doc_id", "concept_id", "lang"], k)
+        if cfg.on_duplicate == "error":
+            raise InputDataError(
+                f"{cfg.input}: {n_dup} duplicate (concept_id, lang) record(s) beyond the first, "
+                f"e.g.:\n{_fmt(examples)}\nFix: deduplicate, or set ingest.on_duplicate=keep_first."
+            )
+        log.warning("%d duplicate (concept_id, lang) record(s) dropped (kept the smallest doc_id), "
+                    "e.g. %s", n_dup, examples[:2])
+        dropped["duplicate_concept_lang"] = n_dup
+        report["duplicate_examples"] = examples
+    df = df.filter(~dup).drop("_rank", _FILE)
+    report["dropped"] = dropped
+    return df, report
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    """Stage entry point: build ``documents`` from ``cfg.ingest.input`` and write it."""
+    docs, report = build_documents(spark, cfg.ingest)
+    docs = docs.repartitionByRange(cfg.spark.shuffle_partitions, "lang", "doc_id").sortWithinPartitions(
+        "lang", "doc_id"
+    ).cache()
+    per_lang = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().orderBy("lang").collect()}
+    if not per_lang:
+        raise InputDataError(f"{cfg.ingest.input}: no documents left after validation ({report}).")
+    report["documents_per_language"] = per_lang
+    report["documents"] = sum(per_lang.values())
+    report["concepts"] = docs.select("concept_id").distinct().count()
+    path = cfg.paths.dataset("documents")
+    write_dataset(spark, docs, DOCUMENTS, path, manifest={"report": report})
+    docs.unpersist()
+    report["path"] = path
+    return report

@@ -1,0 +1,1 @@
+"""Dataset schemas and atomic, idempotent dataset I/O."""

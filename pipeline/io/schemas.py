@@ -1,0 +1,124 @@
+"""The data contracts between jobs (design.md, section 2), declared once.
+
+Each dataset is a Spark schema plus the column it is partitioned by. Readers
+check a dataset against its schema; writers select exactly these columns in
+this order, so a stage can never publish an unexpected shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.types import (
+    ArrayType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    schema: StructType
+    partition_by: tuple[str, ...] = ()
+    # Which stage writes it (named in "run stage X first" errors).
+    producer: str = ""
+
+    @property
+    def columns(self) -> list[str]:
+        return [f.name for f in self.schema.fields]
+
+
+def _s(*fields: tuple[str, object, bool]) -> StructType:
+    return StructType([StructField(n, t, nullable) for n, t, nullable in fields])  # type: ignore[arg-type]
+
+
+DOCUMENTS = DatasetSpec(
+    "documents",
+    _s(
+        ("doc_id", StringType(), False),
+        ("concept_id", StringType(), False),
+        ("lang", StringType(), False),
+        ("title", StringType(), True),
+        ("text", StringType(), False),
+    ),
+    partition_by=("lang",),
+    producer="ingest",
+)
+
+VOCABULARY = DatasetSpec(
+    "vocabulary",
+    _s(
+        ("lang", StringType(), False),
+        ("term", StringType(), False),
+        ("term_index", IntegerType(), False),
+        ("df", LongType(), False),
+        ("idf", FloatType(), False),
+    ),
+    partition_by=("lang",),
+    producer="vocabulary",
+)
+
+# ``concept_index`` is not in design.md's table: it saves every consumer a join with
+# ``concepts`` (the solver needs the integer concept of each row).
+TFIDF = DatasetSpec(
+    "tfidf",
+    _s(
+        ("lang", StringType(), False),
+        ("row", LongType(), False),
+        ("doc_id", StringType(), False),
+        ("concept_id", StringType(), False),
+        ("concept_index", LongType(), False),
+        ("indices", ArrayType(IntegerType(), False), False),
+        ("values", ArrayType(FloatType(), False), False),
+    ),
+    partition_by=("lang",),
+    producer="tfidf",
+)
+
+CONCEPTS = DatasetSpec(
+    "concepts",
+    _s(
+        ("concept_id", StringType(), False),
+        ("concept_index", LongType(), False),
+        ("n_docs", LongType(), False),
+        ("langs", ArrayType(StringType(), False), False),
+    ),
+    producer="tfidf",
+)
+
+EMBEDDINGS = DatasetSpec(
+    "embeddings",
+    _s(
+        ("doc_id", StringType(), False),
+        ("lang", StringType(), False),
+        ("concept_id", StringType(), True),
+        ("vector", ArrayType(FloatType(), False), False),
+    ),
+    partition_by=("lang",),
+    producer="embed",
+)
+
+EVALUATION = DatasetSpec(
+    "evaluation",
+    _s(
+        ("setup", StringType(), False),
+        ("query_lang", StringType(), False),
+        ("target_lang", StringType(), False),
+        ("measure", StringType(), False),
+        ("k", IntegerType(), True),
+        ("metric", StringType(), False),
+        ("value", FloatType(), False),
+        ("n_queries", LongType(), False),
+        ("n_candidates", LongType(), False),
+    ),
+    producer="evaluate",
+)
+
+DATASETS: dict[str, DatasetSpec] = {
+    s.name: s for s in (DOCUMENTS, VOCABULARY, TFIDF, CONCEPTS, EMBEDDINGS, EVALUATION)
+}

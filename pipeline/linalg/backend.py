@@ -1,0 +1,228 @@
+"""The corpus backend: the only object that touches the TF-IDF data X.
+
+Per language ``l`` a backend holds
+
+* ``X_l`` — sparse TF-IDF rows, shape ``(n_l, p_l)``, float32 (the language's column block of
+  the block-diagonal X);
+* ``concept_index_l`` — int array of shape ``(n_l,)`` with values in ``[0, K)``: the one-hot
+  label matrix ``Y_l`` (``n_l x K``) kept implicit.
+
+Every product method is **one pass over X_l carrying a whole block**; on Spark it is one job:
+broadcast the (float32) block, each cached row partition computes its contribution, results are
+tree-aggregated. Methods must be thread-safe: the solver drives different languages from
+different threads at the same time (on Spark: concurrent jobs).
+
+The public methods validate shapes once and count passes (``pass_counts``); subclasses implement
+the underscore hooks. Results are always float64 (the solvers' small dense algebra is float64);
+the dtype *inside* a pass is the backend's ``dtype`` option.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections import Counter
+
+import numpy as np
+
+from pipeline.linalg.operator import as_block
+
+__all__ = ["PASS_DTYPES", "CorpusBackend", "TermLayout"]
+
+#: Allowed values of the backend ``dtype`` option (the arithmetic of one pass over X).
+PASS_DTYPES = ("float32", "float64")
+
+
+class CorpusBackend(ABC):
+    """Abstract per-language access to X and the concept labels.
+
+    Parameters
+    ----------
+    dtype : {"float32", "float64"}
+        Arithmetic of the passes over X. ``"float32"`` halves memory traffic and broadcast size
+        (enough for the paper's CG tolerance 1e-2); ``"float64"`` is exact to rounding and is
+        what the exactness tests use.
+    """
+
+    def __init__(self, *, dtype: str = "float32") -> None:
+        if dtype not in PASS_DTYPES:
+            raise ValueError(f"dtype must be one of {PASS_DTYPES}; got {dtype!r}")
+        self.dtype = dtype
+        self._lock = threading.Lock()
+        self._passes: Counter[str] = Counter()
+        self._column_passes: Counter[str] = Counter()
+
+    # --- pickling: locks are process-local --------------------------------------------------
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # --- sizes ---------------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def languages(self) -> tuple[str, ...]:
+        """Language codes, in a fixed order (defines the column layout of X)."""
+
+    @property
+    @abstractmethod
+    def n_concepts(self) -> int:
+        """K, the number of concepts (columns of Y)."""
+
+    @abstractmethod
+    def n_docs(self, lang: str) -> int:
+        """n_l, the number of training documents of ``lang``."""
+
+    @abstractmethod
+    def n_terms(self, lang: str) -> int:
+        """p_l, the vocabulary size of ``lang``."""
+
+    def n_total_docs(self) -> int:
+        """n = sum of n_l over languages."""
+        return sum(self.n_docs(lang) for lang in self.languages)
+
+    def fingerprint(self) -> dict:
+        """Sizes identifying the problem (used to validate checkpoints)."""
+        return {
+            "languages": list(self.languages),
+            "n_docs": [self.n_docs(lang) for lang in self.languages],
+            "n_terms": [self.n_terms(lang) for lang in self.languages],
+            "n_concepts": self.n_concepts,
+            "dtype": self.dtype,
+        }
+
+    # --- passes over X_l -----------------------------------------------------------------------
+    def column_sums(self, lang: str) -> np.ndarray:
+        """Return ``X_l^T 1``: ndarray of shape (p_l,), float64 (accumulated in float64)."""
+        self._count("column_sums", 0)
+        return np.asarray(self._column_sums(lang), dtype=np.float64)
+
+    def column_sq_sums(self, lang: str) -> np.ndarray:
+        """Return ``diag(X_l^T X_l)``: ndarray of shape (p_l,), float64."""
+        self._count("column_sq_sums", 0)
+        return np.asarray(self._column_sq_sums(lang), dtype=np.float64)
+
+    def gram(self, lang: str, v: np.ndarray) -> np.ndarray:
+        """Return ``X_l^T (X_l V)``.
+
+        Parameters
+        ----------
+        lang : str
+        v : ndarray of shape (p_l, b)
+
+        Returns
+        -------
+        ndarray of shape (p_l, b), float64
+        """
+        v = as_block(v, self.n_terms(lang))
+        self._count("gram", v.shape[1])
+        return np.asarray(self._gram(lang, v), dtype=np.float64)
+
+    def xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray:
+        """Return ``X_l^T (Y_l P) = X_l^T P[concept_index_l]`` (sparse part of ``C P``).
+
+        Parameters
+        ----------
+        lang : str
+        p : ndarray of shape (K, b)
+
+        Returns
+        -------
+        ndarray of shape (p_l, b), float64
+        """
+        p = as_block(p, self.n_concepts, name="P")
+        self._count("xt_gather", p.shape[1])
+        return np.asarray(self._xt_gather(lang, p), dtype=np.float64)
+
+    def x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray:
+        """Return ``Y_l^T (X_l V)``: per-concept sums of the rows of ``X_l V``.
+
+        Parameters
+        ----------
+        lang : str
+        v : ndarray of shape (p_l, b)
+
+        Returns
+        -------
+        ndarray of shape (K, b), float64
+        """
+        v = as_block(v, self.n_terms(lang))
+        self._count("x_scatter", v.shape[1])
+        return np.asarray(self._x_scatter(lang, v), dtype=np.float64)
+
+    def describe(self, stage: str, iteration: int | None = None) -> None:  # noqa: B027
+        """Label the work that follows (the Spark backend sets the job description).
+
+        Called from the thread that will run the passes. Default: no-op.
+        """
+
+    # --- accounting ------------------------------------------------------------------------------
+    def _count(self, method: str, n_columns: int) -> None:
+        with self._lock:
+            self._passes[method] += 1
+            self._column_passes[method] += n_columns
+
+    @property
+    def pass_counts(self) -> dict[str, dict[str, int]]:
+        """Number of passes over X and of column-passes (sum of block widths) per method."""
+        with self._lock:
+            return {"passes": dict(self._passes), "column_passes": dict(self._column_passes)}
+
+    def reset_counts(self) -> None:
+        """Zero the pass counters."""
+        with self._lock:
+            self._passes.clear()
+            self._column_passes.clear()
+
+    # --- hooks -----------------------------------------------------------------------------------
+    @abstractmethod
+    def _column_sums(self, lang: str) -> np.ndarray: ...
+
+    @abstractmethod
+    def _column_sq_sums(self, lang: str) -> np.ndarray: ...
+
+    @abstractmethod
+    def _gram(self, lang: str, v: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def _xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def _x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray: ...
+
+
+class TermLayout:
+    """Row layout of p-space blocks: language l owns rows ``offsets[l]:offsets[l] + p_l``.
+
+    Parameters
+    ----------
+    languages : sequence of str
+    sizes : sequence of int
+        p_l per language, same order.
+    """
+
+    def __init__(self, languages: tuple[str, ...] | list[str], sizes: list[int]) -> None:
+        self.languages = tuple(languages)
+        self.sizes = tuple(int(s) for s in sizes)
+        bounds = np.concatenate([[0], np.cumsum(self.sizes, dtype=np.int64)])
+        self.slices = {
+            lang: slice(int(bounds[i]), int(bounds[i + 1])) for i, lang in enumerate(self.languages)
+        }
+        self.n_terms = int(bounds[-1])
+
+    @classmethod
+    def of(cls, backend: CorpusBackend) -> TermLayout:
+        """The layout of ``backend``'s languages."""
+        return cls(backend.languages, [backend.n_terms(lang) for lang in backend.languages])
+
+    def split(self, v: np.ndarray) -> dict[str, np.ndarray]:
+        """Views of the per-language row blocks of ``v`` (shape (p, ...))."""
+        return {lang: v[s] for lang, s in self.slices.items()}
+
+    def join(self, parts: dict[str, np.ndarray]) -> np.ndarray:
+        """Stack per-language blocks (shape (p_l, b)) into one (p, b) block."""
+        return np.concatenate([parts[lang] for lang in self.languages], axis=0)

@@ -1,0 +1,77 @@
+"""The one SparkSession factory: every job and test gets its session here."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from pipeline.config import SparkConfig
+from pipeline.java import ensure_java
+
+log = logging.getLogger(__name__)
+
+
+def launched_by_spark_submit() -> bool:
+    """True when this Python driver was started by ``spark-submit`` (JVM already running)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
+    """The Spark properties a profile implies (without master and driver memory)."""
+    props = {
+        "spark.app.name": cfg.app_name,
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+        "spark.ui.enabled": str(cfg.ui).lower(),
+        # Reusing Python workers saves ~300 ms per task (measured: 170 ms vs 490 ms jobs).
+        "spark.python.worker.reuse": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.compression.codec": "zstd",
+        # Partition values such as lang=no must stay strings.
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        # One BLAS thread per task: tasks already use every core, and oversubscribed
+        # OpenBLAS threads were 5-8x slower on a 2-core machine.
+        "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
+        "spark.executorEnv.OMP_NUM_THREADS": "1",
+    }
+    if local:
+        # Never listen on a public interface from a laptop or CI machine.
+        props["spark.driver.host"] = "127.0.0.1"
+        props["spark.driver.bindAddress"] = "127.0.0.1"
+    props.update(cfg.conf)
+    return props
+
+
+def get_spark(cfg: SparkConfig):  # -> pyspark.sql.SparkSession
+    """Build (or reuse) the SparkSession described by ``cfg``.
+
+    Under ``spark-submit`` the master, deploy mode and driver memory are the
+    command line's; otherwise ``cfg.master`` (default ``local[2]``) is used and a
+    local JVM is started with ``cfg.driver_memory``.
+    """
+    from pyspark.sql import SparkSession
+
+    submitted = launched_by_spark_submit()
+    if not submitted:
+        how = ensure_java()
+        log.info("Java: %s", how)
+        # Python workers must run the same interpreter (and virtualenv) as the driver.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    master = None if submitted else cfg.master
+    local = (master or os.environ.get("MASTER", "")).startswith("local") or (
+        master is None and not submitted
+    )
+    if local:
+        # Bind the driver's block manager and RPC to loopback as well.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    if master:
+        builder = builder.master(master)
+        builder = builder.config("spark.driver.memory", cfg.driver_memory)
+    for key, value in spark_properties(cfg, local=local).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
