@@ -27,7 +27,9 @@ import yaml
 from pipeline.errors import ConfigError
 
 
-def _bounded(default: Any, *, lo: float | None = None, hi: float | None = None, doc: str = "") -> Any:
+def _bounded(
+    default: Any, *, lo: float | None = None, hi: float | None = None, doc: str = ""
+) -> Any:
     """A dataclass field with an inclusive numeric range checked at load time."""
     return field(default=default, metadata={"lo": lo, "hi": hi, "doc": doc})
 
@@ -205,7 +207,11 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 
 def _deep_merge(
-    into: dict[str, Any], new: Mapping[str, Any], sources: dict[str, str], *, source: str,
+    into: dict[str, Any],
+    new: Mapping[str, Any],
+    sources: dict[str, str],
+    *,
+    source: str,
     prefix: str = "",
 ) -> None:
     for key, value in new.items():
@@ -235,18 +241,20 @@ def _where(key: str, sources: Mapping[str, str]) -> str:
 
 def _build(cls: type, data: Any, *, prefix: str, sources: Mapping[str, str]) -> Any:
     if not isinstance(data, Mapping):
+        name = prefix.rstrip(".")
         raise ConfigError(
-            f"{prefix.rstrip('.') or 'configuration'}{_where(prefix.rstrip('.'), sources)} "
-            f"must be a mapping, got {type(data).__name__} {data!r}"
+            f"configuration key {name!r}{_where(name, sources)} must be a mapping, "
+            f"got {type(data).__name__} {data!r}"
         )
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in fields:
+            full = prefix + str(key)
             near = difflib.get_close_matches(str(key), fields, n=1)
-            hint = f"; did you mean {prefix}{near[0]!r}?" if near else ""
+            hint = f"; did you mean {prefix + near[0]!r}?" if near else ""
             raise ConfigError(
-                f"unknown configuration key {prefix}{key!r}{_where(prefix + str(key), sources)}"
+                f"unknown configuration key {full!r}{_where(full, sources)}"
                 f"{hint} (allowed in {prefix.rstrip('.') or 'the top level'}: "
                 f"{', '.join(sorted(fields))})"
             )
@@ -286,7 +294,9 @@ def _coerce(tp: Any, value: Any, *, key: str, sources: Mapping[str, str]) -> Any
     if origin is list:
         if not isinstance(value, list):
             raise fail("a list")
-        return [_coerce(args[0], v, key=f"{key}[{i}]", sources=sources) for i, v in enumerate(value)]
+        return [
+            _coerce(args[0], v, key=f"{key}[{i}]", sources=sources) for i, v in enumerate(value)
+        ]
     if origin is dict:
         if not isinstance(value, Mapping):
             raise fail("a mapping")

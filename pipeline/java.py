@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
@@ -58,8 +59,9 @@ def find_java_home() -> tuple[Path | None, str]:
         major = java_major(Path(env_home) / "bin" / "java")
         if major and major >= MIN_JAVA_MAJOR:
             return Path(env_home), f"JAVA_HOME (Java {major})"
-        log.warning("JAVA_HOME=%s has no usable Java >= %d; looking elsewhere", env_home,
-                    MIN_JAVA_MAJOR)
+        log.warning(
+            "JAVA_HOME=%s has no usable Java >= %d; looking elsewhere", env_home, MIN_JAVA_MAJOR
+        )
     on_path = shutil.which("java")
     if on_path:
         major = java_major(on_path)
@@ -85,6 +87,17 @@ def ensure_java() -> str:
     return how
 
 
+def _main(argv: list[str]) -> int:
+    """``python -m pipeline.java [--describe]``: exit 1 when no usable Java is found."""
+    try:
+        home, how = find_java_home()
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if "--describe" in argv:
+        print(f"setup: Java for Spark: {how}" + (f", JAVA_HOME={home}" if home else ""))
+    return 0
+
+
 if __name__ == "__main__":  # used by scripts/setup.sh
-    home, how = find_java_home()
-    print(home or "")
+    sys.exit(_main(sys.argv[1:]))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline.config import Config, load_config
 from pipeline.errors import PipelineError
-from pipeline.stages import get_stage
+from pipeline.stages import DEMO_CHAIN, get_stage
 
 log = logging.getLogger("pipeline")
 
@@ -32,15 +32,29 @@ def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argp
         prog="jobs/" + (stages[0] if stages and len(stages) == 1 else "chain") + ".py",
         description="Run Cr5-on-Spark stage(s): " + (", ".join(stages) if stages else "any"),
     )
-    p.add_argument("--conf", action="append", default=[], metavar="PROFILE.yaml",
-                   help="configuration profile; repeat to layer (later wins). "
-                        "Default: conf/local.yaml")
-    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   dest="overrides", help="override one key, e.g. features.min_df=2")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="PROFILE.yaml",
+        help="configuration profile; repeat to layer (later wins). Default: conf/local.yaml",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        dest="overrides",
+        help="override one key, e.g. features.min_df=2",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     if stages is None:
-        p.add_argument("--stages", required=True,
-                       help="comma-separated stages to run in order in one Spark session")
+        p.add_argument(
+            "--stages",
+            required=True,
+            help="comma-separated stages to run in order in one Spark session, "
+            "or 'demo' for the README's chain",
+        )
     return p.parse_args(argv)
 
 
@@ -70,16 +84,45 @@ def run_stages(names: Sequence[str], cfg: Config) -> dict[str, dict]:
         report["wall_seconds"] = round(time.perf_counter() - t0, 2)
         log.info("stage %s: finished in %.1f s", name, report["wall_seconds"])
         reports[name] = report
-        print(f"== {name} ({report['wall_seconds']} s) ==")
-        print(json.dumps(report, indent=2, sort_keys=True, default=str))
-        sys.stdout.flush()
+        print(summarize(name, report), flush=True)
     return reports
+
+
+def summarize(name: str, report: dict) -> str:
+    """A few readable lines per stage; the full report is in the dataset's manifest."""
+    head = f"== {name}: {report.get('wall_seconds')} s -> {report.get('path', '')}"
+    lines = [head]
+    per_lang = report.get("per_language") or {
+        lang: {"documents": n} for lang, n in (report.get("documents_per_language") or {}).items()
+    }
+    if name == "vocabulary":
+        per_lang = {
+            lang: {
+                "training documents": report["training_documents"].get(lang, 0),
+                "vocabulary": size,
+            }
+            for lang, size in report.get("vocabulary_size", {}).items()
+        }
+    if per_lang:
+        cols = sorted({c for v in per_lang.values() for c in v})
+        lines.append("   lang " + "".join(f"{c:>20}" for c in cols))
+        for lang, v in sorted(per_lang.items()):
+            lines.append(f"   {lang:<4} " + "".join(f"{v.get(c, ''):>20}" for c in cols))
+    extra = {k: report[k] for k in ("documents", "concepts", "nnz", "dropped") if k in report}
+    if extra:
+        lines.append("   " + json.dumps(extra, sort_keys=True, default=str))
+    return "\n".join(lines)
 
 
 def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv, stages)
     configure_logging(args.log_level)
-    names = list(stages) if stages else [s.strip() for s in args.stages.split(",") if s.strip()]
+    if stages:
+        names = list(stages)
+    elif args.stages.strip() == "demo":
+        names = list(DEMO_CHAIN)
+    else:
+        names = [s.strip() for s in args.stages.split(",") if s.strip()]
     try:
         profiles = args.conf or ([str(DEFAULT_PROFILE)] if DEFAULT_PROFILE.exists() else [])
         cfg = load_config(profiles, args.overrides)

@@ -27,6 +27,8 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.compression.codec": "zstd",
+        # Accept every JVM charset for ingest.encoding (Spark 4 allows only seven by default).
+        "spark.sql.legacy.javaCharsets": "true",
         # Partition values such as lang=no must stay strings.
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         # One BLAS thread per task: tasks already use every core, and oversubscribed

@@ -30,9 +30,7 @@ def dense_index(df: DataFrame, order_by: Sequence[str], name: str) -> DataFrame:
         .withColumn("_mid", F.monotonically_increasing_id())
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    counts = sorted(
-        (r["_pid"], r["count"]) for r in tagged.groupBy("_pid").count().collect()
-    )
+    counts = sorted((r["_pid"], r["count"]) for r in tagged.groupBy("_pid").count().collect())
     offsets, total = [], 0
     for pid, count in counts:
         offsets.append((pid, total))

@@ -72,9 +72,8 @@ def heldout_concepts(spark: SparkSession, path: str | None) -> DataFrame | None:
 def length_reason(cfg: Config) -> F.Column:
     """Why a tokenised document is not a training document (null when it is)."""
     f = cfg.features
-    return (
-        F.when(F.col("n_unique") < f.min_unique_words, F.lit("too_few_unique_words"))
-        .when(F.col("n_unique") > f.max_unique_words, F.lit("too_many_unique_words"))
+    return F.when(F.col("n_unique") < f.min_unique_words, F.lit("too_few_unique_words")).when(
+        F.col("n_unique") > f.max_unique_words, F.lit("too_many_unique_words")
     )
 
 
@@ -82,7 +81,9 @@ def count_by_reason(df: DataFrame, reason: F.Column) -> dict[str, dict[str, int]
     """Per language: number of rows kept and dropped for each reason (one pass)."""
     rows = (
         df.select("lang", F.coalesce(reason, F.lit("kept")).alias("reason"))
-        .groupBy("lang", "reason").count().collect()
+        .groupBy("lang", "reason")
+        .count()
+        .collect()
     )
     out: dict[str, dict[str, int]] = {}
     for r in rows:

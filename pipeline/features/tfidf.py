@@ -91,8 +91,9 @@ def tfidf_rows(
     norms = np.sqrt(np.bincount(docs, weights * weights, minlength=n_docs))
     with np.errstate(invalid="ignore", divide="ignore"):
         values = (weights / norms[docs]).astype(np.float32)
-    # A row whose every known term has idf 0 has norm 0: it carries no signal.
-    ok = norms[docs] > 0
+    # Terms with idf 0 (in every training document) carry no signal: no stored zeros.
+    # A row whose every known term has idf 0 has norm 0 and stays empty.
+    ok = weights > 0
     docs, terms, values = docs[ok], terms[ok], values[ok]
     indptr = np.zeros(n_docs + 1, dtype=np.int32)
     np.cumsum(np.bincount(docs, minlength=n_docs), out=indptr[1:])
@@ -144,7 +145,8 @@ def load_vocabularies(spark: SparkSession, cfg: Config) -> dict[str, tuple[pa.Ar
     """The vocabulary dataset on the driver: ``{lang: (terms, idf)}`` in term_index order."""
     table = (
         read_dataset(spark, VOCABULARY, cfg.paths.dataset("vocabulary"))
-        .orderBy("lang", "term_index").toArrow()
+        .orderBy("lang", "term_index")
+        .toArrow()
     )
     out: dict[str, tuple[pa.Array, np.ndarray]] = {}
     langs = table.column("lang")
@@ -206,9 +208,10 @@ def build_tfidf(spark: SparkSession, cfg: Config) -> tuple[DataFrame, DataFrame,
     )
     stats = {
         r["lang"]: {"documents": r["n"], "nnz": r["nnz"]}
-        for r in tfidf.groupBy("lang").agg(
-            F.count(F.lit(1)).alias("n"), F.sum(F.size("indices")).alias("nnz")
-        ).orderBy("lang").collect()
+        for r in tfidf.groupBy("lang")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(F.size("indices")).alias("nnz"))
+        .orderBy("lang")
+        .collect()
     }
     if not stats:
         raise InputDataError(f"no training rows left ({counts}); see the vocabulary report")

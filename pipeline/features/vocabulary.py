@@ -59,7 +59,8 @@ def build_vocabulary(spark: SparkSession, cfg: Config):
     f = cfg.features
     df = (
         train.select("lang", F.explode("terms").alias("term"))
-        .groupBy("lang", "term").agg(F.count(F.lit(1)).alias("df"))
+        .groupBy("lang", "term")
+        .agg(F.count(F.lit(1)).alias("df"))
     )
     order = Window.partitionBy("lang").orderBy(F.desc("df"), F.asc("term"))
     vocab = (
@@ -80,13 +81,14 @@ def build_vocabulary(spark: SparkSession, cfg: Config):
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     vocab, tokenized, report = build_vocabulary(spark, cfg)
     vocab = vocab.repartition("lang").sortWithinPartitions("lang", "term_index").cache()
-    sizes = {
-        r["lang"]: r["count"] for r in vocab.groupBy("lang").count().orderBy("lang").collect()
-    }
+    sizes = {r["lang"]: r["count"] for r in vocab.groupBy("lang").count().orderBy("lang").collect()}
     empty = [lang for lang, n in report["training_documents"].items() if n and not sizes.get(lang)]
     if empty:
-        log.warning("languages with an empty vocabulary (every term below min_df=%d): %s",
-                    cfg.features.min_df, empty)
+        log.warning(
+            "languages with an empty vocabulary (every term below min_df=%d): %s",
+            cfg.features.min_df,
+            empty,
+        )
     report["vocabulary_size"] = sizes
     report["settings"] = {
         "min_df": cfg.features.min_df,

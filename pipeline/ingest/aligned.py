@@ -9,6 +9,7 @@ fix the input or which setting to change.
 
 from __future__ import annotations
 
+import codecs
 import logging
 from typing import Any
 
@@ -35,6 +36,24 @@ _EXTENSIONS = {
     ".json": "jsonl",
     ".tsv": "tsv",
 }
+
+
+_JAVA_CHARSETS = {
+    "utf-8": "UTF-8",
+    "iso8859-1": "ISO-8859-1",
+    "ascii": "US-ASCII",
+    "utf-16": "UTF-16",
+    "utf-16-be": "UTF-16BE",
+    "utf-16-le": "UTF-16LE",
+    "utf-32": "UTF-32",
+    "cp1252": "windows-1252",
+}
+
+
+def java_charset(encoding: str) -> str:
+    """The JVM's name for a Python codec name (``latin-1`` -> ``ISO-8859-1``)."""
+    name = codecs.lookup(encoding).name
+    return _JAVA_CHARSETS.get(name, name)
 
 
 def detect_format(spark: SparkSession, path: str) -> str:
@@ -72,27 +91,51 @@ def read_corpus(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, str]
         df = reader.parquet(cfg.input)
     elif fmt == "jsonl":
         reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
-        reader = reader.option("encoding", cfg.encoding)
-        if cfg.encoding.lower().replace("-", "") not in ("utf8",):
+        reader = reader.option("encoding", java_charset(cfg.encoding))
+        if java_charset(cfg.encoding) != "UTF-8":
             reader = reader.option("lineSep", "\n")
         df = reader.json(cfg.input)
     elif fmt == "tsv":
         header = (
-            spark.read.option("sep", "\t").option("header", True).option("quote", "")
-            .option("encoding", cfg.encoding).csv(cfg.input).columns
+            spark.read.option("sep", "\t")
+            .option("header", True)
+            .option("quote", "")
+            .option("encoding", java_charset(cfg.encoding))
+            .csv(cfg.input)
+            .columns
         )
         schema = StructType(
             [StructField(c, StringType(), True) for c in header]
             + [StructField(_CORRUPT, StringType(), True)]
         )
         df = (
-            reader.option("sep", "\t").option("header", True).option("quote", "")
-            .option("encoding", cfg.encoding).option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", _CORRUPT).schema(schema).csv(cfg.input)
+            reader.option("sep", "\t")
+            .option("header", True)
+            .option("quote", "")
+            .option("encoding", java_charset(cfg.encoding))
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", _CORRUPT)
+            .schema(schema)
+            .csv(cfg.input)
         )
     else:  # pragma: no cover - guarded by config validation
         raise InputDataError(f"unknown ingest.format {fmt!r}")
     return df.withColumn(_FILE, F.input_file_name()), fmt
+
+
+def _check_utf8(spark: SparkSession, cfg: IngestConfig) -> None:
+    """Raise a clear error when the input has bytes that are not UTF-8 (decoded as U+FFFD)."""
+    if java_charset(cfg.encoding) != "UTF-8":
+        return
+    lines = spark.read.text(cfg.input).withColumn(_FILE, F.input_file_name())
+    bad = lines.filter(~F.is_valid_utf8("value")).limit(cfg.max_examples).collect()
+    if bad:
+        shown = [{"line": r["value"][:77], _FILE: r[_FILE]} for r in bad]
+        raise InputDataError(
+            f"{cfg.input}: record(s) are not valid {cfg.encoding} text, e.g.:\n{_fmt(shown)}\n"
+            "Fix: set ingest.encoding to the file's real encoding (e.g. latin-1, cp1252, "
+            "utf-16) or re-encode it as UTF-8."
+        )
 
 
 def _examples(df: DataFrame, cond: Column, cols: list[str], k: int) -> list[dict[str, Any]]:
@@ -120,6 +163,30 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
     report : dict of counts (per language, dropped by reason) and examples
     """
     raw, fmt = read_corpus(spark, cfg)
+    if fmt in ("jsonl", "tsv"):
+        # Text readers decode invalid bytes to U+FFFD silently: check the raw lines.
+        _check_utf8(spark, cfg)
+    raw = raw.cache()
+    k = cfg.max_examples
+    if _CORRUPT in raw.columns:
+        bad = F.col(_CORRUPT).isNotNull()
+        # Spark refuses queries on the corrupt-record column alone; a file in which no
+        # record parsed has no other column, so every record is malformed.
+        if not (set(raw.columns) - {_CORRUPT, _FILE}):
+            lines = spark.read.text(cfg.input).limit(k).collect()
+            raise InputDataError(
+                f"{cfg.input}: no record parsed as {fmt}; first lines:\n"
+                f"{_fmt([{'line': r['value'][:77]} for r in lines])}\n"
+                "Fix: check ingest.format and ingest.encoding, or repair the file."
+            )
+        n_bad = raw.filter(bad).count()
+        if n_bad:
+            shown = _examples(raw, bad, [_CORRUPT], k)
+            raise InputDataError(
+                f"{cfg.input}: {n_bad} malformed {fmt} record(s) (wrong number of fields or not "
+                f"valid {fmt}), e.g.:\n{_fmt([dict(e) for e in shown])}\n"
+                "Fix the records, or remove them from the input."
+            )
     cols = set(raw.columns) - {_CORRUPT, _FILE}
     missing = [c for c in REQUIRED if c not in cols]
     if missing:
@@ -127,17 +194,6 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
             f"{cfg.input} ({fmt}) lacks required column(s) {missing}; it has {sorted(cols)}. "
             "Fix: provide columns concept_id, lang, text (doc_id and title are optional)."
         )
-    raw = raw.cache()
-    k = cfg.max_examples
-    if _CORRUPT in raw.columns:
-        bad = F.col(_CORRUPT).isNotNull()
-        n_bad = raw.filter(bad).count()
-        if n_bad:
-            raise InputDataError(
-                f"{cfg.input}: {n_bad} malformed {fmt} record(s) (wrong number of fields or not "
-                f"valid {fmt}), e.g.:\n{_fmt(_examples(raw, bad, [_CORRUPT], k))}\n"
-                "Fix the records, or remove them from the input."
-            )
     df = raw.select(
         *[F.col(c).cast("string").alias(c) for c in REQUIRED + OPTIONAL if c in cols], _FILE
     )
@@ -149,26 +205,34 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
     )
 
     blank_key = (
-        F.col("concept_id").isNull() | (F.col("concept_id") == "")
-        | F.col("lang").isNull() | (F.col("lang") == "")
+        F.col("concept_id").isNull()
+        | (F.col("concept_id") == "")
+        | F.col("lang").isNull()
+        | (F.col("lang") == "")
     )
     bad_lang = ~blank_key & ~F.col("lang").rlike(_LANG_RE)
-    # Spark decodes invalid bytes as U+FFFD: the file is not in the declared encoding.
-    bad_bytes = F.col("text").contains("\ufffd") | F.coalesce(
-        F.col("title").contains("\ufffd"), F.lit(False)
-    )
+    # Parquet strings are raw bytes: invalid UTF-8 there is a broken writer. (A literal
+    # U+FFFD is legitimate text: the sample itself documents the replacement character.)
+    bad_bytes = ~F.is_valid_utf8("text") | F.coalesce(~F.is_valid_utf8("title"), F.lit(False))
     empty = F.col("text").isNull() | (F.trim("text") == "")
     checks = {"blank_key": blank_key, "bad_lang": bad_lang, "bad_bytes": bad_bytes, "empty": empty}
     if has_doc_id:
         checks["null_doc_id"] = F.col("doc_id").isNull() | (F.trim("doc_id") == "")
-    counts = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        *[F.sum(F.when(c, 1).otherwise(0)).alias(n) for n, c in checks.items()],
-    ).first().asDict()
-    show = ["doc_id", "concept_id", "lang", "text"] if has_doc_id else ["concept_id", "lang", "text"]
+    counts = (
+        df.agg(
+            F.count(F.lit(1)).alias("rows"),
+            *[F.sum(F.when(c, 1).otherwise(0)).alias(n) for n, c in checks.items()],
+        )
+        .first()
+        .asDict()
+    )
+    show = (
+        ["doc_id", "concept_id", "lang", "text"] if has_doc_id else ["concept_id", "lang", "text"]
+    )
     if counts["blank_key"]:
         raise InputDataError(
-            f"{cfg.input}: {counts['blank_key']} record(s) with an empty concept_id or lang, e.g.:\n"
+            f"{cfg.input}: {counts['blank_key']} record(s) with an empty concept_id or lang, "
+            "e.g.:\n"
             f"{_fmt(_examples(df, blank_key, show, k))}\nFix: every record needs both."
         )
     if counts["bad_lang"]:
@@ -179,7 +243,7 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
     if counts["bad_bytes"]:
         raise InputDataError(
             f"{cfg.input}: {counts['bad_bytes']} record(s) contain bytes that are not valid "
-            f"{cfg.encoding} (decoded as U+FFFD), e.g.:\n{_fmt(_examples(df, bad_bytes, show, k))}\n"
+            f"UTF-8, e.g.:\n{_fmt(_examples(df, bad_bytes, show, k))}\n"
             "Fix: set ingest.encoding to the file's real encoding (e.g. latin-1, cp1252, utf-16) "
             "or re-encode the file as UTF-8."
         )
@@ -232,8 +296,11 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
                 f"{cfg.input}: {n_dup} duplicate (concept_id, lang) record(s) beyond the first, "
                 f"e.g.:\n{_fmt(examples)}\nFix: deduplicate, or set ingest.on_duplicate=keep_first."
             )
-        log.warning("%d duplicate (concept_id, lang) record(s) dropped (kept the smallest doc_id), "
-                    "e.g. %s", n_dup, examples[:2])
+        log.warning(
+            "%d duplicate (concept_id, lang) record(s) dropped (kept the smallest doc_id), e.g. %s",
+            n_dup,
+            examples[:2],
+        )
         dropped["duplicate_concept_lang"] = n_dup
         report["duplicate_examples"] = examples
     df = df.filter(~dup).drop("_rank", _FILE)
@@ -244,10 +311,14 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """Stage entry point: build ``documents`` from ``cfg.ingest.input`` and write it."""
     docs, report = build_documents(spark, cfg.ingest)
-    docs = docs.repartitionByRange(cfg.spark.shuffle_partitions, "lang", "doc_id").sortWithinPartitions(
-        "lang", "doc_id"
-    ).cache()
-    per_lang = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().orderBy("lang").collect()}
+    docs = (
+        docs.repartitionByRange(cfg.spark.shuffle_partitions, "lang", "doc_id")
+        .sortWithinPartitions("lang", "doc_id")
+        .cache()
+    )
+    per_lang = {
+        r["lang"]: r["count"] for r in docs.groupBy("lang").count().orderBy("lang").collect()
+    }
     if not per_lang:
         raise InputDataError(f"{cfg.ingest.input}: no documents left after validation ({report}).")
     report["documents_per_language"] = per_lang

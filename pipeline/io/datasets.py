@@ -110,11 +110,14 @@ def conform(df: DataFrame, spec: DatasetSpec) -> DataFrame:
     have = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     # Compare type names, not nullability: Spark cannot cast array<int> (nullable
     # elements) to array<int> (non-null elements), and need not.
-    return df.select(*[
-        F.col(f.name) if have[f.name] == f.dataType.simpleString()
-        else F.col(f.name).cast(f.dataType).alias(f.name)
-        for f in spec.schema.fields
-    ])
+    return df.select(
+        *[
+            F.col(f.name)
+            if have[f.name] == f.dataType.simpleString()
+            else F.col(f.name).cast(f.dataType).alias(f.name)
+            for f in spec.schema.fields
+        ]
+    )
 
 
 def write_dataset(

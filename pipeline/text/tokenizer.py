@@ -105,8 +105,11 @@ def distinct_tokens_per_doc(
     """
     if len(tokens) == 0:
         return tokens, doc_of_token, np.zeros(n_docs, dtype=np.int64)
-    encoded = pc.dictionary_encode(tokens).combine_chunks() if isinstance(
-        tokens, pa.ChunkedArray) else pc.dictionary_encode(tokens)
+    encoded = (
+        pc.dictionary_encode(tokens).combine_chunks()
+        if isinstance(tokens, pa.ChunkedArray)
+        else pc.dictionary_encode(tokens)
+    )
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     n_codes = len(encoded.dictionary)
     keys = np.unique(doc_of_token * n_codes + codes)

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up ./.venv with the test tools if needed, then run the whole test suite
+# (Spark in local mode, one session for the run). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+exec .venv/bin/python -m pytest "$@"

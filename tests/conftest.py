@@ -1,0 +1,43 @@
+"""Shared fixtures: one local SparkSession for the whole test run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+SAMPLE = REPO / "data" / "sample" / "ddtp_en_de_fr_es.parquet"
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] session built by the product's own factory (small test settings)."""
+    from pipeline.config import load_config
+    from pipeline.spark import get_spark
+
+    cfg = load_config(
+        [REPO / "conf" / "local.yaml"],
+        ["spark.shuffle_partitions=2", "spark.driver_memory=2g", "spark.app_name=cr5-tests"],
+    )
+    session = get_spark(cfg.spark)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def make_config(tmp_path):
+    """Build a Config rooted in a fresh temporary directory, with overrides."""
+    from pipeline.config import load_config
+
+    def _make(*overrides: str, profiles=(REPO / "conf" / "local.yaml",)):
+        return load_config(
+            list(profiles),
+            [f"paths.root={tmp_path / 'out'}", "spark.shuffle_partitions=2", *overrides],
+        )
+
+    return _make

@@ -1,0 +1,102 @@
+"""Configuration loading: layering, overrides, and errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import Config, load_config
+from pipeline.errors import ConfigError
+from tests.conftest import REPO
+
+LOCAL = REPO / "conf" / "local.yaml"
+
+
+def test_shipped_profiles_load():
+    for name in ("local.yaml", "cluster.yaml", "short-docs.yaml"):
+        assert isinstance(load_config([REPO / "conf" / name]), Config)
+
+
+def test_defaults_are_the_papers():
+    f = load_config([]).features
+    assert (f.max_vocabulary, f.min_df, f.min_unique_words, f.max_unique_words) == (
+        200_000,
+        3,
+        50,
+        1000,
+    )
+
+
+def test_layering_and_overrides(tmp_path):
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("features:\n  min_df: 7\nspark:\n  conf:\n    spark.x: 'y'\n")
+    cfg = load_config(
+        [LOCAL, extra],
+        ["features.min_df=9", "ingest.languages=[en, de]", "features.heldout_concepts=null"],
+    )
+    assert cfg.features.min_df == 9
+    assert cfg.ingest.languages == ["en", "de"]
+    assert cfg.spark.conf == {"spark.x": "y"}
+    assert cfg.spark.master == "local[2]"  # untouched keys keep the profile's value
+    assert cfg.paths.dataset("tfidf") == "./out/tfidf"
+    assert load_config([LOCAL], ["paths.tfidf=/x/t"]).paths.dataset("tfidf") == "/x/t"
+
+
+def test_unknown_key_names_key_source_and_suggestion(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("features:\n  min_dff: 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_config([bad])
+    msg = str(err.value)
+    assert "'features.min_dff'" in msg and str(bad) in msg and "min_df" in msg
+
+
+def test_unknown_section():
+    with pytest.raises(ConfigError, match="unknown configuration key 'featurs'"):
+        load_config([], ["featurs.min_df=2"])
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("features.min_df=two", "'features.min_df'.*--set.*must be an integer"),
+        ("features.min_df=true", "'features.min_df'.*must be an integer"),
+        ("spark.ui=yes please", "'spark.ui'.*true or false"),
+        ("ingest.format=xml", "'ingest.format'.*one of 'auto', 'parquet', 'jsonl', 'tsv'"),
+        ("ingest.languages=en", "'ingest.languages'.*a list"),
+        ("features.min_df=0", "'features.min_df'.*out of range"),
+        ("spark=3", "'spark'.*mapping"),
+    ],
+)
+def test_wrong_types_name_the_key(override, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config([LOCAL], [override])
+
+
+def test_cross_field_and_encoding_checks():
+    with pytest.raises(ConfigError, match="min_unique_words"):
+        load_config([], ["features.min_unique_words=10", "features.max_unique_words=5"])
+    with pytest.raises(ConfigError, match="not a known text encoding"):
+        load_config([], ["ingest.encoding=utf-99"])
+
+
+def test_bad_files_and_overrides(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config([tmp_path / "missing.yaml"])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("features: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config([broken])
+    top = tmp_path / "list.yaml"
+    top.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping of sections"):
+        load_config([top])
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config([], ["features.min_df"])
+
+
+def test_fingerprint_is_stable_and_sensitive():
+    a = load_config([LOCAL])
+    assert a.fingerprint() == load_config([LOCAL]).fingerprint()
+    assert a.fingerprint("features") != load_config([LOCAL], ["features.min_df=5"]).fingerprint(
+        "features"
+    )
