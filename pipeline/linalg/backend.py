@@ -106,6 +106,11 @@ class CorpusBackend(ABC):
         self._count("column_sq_sums", 0)
         return np.asarray(self._column_sq_sums(lang), dtype=np.float64)
 
+    def concept_counts(self, lang: str) -> np.ndarray:
+        """Return ``Y_l^T 1``, documents per concept: ndarray of shape (K,), float64."""
+        self._count("concept_counts", 0)
+        return np.asarray(self._concept_counts(lang), dtype=np.float64)
+
     def gram(self, lang: str, v: np.ndarray) -> np.ndarray:
         """Return ``X_l^T (X_l V)``.
 
@@ -184,6 +189,9 @@ class CorpusBackend(ABC):
 
     @abstractmethod
     def _column_sq_sums(self, lang: str) -> np.ndarray: ...
+
+    @abstractmethod
+    def _concept_counts(self, lang: str) -> np.ndarray: ...
 
     @abstractmethod
     def _gram(self, lang: str, v: np.ndarray) -> np.ndarray: ...

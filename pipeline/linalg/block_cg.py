@@ -147,11 +147,13 @@ def block_cg(
     converged = (res <= threshold) | (res == 0)
     history = [res / denom]
     active = np.flatnonzero(~converged)
-    # compact state of the active columns
+    # compact state of the active columns (updated in place; written back on deflation)
     r = r_full[:, active]
+    xa = x[:, active]
     z = _apply_precond(m, r)
     p = z.copy()
     rz = np.einsum("ij,ij->j", r, z)
+    tmp = np.empty_like(r)
     t0 = time.perf_counter()
     it = 0
     while active.size and it < maxiter:
@@ -168,9 +170,9 @@ def block_cg(
                 "the operator is not positive definite to working precision"
             )
         alpha = rz / pap
-        x[:, active] += p * alpha
-        r -= ap * alpha
-        res_act = np.linalg.norm(r, axis=0)
+        xa += np.multiply(p, alpha, out=tmp)
+        r -= np.multiply(ap, alpha, out=tmp)
+        res_act = np.sqrt(np.einsum("ij,ij->j", r, r))
         if not np.all(np.isfinite(res_act)):
             raise BreakdownError(f"{name}: NaN/Inf in the residual at iteration {it}")
         res[active] = res_act
@@ -179,22 +181,30 @@ def block_cg(
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "%s it=%d active=%d max_rel_res=%.3e elapsed=%.2fs",
-                name, it, active.size, float(np.max(res_act / denom[active])),
+                name,
+                it,
+                active.size,
+                float(np.max(res_act / denom[active])),
                 time.perf_counter() - t0,
             )
         if callback is not None:
             callback(it, history[-1])
         if np.any(done):
             converged[active[done]] = True
+            x[:, active] = xa
             keep = ~done
-            active, r, p, rz = active[keep], r[:, keep], p[:, keep], rz[keep]
+            active, rz = active[keep], rz[keep]
+            r, p, xa = r[:, keep], p[:, keep], xa[:, keep]
+            tmp = np.empty_like(r)
             if not active.size:
                 break
         z = _apply_precond(m, r)
         rz_new = np.einsum("ij,ij->j", r, z)
-        beta = rz_new / rz
-        p = z + p * beta
+        p *= rz_new / rz
+        p += z
         rz = rz_new
+    if active.size:
+        x[:, active] = xa
 
     if active.size:
         warnings.warn(

@@ -108,7 +108,9 @@ class BlockOperator:
         """Return ``A @ v`` for v of shape (n,) (a one-column block)."""
         v = np.asarray(v)
         if v.ndim != 1:
-            raise ValueError(f"matvec expects a 1-D vector of length {self.shape[1]}; got {v.shape}")
+            raise ValueError(
+                f"matvec expects a 1-D vector of length {self.shape[1]}; got shape {v.shape}"
+            )
         return self.matmat(v[:, None])[:, 0]
 
     def __matmul__(self, other: object) -> BlockOperator | np.ndarray:
@@ -118,7 +120,7 @@ class BlockOperator:
         return self.matvec(other) if other.ndim == 1 else self.matmat(other)
 
     @property
-    def H(self) -> BlockOperator:  # noqa: N802 - scipy's name for the adjoint
+    def H(self) -> BlockOperator:
         """The adjoint (transpose, for real operators), applied lazily."""
         return _AdjointOperator(self)
 

@@ -125,7 +125,8 @@ class WoodburyInverse(BlockOperator):
         self.c: float | None = None
         self._jacobi: dict[str, np.ndarray] | None = None
         self.records: list[SolveRecord] = []
-        self.stage = "solve"
+        #: label of the next solves, passed to ``backend.describe`` (set by the caller)
+        self.stage = "woodbury"
 
     # --- setup (once per λ) ---------------------------------------------------------------------
     def prepare(self) -> WoodburyInverse:
@@ -139,7 +140,7 @@ class WoodburyInverse(BlockOperator):
             }
         if self.w is None:
             self.w, _ = self.solve_blockdiag(
-                self.mu[:, None], rtol=self.w_rtol, stage="w=B^-1 mu"
+                self.mu[:, None], rtol=self.w_rtol, stage=f"{self.stage}/w"
             )
             self.w = self.w[:, 0]
         gamma = self.n * float(self.mu @ self.w)
@@ -149,7 +150,9 @@ class WoodburyInverse(BlockOperator):
                 "tighten w_rtol or check the data"
             )
         self.c = self.n / (1.0 - gamma)
-        logger.info("Woodbury: lam=%g n=%d 1-n*mu'w=%.3e c=%.4g", self.lam, self.n, 1 - gamma, self.c)
+        logger.info(
+            "Woodbury: lam=%g n=%d 1-n*mu'w=%.3e c=%.4g", self.lam, self.n, 1 - gamma, self.c
+        )
         return self
 
     # --- B⁻¹ ------------------------------------------------------------------------------------
@@ -208,9 +211,12 @@ class WoodburyInverse(BlockOperator):
             record.all_converged[lang] = bool(res.converged.all())
             record.seconds[lang] = round(secs, 4)
         self.records.append(record)
-        logger.info(
+        logger.debug(
             "%s: B^-1 on %d rhs, CG iterations %s, %.2fs",
-            stage, u.shape[1], record.n_iter, max(record.seconds.values(), default=0.0),
+            stage,
+            u.shape[1],
+            record.n_iter,
+            max(record.seconds.values(), default=0.0),
         )
         return self.layout.join({lang: r.x for lang, r in results.items()}), results
 

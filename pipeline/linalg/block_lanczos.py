@@ -1,0 +1,375 @@
+r"""Top eigenpairs of a symmetric PSD operator by block Lanczos with full re-orthogonalisation.
+
+Each iteration applies the operator **once** to the newest block Q_a (n × b) — for Cr5 that is
+one C-product, one Woodbury solve and one Cᵀ-product — and orthogonalises ``W = A Q_a`` twice
+against the whole basis V (classical Gram–Schmidt, twice is enough). The projection
+coefficients ``Vᵀ(A Q_a)`` are kept, so the Rayleigh quotient ``H = Vᵀ A V`` is available
+exactly (not only its block-tridiagonal part); it is symmetrised, ``T = (H + Hᵀ)/2``, which
+makes the method robust to an operator that is symmetric only up to the inner solves'
+tolerance. Rank-deficient blocks (invariant subspaces, null space of A) are completed with
+seeded random directions. With ``max_basis`` set, the basis is thick-restarted from the
+leading Ritz vectors (Krylov–Schur style), bounding memory to ``n · max_basis`` doubles.
+
+Stopping rule. With Ritz pairs ``(θ_i, y_i = V s_i)``, θ_1 ≥ θ_2 ≥ …, the residual satisfies
+``A y_i − θ_i y_i = Q_new (R s_i)`` (up to the operator's asymmetry), so the solver stops at
+the first iteration where
+
+.. math::  \rho_i = \frac{\|R\, s_i^{\text{last}}\|_2}{\theta_i} \le \varepsilon
+           \quad \text{for all } i = 1..r
+
+(ρ_i is the residual relative to its own eigenvalue; paper: ε = 0.1, cap T = 250 iterations).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg as sla
+
+from pipeline.errors import BreakdownError, ConvergenceWarning
+from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.progress import ProgressClock, format_seconds
+
+__all__ = ["LanczosResult", "LanczosState", "block_lanczos", "initial_state"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LanczosState:
+    """Complete, checkpointable state between two iterations.
+
+    Attributes
+    ----------
+    basis : ndarray of shape (n, m)
+        Orthonormal basis V; its first ``n_applied`` columns have been multiplied by A, the
+        rest is the next block to apply.
+    h : ndarray of shape (m, n_applied)
+        ``Vᵀ A V[:, :n_applied]``.
+    n_applied : int
+    n_iter : int
+    n_restarts : int
+    ritz_history, residual_history : list of ndarray of shape (r,)
+    rng_state : dict
+        State of the numpy ``PCG64`` generator (JSON-serialisable).
+    """
+
+    basis: np.ndarray
+    h: np.ndarray
+    n_applied: int
+    n_iter: int = 0
+    n_restarts: int = 0
+    ritz_history: list[np.ndarray] = field(default_factory=list)
+    residual_history: list[np.ndarray] = field(default_factory=list)
+    rng_state: dict = field(default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The array part (for ``.npy`` files)."""
+        r = len(self.ritz_history[0]) if self.ritz_history else 0
+        return {
+            "basis": self.basis,
+            "h": self.h,
+            "ritz_history": np.array(self.ritz_history).reshape(-1, r),
+            "residual_history": np.array(self.residual_history).reshape(-1, r),
+        }
+
+    def meta(self) -> dict:
+        """The scalar part (for JSON)."""
+        return {
+            "n_applied": self.n_applied,
+            "n_iter": self.n_iter,
+            "n_restarts": self.n_restarts,
+            "rng_state": self.rng_state,
+        }
+
+    @classmethod
+    def from_parts(cls, arrays: dict[str, np.ndarray], meta: dict) -> LanczosState:
+        return cls(
+            basis=arrays["basis"],
+            h=arrays["h"],
+            n_applied=int(meta["n_applied"]),
+            n_iter=int(meta["n_iter"]),
+            n_restarts=int(meta["n_restarts"]),
+            ritz_history=list(arrays["ritz_history"]),
+            residual_history=list(arrays["residual_history"]),
+            rng_state=meta["rng_state"],
+        )
+
+
+@dataclass
+class LanczosResult:
+    """Result of :func:`block_lanczos`.
+
+    Attributes
+    ----------
+    eigenvalues : ndarray of shape (r,)
+        Descending Ritz values.
+    eigenvectors : ndarray of shape (n, r)
+        Orthonormal Ritz vectors.
+    n_iter : int
+        Operator applications (each on one block).
+    converged : bool
+    ritz_values : ndarray of shape (n_iter, r)
+        Leading Ritz values after each iteration.
+    residual_norms : ndarray of shape (n_iter, r)
+        Relative residual estimates ρ_i after each iteration.
+    n_restarts : int
+    """
+
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+    n_iter: int
+    converged: bool
+    ritz_values: np.ndarray
+    residual_norms: np.ndarray
+    n_restarts: int = 0
+
+
+def initial_state(n: int, block_size: int, seed: int) -> LanczosState:
+    """Seeded start: an orthonormal random block of shape (n, block_size)."""
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((n, block_size)))
+    return LanczosState(
+        basis=q, h=np.zeros((block_size, 0)), n_applied=0, rng_state=rng.bit_generator.state
+    )
+
+
+def _orthogonalise(basis: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two classical Gram–Schmidt passes; returns (coefficients, residual block)."""
+    coef = basis.T @ w
+    w = w - basis @ coef
+    coef2 = basis.T @ w
+    w -= basis @ coef2
+    return coef + coef2, w
+
+
+def _new_block(
+    basis: np.ndarray, w: np.ndarray, width: int, scale: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Orthonormal Q_new (n × k) and coupling R (k × b) with ``W ≈ Q_new R``.
+
+    Numerically dependent directions are dropped from R and replaced by random directions
+    orthogonal to everything (coupling 0), keeping the block ``width`` wide if space allows.
+    """
+    n = basis.shape[0]
+    room = n - basis.shape[1]
+    width = min(width, room)
+    if width <= 0:
+        return np.zeros((n, 0)), np.zeros((0, w.shape[1]))
+    q, r, piv = sla.qr(w, mode="economic", pivoting=True)
+    diag = np.abs(np.diag(r))
+    rank = int(np.sum(diag > 1e-10 * max(scale, np.finfo(float).tiny)))
+    rank = min(rank, width)
+    r_unpiv = np.zeros_like(r)
+    r_unpiv[:, piv] = r
+    q, r_unpiv = q[:, :rank], r_unpiv[:rank]
+    if rank < width:
+        extra = rng.standard_normal((n, width - rank))
+        full = np.hstack([basis, q])
+        for _ in range(2):
+            extra -= full @ (full.T @ extra)
+        extra, _ = np.linalg.qr(extra)
+        q = np.hstack([q, extra])
+        r_unpiv = np.vstack([r_unpiv, np.zeros((width - rank, w.shape[1]))])
+    return q, r_unpiv
+
+
+def _ritz(state: LanczosState, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Descending Ritz values θ (all), vectors S of T, and relative residuals ρ (top r)."""
+    m = state.n_applied
+    hm = state.h[:m, :m]
+    t = 0.5 * (hm + hm.T)
+    theta, s = np.linalg.eigh(t)
+    theta, s = theta[::-1], s[:, ::-1]
+    coupling = state.h[m:, :m] @ s[:, :r]
+    res = np.linalg.norm(coupling, axis=0)
+    ref = np.where(np.abs(theta[:r]) > 0, np.abs(theta[:r]), max(abs(theta[0]), 1e-300))
+    return theta, s, res / ref
+
+
+def block_lanczos(
+    a: BlockOperator,
+    r: int,
+    *,
+    block_size: int | None = None,
+    rtol: float = 0.1,
+    maxiter: int = 250,
+    seed: int = 0,
+    max_basis: int | None = None,
+    state: LanczosState | None = None,
+    checkpoint: Callable[[LanczosState], None] | None = None,
+    checkpoint_every: int = 1,
+    callback: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
+    name: str = "lanczos",
+) -> LanczosResult:
+    """Leading ``r`` eigenpairs of a symmetric positive semi-definite operator.
+
+    Parameters
+    ----------
+    a : BlockOperator of shape (n, n)
+        Symmetric PSD; only ``a.matmat`` on (n, block_size) blocks is used.
+    r : int
+        Number of eigenpairs, ``1 <= r <= n``.
+    block_size : int, optional
+        Block width b (default ``r``); ``r + oversampling`` speeds up convergence.
+    rtol : float
+        ε of the stopping rule (module docstring). Paper: 0.1.
+    maxiter : int
+        Cap on operator applications T. Paper: 250. Reaching it warns.
+    seed : int
+        Seeds the start block (and any random completion): results are reproducible.
+    max_basis : int, optional
+        Thick-restart when the basis would exceed this many columns (must be
+        ``>= max(r, block_size) + 2 * block_size``). Default: no restart.
+    state : LanczosState, optional
+        Resume from this state (e.g. loaded from a checkpoint).
+    checkpoint : callable, optional
+        ``checkpoint(state)`` every ``checkpoint_every`` iterations (after the update, before
+        ``callback``).
+    checkpoint_every : int
+    callback : callable, optional
+        ``callback(iteration, ritz_values, residuals)`` each iteration (shapes (r,)); may raise.
+    name : str
+        Label for log lines.
+
+    Returns
+    -------
+    LanczosResult
+
+    Raises
+    ------
+    BreakdownError
+        NaN/Inf from the operator.
+    """
+    n = a.shape[0]
+    if a.shape != (n, n):
+        raise ValueError(f"operator must be square; got shape {a.shape}")
+    if not 1 <= r <= n:
+        raise ValueError(f"r must satisfy 1 <= r <= {n}; got {r}")
+    b = r if block_size is None else int(block_size)
+    if not 1 <= b <= n:
+        raise ValueError(f"block_size must satisfy 1 <= block_size <= {n}; got {block_size}")
+    if max_basis is not None and max_basis < max(r, b) + 2 * b:
+        raise ValueError(
+            f"max_basis must be >= max(r, block_size) + 2*block_size = {max(r, b) + 2 * b}; "
+            f"got {max_basis}"
+        )
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1; got {checkpoint_every}")
+    if state is None:
+        state = initial_state(n, b, seed)
+    elif state.basis.shape[0] != n:
+        raise ValueError(f"resume state has {state.basis.shape[0]} rows; operator has {n}")
+    # the state object is updated in place: after return it holds the final state
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state.rng_state
+
+    clock = ProgressClock(maxiter, rtol, start_iteration=state.n_iter)
+    converged = False
+    theta = s = rho = None
+    if state.n_applied > 0:
+        theta, s, rho = _ritz(state, r)
+        converged = state.n_applied >= r and bool(np.all(rho <= rtol))
+    while not converged and state.n_iter < maxiter:
+        m_total = state.basis.shape[1]
+        q_a = state.basis[:, state.n_applied :]
+        if q_a.shape[1] == 0:  # the basis spans the whole space: Ritz pairs are exact
+            converged = True
+            break
+        w = np.asarray(a.matmat(q_a), dtype=np.float64)
+        if not np.all(np.isfinite(w)):
+            raise BreakdownError(
+                f"{name}: NaN/Inf from the operator at iteration {state.n_iter + 1}"
+            )
+        scale = float(np.max(np.linalg.norm(w, axis=0), initial=0.0))
+        coef, w = _orthogonalise(state.basis, w)
+        q_new, r_new = _new_block(state.basis, w, b, scale, rng)
+        k = q_new.shape[1]
+        h = np.zeros((m_total + k, m_total))
+        h[: state.h.shape[0], : state.n_applied] = state.h
+        h[:m_total, state.n_applied :] = coef
+        h[m_total:, state.n_applied :] = r_new
+        state.h = h
+        state.basis = np.hstack([state.basis, q_new])
+        state.n_applied = m_total
+        state.n_iter += 1
+
+        theta, s, rho = _ritz(state, r)
+        if not np.all(np.isfinite(theta)):
+            raise BreakdownError(f"{name}: NaN in the Ritz values at iteration {state.n_iter}")
+        rr = min(r, state.n_applied)
+        ritz_r = np.full(r, np.nan)
+        ritz_r[:rr] = theta[:rr]
+        rho_r = np.full(r, np.inf)
+        rho_r[: rho.shape[0]] = rho
+        state.ritz_history.append(ritz_r)
+        state.residual_history.append(rho_r)
+        converged = (state.n_applied >= r and bool(np.all(rho <= rtol))) or k == 0
+        max_rho = float(np.max(rho_r))
+        logger.info(
+            "%s it=%d/%d basis=%d theta_1=%.6g theta_r=%.6g max_rel_res=%.3e n_conv=%d/%d "
+            "elapsed=%s eta=%s",
+            name,
+            state.n_iter,
+            maxiter,
+            state.n_applied,
+            theta[0],
+            ritz_r[-1],
+            max_rho,
+            int(np.sum(rho_r <= rtol)),
+            r,
+            format_seconds(clock.elapsed()),
+            format_seconds(clock.eta(state.n_iter, max_rho)),
+        )
+        if not converged:
+            if max_basis is not None and state.basis.shape[1] + b > max_basis:
+                keep = max(r, min(max_basis - 2 * b, max_basis // 2))
+                _thick_restart(state, theta, s, keep=keep)
+            state.rng_state = rng.bit_generator.state
+            if checkpoint is not None and state.n_iter % checkpoint_every == 0:
+                checkpoint(state)
+        if callback is not None:
+            callback(state.n_iter, ritz_r, rho_r)
+
+    if state.n_applied == 0:  # maxiter == 0 on a fresh start
+        raise ValueError("maxiter must be >= 1 for a fresh start")
+    theta, s, rho = _ritz(state, r)  # of the final (possibly just restarted) basis
+    if not converged:
+        warnings.warn(
+            f"{name}: {int(np.sum(rho > rtol))} of {r} Ritz pairs did not reach rtol={rtol} in "
+            f"maxiter={maxiter} iterations (max relative residual {float(np.max(rho)):.3e})",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    rr = min(r, state.n_applied)
+    vectors = state.basis[:, : state.n_applied] @ s[:, :rr]
+    return LanczosResult(
+        eigenvalues=theta[:rr].copy(),
+        eigenvectors=vectors,
+        n_iter=state.n_iter,
+        converged=converged,
+        ritz_values=np.array(state.ritz_history).reshape(-1, r),
+        residual_norms=np.array(state.residual_history).reshape(-1, r),
+        n_restarts=state.n_restarts,
+    )
+
+
+def _thick_restart(state: LanczosState, theta: np.ndarray, s: np.ndarray, keep: int) -> None:
+    """Replace the applied part of the basis by the ``keep`` leading Ritz vectors."""
+    m = state.n_applied
+    keep = min(keep, m)
+    y = state.basis[:, :m] @ s[:, :keep]
+    q_new = state.basis[:, m:]
+    coupling = state.h[m:, :m] @ s[:, :keep]
+    h = np.zeros((keep + q_new.shape[1], keep))
+    h[:keep, :keep] = np.diag(theta[:keep])
+    h[keep:, :] = coupling
+    state.basis = np.hstack([y, q_new])
+    state.h = h
+    state.n_applied = keep
+    state.n_restarts += 1
+    logger.debug("thick restart: kept %d Ritz vectors", keep)

@@ -1,0 +1,174 @@
+"""Resumable solves: atomic ``.npy`` + JSON checkpoints bound to one problem.
+
+Layout of a checkpoint directory::
+
+    manifest.json            fingerprint of the problem (sizes, λ, r, seed, data hash, ...)
+    <name>.json              pointer + metadata of the latest state called <name>
+    <name>-<seq>/<array>.npy the arrays of that state
+
+A state is written into a temporary directory which is then renamed (``os.replace``) to a fresh
+``<name>-<seq>`` directory; only then is ``<name>.json`` replaced atomically (temp file +
+``os.replace``), so a crash at any point leaves the previous state readable. Arrays are stored
+with ``allow_pickle=False``; nothing is pickled.
+
+Opening a directory whose manifest describes another problem raises
+:class:`CheckpointMismatchError` naming the differing keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+
+__all__ = ["CheckpointMismatchError", "CheckpointStore", "array_digest", "fingerprint_hash"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+class CheckpointMismatchError(PipelineError, ValueError):
+    """A checkpoint directory belongs to a different problem (or is corrupt)."""
+
+
+def fingerprint_hash(fingerprint: dict) -> str:
+    """SHA-256 of the canonical JSON of ``fingerprint``."""
+    text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def array_digest(*arrays: np.ndarray) -> str:
+    """SHA-256 of the bytes of ``arrays`` (for data identity in fingerprints)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str((a.dtype.str, a.shape)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+class CheckpointStore:
+    """A directory of named, atomically written solver states for one problem.
+
+    Parameters
+    ----------
+    directory : str or Path
+        Created if missing.
+    fingerprint : dict
+        JSON-serialisable description of the problem. An existing directory must have been
+        created with an identical fingerprint.
+
+    Raises
+    ------
+    CheckpointMismatchError
+        If the directory holds checkpoints of a different problem.
+    """
+
+    def __init__(self, directory: str | os.PathLike, fingerprint: dict) -> None:
+        self.directory = Path(directory)
+        self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+        self.hash = fingerprint_hash(self.fingerprint)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        manifest = self.directory / "manifest.json"
+        if manifest.exists():
+            try:
+                stored = json.loads(manifest.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise CheckpointMismatchError(
+                    f"checkpoint manifest {manifest} is unreadable ({exc}); remove the directory"
+                ) from exc
+            if stored.get("hash") != self.hash:
+                old = stored.get("fingerprint", {})
+                keys = sorted(
+                    k
+                    for k in set(old) | set(self.fingerprint)
+                    if old.get(k) != self.fingerprint.get(k)
+                )
+                diffs = ", ".join(
+                    f"{k}: {old.get(k)!r} -> {self.fingerprint.get(k)!r}" for k in keys[:8]
+                )
+                raise CheckpointMismatchError(
+                    f"checkpoint directory {self.directory} belongs to a different problem "
+                    f"(differs in {diffs}); use another checkpoint directory or delete it"
+                )
+        else:
+            _write_json_atomic(
+                manifest,
+                {"version": FORMAT_VERSION, "hash": self.hash, "fingerprint": self.fingerprint},
+            )
+
+    def save(self, name: str, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        """Atomically replace state ``name`` by ``arrays`` (.npy each) and ``meta`` (JSON)."""
+        pointer = self.directory / f"{name}.json"
+        seq = 0
+        if pointer.exists():
+            seq = int(json.loads(pointer.read_text()).get("seq", 0)) + 1
+        final = self.directory / f"{name}-{seq:06d}"
+        if final.exists():  # left over from a crash between rename and pointer update
+            shutil.rmtree(final)
+        tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".{name}-", suffix=".tmp"))
+        try:
+            for key, value in arrays.items():
+                with open(tmp / f"{key}.npy", "wb") as f:
+                    np.save(f, np.asarray(value), allow_pickle=False)
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _write_json_atomic(
+            pointer,
+            {
+                "seq": seq,
+                "dir": final.name,
+                "arrays": sorted(arrays),
+                "meta": meta,
+                "hash": self.hash,
+            },
+        )
+        for old in self.directory.glob(f"{name}-*"):
+            if old.is_dir() and old.name != final.name:
+                shutil.rmtree(old, ignore_errors=True)
+        logger.debug("checkpoint %s saved to %s", name, final)
+
+    def load(self, name: str) -> tuple[dict[str, np.ndarray], dict] | None:
+        """The latest state ``name`` as ``(arrays, meta)``, or None if there is none."""
+        pointer = self.directory / f"{name}.json"
+        if not pointer.exists():
+            return None
+        info = json.loads(pointer.read_text())
+        if info.get("hash") != self.hash:
+            raise CheckpointMismatchError(f"{pointer} was written for a different problem")
+        folder = self.directory / info["dir"]
+        try:
+            arrays = {k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in info["arrays"]}
+        except (OSError, ValueError) as exc:
+            raise CheckpointMismatchError(
+                f"checkpoint {name} in {self.directory} is incomplete or corrupt ({exc})"
+            ) from exc
+        return arrays, info["meta"]

@@ -1,0 +1,463 @@
+r"""Cr5 solver: orchestration of the C-products, Woodbury solves and block Lanczos.
+
+Given the backend's X (block-diagonal by language) and concept labels Y, with global centring
+μ = Xᵀ1/n and ν = Yᵀ1/n:
+
+1. ``C = X̂ᵀŶ = XᵀY − n μ νᵀ`` (p × K) is applied block-wise through
+   :meth:`~pipeline.linalg.backend.CorpusBackend.xt_gather` (``C P``) and
+   :meth:`~pipeline.linalg.backend.CorpusBackend.x_scatter` (``Cᵀ U``); the rank-1 part stays
+   implicit, X̂ and Y are never formed;
+2. ``M = Cᵀ Â⁻¹ C`` (K × K) is applied through one Woodbury solve per block
+   (:class:`~pipeline.linalg.woodbury.WoodburyInverse`); its top-r eigenvectors P come from
+   :func:`~pipeline.linalg.block_lanczos.block_lanczos` with block ``b = r + oversampling``;
+3. ``Φ*ᵀ = Â⁻¹ C P`` (one more solve with r right-hand sides);
+4. Eq. 15: ``Φ*Φ*ᵀ = QΛQᵀ``, ``Φ = Λ^{-1/2} Qᵀ Φ*`` — orthonormal rows spanning the same space.
+
+Storage convention: the per-language map is returned **transposed**, ``components[l]`` =
+``Φ_lᵀ`` of shape ``(p_l, r)``, float32, so a TF-IDF row block ``X_l`` embeds as
+``X_l @ components[l]``. Its columns are ordered by decreasing Λ.
+
+Progress: block Lanczos logs one line per iteration (Ritz values, residuals, elapsed, ETA).
+Before every pass the backend's ``describe(stage, iteration)`` is called from the thread that
+runs it (the Spark backend turns it into a job description), with stages
+``"cr5/mean"``, ``"cr5/w/cg[<lang>]"``, ``"cr5/eig<i>/C[<lang>]"``, ``"cr5/eig<i>/cg[<lang>]"``,
+``"cr5/eig<i>/Ct[<lang>]"``, ``"cr5/phi/..."``; for CG stages ``iteration`` is the CG iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pipeline.errors import BreakdownError
+from pipeline.linalg.backend import CorpusBackend, TermLayout
+from pipeline.linalg.block_lanczos import LanczosState, block_lanczos, initial_state
+from pipeline.linalg.checkpoint import CheckpointStore, array_digest
+from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.woodbury import WoodburyInverse, global_mean
+
+__all__ = ["Cr5Result", "Cr5Solver", "CrossCovariance", "concept_frequencies", "solve_cr5"]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+ProgressCallback = Callable[[str, int, dict], None]
+
+
+def concept_frequencies(backend: CorpusBackend) -> np.ndarray:
+    """ν = Yᵀ1 / n: ndarray of shape (K,), float64."""
+    counts = sum(backend.concept_counts(lang) for lang in backend.languages)
+    return np.asarray(counts, dtype=np.float64) / backend.n_total_docs()
+
+
+class CrossCovariance(BlockOperator):
+    """``C = XᵀY − n μ νᵀ`` of shape (p, K); each product is one pass per language.
+
+    Languages are processed concurrently; per-language results are combined in language
+    order, so results do not depend on thread scheduling.
+    """
+
+    def __init__(
+        self,
+        backend: CorpusBackend,
+        mu: np.ndarray,
+        nu: np.ndarray,
+        *,
+        max_workers: int | None = None,
+    ) -> None:
+        self.layout = TermLayout.of(backend)
+        super().__init__((self.layout.n_terms, backend.n_concepts), np.float64)
+        self.backend = backend
+        self.mu, self.nu = np.asarray(mu, np.float64), np.asarray(nu, np.float64)
+        self.n = backend.n_total_docs()
+        self.max_workers = max_workers
+        self.stage = "C"
+
+    def _map(self, fn: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
+        langs = self.layout.languages
+        workers = min(len(langs), self.max_workers or len(langs))
+        if workers == 1:
+            return {lang: fn(lang) for lang in langs}
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cprod") as pool:
+            return dict(zip(langs, pool.map(fn, langs), strict=True))
+
+    def _matmat(self, p: np.ndarray) -> np.ndarray:
+        def one(lang: str) -> np.ndarray:
+            self.backend.describe(f"{self.stage}/C[{lang}]", None)
+            return self.backend.xt_gather(lang, p)
+
+        out = self.layout.join(self._map(one))
+        out -= self.n * np.outer(self.mu, self.nu @ p)
+        return out
+
+    def _rmatmat(self, u: np.ndarray) -> np.ndarray:
+        parts = self.layout.split(u)
+
+        def one(lang: str) -> np.ndarray:
+            self.backend.describe(f"{self.stage}/Ct[{lang}]", None)
+            return self.backend.x_scatter(lang, parts[lang])
+
+        res = self._map(one)
+        out = np.zeros((self.shape[1], u.shape[1]))
+        for lang in self.layout.languages:
+            out += res[lang]
+        out -= self.n * np.outer(self.nu, self.mu @ u)
+        return out
+
+
+@dataclass
+class Cr5Result:
+    """Output of :func:`solve_cr5`.
+
+    Attributes
+    ----------
+    components : dict of str to ndarray of shape (p_l, r), float32
+        ``Φ_lᵀ`` per language (orthonormal columns jointly over all languages).
+    eigenvalues : ndarray of shape (r,)
+        Leading eigenvalues of ``M = Cᵀ Â⁻¹ C`` (descending).
+    mean : dict of str to ndarray of shape (p_l,)
+        μ_l, the language block of the global mean (for optional centring at inference).
+    history : dict
+        JSON-serialisable provenance: parameters, eigensolver iterations / Ritz values /
+        residuals, CG solve records, passes over X, timings.
+    """
+
+    components: dict[str, np.ndarray]
+    eigenvalues: np.ndarray
+    mean: dict[str, np.ndarray]
+    history: dict
+
+
+def _problem_fingerprint(
+    backend: CorpusBackend, mu: np.ndarray, nu: np.ndarray, params: dict
+) -> dict:
+    keys = ("lam", "r", "oversampling", "seed", "max_basis", "cg_rtol", "cg_maxiter", "w_rtol")
+    return {
+        "version": CHECKPOINT_VERSION,
+        **backend.fingerprint(),
+        **{k: params[k] for k in keys},
+        "data_digest": array_digest(mu, nu),
+    }
+
+
+def solve_cr5(
+    backend: CorpusBackend,
+    *,
+    lam: float,
+    r: int = 300,
+    oversampling: int = 20,
+    cg_rtol: float = 0.01,
+    cg_maxiter: int = 500,
+    w_rtol: float = 1e-6,
+    eig_rtol: float = 0.1,
+    eig_maxiter: int = 250,
+    seed: int = 0,
+    max_basis: int | None = None,
+    max_workers: int | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int = 1,
+    callback: ProgressCallback | None = None,
+) -> Cr5Result:
+    """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
+
+    ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
+    ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
+    raise to abort (the checkpoint of that iteration is already written).
+    """
+    params = {
+        "lam": float(lam),
+        "r": int(r),
+        "oversampling": int(oversampling),
+        "cg_rtol": cg_rtol,
+        "cg_maxiter": cg_maxiter,
+        "w_rtol": w_rtol,
+        "eig_rtol": eig_rtol,
+        "eig_maxiter": eig_maxiter,
+        "seed": seed,
+        "max_basis": max_basis,
+    }
+    timings: dict[str, float] = {}
+    passes0 = backend.pass_counts
+    t_start = time.perf_counter()
+    k = backend.n_concepts
+    layout = TermLayout.of(backend)
+    b = min(r + oversampling, k)
+
+    t0 = time.perf_counter()
+    backend.describe("cr5/mean", None)
+    mu = global_mean(backend)
+    nu = concept_frequencies(backend)
+    timings["mean"] = time.perf_counter() - t0
+
+    store = None
+    if checkpoint_dir is not None:
+        store = CheckpointStore(checkpoint_dir, _problem_fingerprint(backend, mu, nu, params))
+
+    # --- w = B⁻¹μ, once per λ -------------------------------------------------------------------
+    t0 = time.perf_counter()
+    saved_w = store.load("woodbury") if store else None
+    ainv = WoodburyInverse(
+        backend,
+        lam,
+        rtol=cg_rtol,
+        maxiter=cg_maxiter,
+        w_rtol=w_rtol,
+        max_workers=max_workers,
+        mu=mu,
+        w=None if saved_w is None else saved_w[0]["w"],
+    )
+    ainv.stage = "cr5"
+    ainv.prepare()
+    if store and saved_w is None:
+        store.save("woodbury", {"w": ainv.w}, {"c": ainv.c})
+    timings["woodbury_w"] = time.perf_counter() - t0
+
+    # --- top-r eigenvectors of M = Cᵀ Â⁻¹ C ------------------------------------------------------
+    t0 = time.perf_counter()
+    cmat = CrossCovariance(backend, mu, nu, max_workers=max_workers)
+    m_op = cmat.H @ ainv @ cmat
+    saved = store.load("lanczos") if store else None
+    state = initial_state(k, b, seed) if saved is None else LanczosState.from_parts(*saved)
+    resumed_from = None if saved is None else state.n_iter
+    if resumed_from is not None:
+        logger.info("cr5: resuming the eigensolver from iteration %d", resumed_from)
+
+    def label(iteration: int) -> None:
+        ainv.stage = cmat.stage = f"cr5/eig{iteration}"
+
+    def save_state(st: LanczosState) -> None:
+        store.save("lanczos", st.arrays(), st.meta())
+
+    def on_iteration(it: int, ritz: np.ndarray, res: np.ndarray) -> None:
+        label(it + 1)
+        if callback is not None:
+            callback("eigensolver", it, {"ritz_values": ritz, "residuals": res})
+
+    label(state.n_iter + 1)
+    eig = block_lanczos(
+        m_op,
+        r,
+        block_size=b,
+        rtol=eig_rtol,
+        maxiter=eig_maxiter,
+        seed=seed,
+        max_basis=max_basis,
+        state=state,
+        checkpoint=save_state if store else None,
+        checkpoint_every=checkpoint_every,
+        callback=on_iteration,
+        name="cr5/eigensolver",
+    )
+    if store:
+        save_state(state)
+    timings["eigensolver"] = time.perf_counter() - t0
+
+    # --- Φ*ᵀ = Â⁻¹ C P, then orthonormal rows (Eq. 15) -------------------------------------------
+    t0 = time.perf_counter()
+    ainv.stage = cmat.stage = "cr5/phi"
+    phi_star_t = ainv.matmat(cmat.matmat(eig.eigenvectors))
+    gram = phi_star_t.T @ phi_star_t
+    lam_g, q = np.linalg.eigh(0.5 * (gram + gram.T))
+    lam_g, q = lam_g[::-1], q[:, ::-1]
+    if not lam_g[-1] > 1e-12 * lam_g[0]:
+        raise BreakdownError(
+            f"cr5: Φ*Φ*ᵀ (r={r}) is numerically singular (eigenvalues {lam_g[0]:.3e} .. "
+            f"{lam_g[-1]:.3e}); r exceeds the rank of C ({k} concepts, {layout.n_terms} terms)"
+        )
+    phi_t = (phi_star_t @ q) / np.sqrt(lam_g)
+    timings["phi"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_start
+
+    passes1 = backend.pass_counts
+    history = {
+        "params": params,
+        "n_docs": backend.n_total_docs(),
+        "n_concepts": k,
+        "languages": list(layout.languages),
+        "n_terms": list(layout.sizes),
+        "block_size": b,
+        "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(mu @ ainv.w)},
+        "eigensolver": {
+            "n_iter": eig.n_iter,
+            "converged": eig.converged,
+            "n_restarts": eig.n_restarts,
+            "resumed_from_iteration": resumed_from,
+            "eigenvalues": eig.eigenvalues.tolist(),
+            "ritz_values": eig.ritz_values.tolist(),
+            "residual_norms": np.where(
+                np.isfinite(eig.residual_norms), eig.residual_norms, -1.0
+            ).tolist(),
+        },
+        "solves": [rec.to_dict() for rec in ainv.records],
+        "passes": {
+            kind: {m: passes1[kind].get(m, 0) - passes0[kind].get(m, 0) for m in passes1[kind]}
+            for kind in ("passes", "column_passes")
+        },
+        "timings": {key: round(v, 4) for key, v in timings.items()},
+    }
+    logger.info(
+        "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X",
+        timings["total"],
+        eig.n_iter,
+        eig.converged,
+        sum(history["passes"]["passes"].values()),
+    )
+    parts = layout.split(phi_t)
+    return Cr5Result(
+        components={lang: np.ascontiguousarray(v, dtype=np.float32) for lang, v in parts.items()},
+        eigenvalues=eig.eigenvalues,
+        mean={lang: v.copy() for lang, v in layout.split(mu).items()},
+        history=history,
+    )
+
+
+# --- estimator wrapper ----------------------------------------------------------------------------
+
+
+def _int(lo: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo
+
+
+def _real_open(lo: float, hi: float) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and lo < v < hi
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+class Cr5Solver:
+    """Cr5 (crosslingual reduced-rank ridge regression) estimator.
+
+    ``__init__`` only stores the keyword-only parameters; their allowed values live in one
+    place, :attr:`parameter_constraints`, and are checked at :meth:`fit`.
+
+    Parameters
+    ----------
+    lam : float
+        Ridge parameter λ.
+    r : int, default 300
+        Embedding dimension (must be < number of concepts and <= number of terms).
+    oversampling : int, default 20
+        Extra eigensolver block columns; block size ``b = min(r + oversampling, K)``.
+    cg_rtol, cg_maxiter : float, int, default 0.01, 500
+        Per-language block CG relative residual tolerance and cap (paper's ε, T).
+    w_rtol : float, default 1e-6
+        Tolerance of the solve ``w = B⁻¹μ`` (the Woodbury constant amplifies its error).
+    eig_rtol, eig_maxiter : float, int, default 0.1, 250
+        Eigensolver tolerance ε (relative Ritz residual, see
+        :func:`~pipeline.linalg.block_lanczos.block_lanczos`) and iteration cap.
+    seed : int, default 0
+        Seeds the eigensolver's start block.
+    max_basis : int or None, default None
+        Eigensolver thick-restart size (memory ``K * max_basis`` doubles); None: no restart.
+    max_workers : int or None, default None
+        Concurrent language passes / solves (None: one per language).
+    checkpoint_dir : str or None, default None
+        Directory for resumable checkpoints (see :mod:`~pipeline.linalg.checkpoint`).
+    checkpoint_every : int, default 1
+        Eigensolver iterations between checkpoints.
+
+    Attributes
+    ----------
+    components_ : dict of str to ndarray of shape (p_l, r), float32
+        ``Φ_lᵀ`` per language: embed with ``X_l @ components_[l]``.
+    eigenvalues_ : ndarray of shape (r,)
+    mean_ : dict of str to ndarray of shape (p_l,)
+    history_ : dict
+    n_iter_ : int
+        Eigensolver iterations.
+    """
+
+    #: name -> (default, allowed values as text, check). The single source of truth.
+    parameter_constraints: ClassVar[dict[str, tuple[Any, str, Callable[[Any], bool]]]] = {
+        "lam": (
+            None,
+            "a real number > 0",
+            lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and v > 0,
+        ),
+        "r": (300, "an int >= 1", _int(1)),
+        "oversampling": (20, "an int >= 0", _int(0)),
+        "cg_rtol": (0.01, "a real number in (0, 1)", _real_open(0, 1)),
+        "cg_maxiter": (500, "an int >= 1", _int(1)),
+        "w_rtol": (1e-6, "a real number in (0, 1)", _real_open(0, 1)),
+        "eig_rtol": (0.1, "a real number in (0, 1)", _real_open(0, 1)),
+        "eig_maxiter": (250, "an int >= 1", _int(1)),
+        "seed": (0, "an int >= 0", _int(0)),
+        "max_basis": (None, "None or an int >= 3", _optional(_int(3))),
+        "max_workers": (None, "None or an int >= 1", _optional(_int(1))),
+        "checkpoint_dir": (
+            None,
+            "None or a path",
+            lambda v: v is None or isinstance(v, str | os.PathLike),
+        ),
+        "checkpoint_every": (1, "an int >= 1", _int(1)),
+    }
+
+    def __init__(self, *, lam: float, **params: Any) -> None:
+        unknown = sorted(set(params) - set(self.parameter_constraints))
+        if unknown:
+            raise TypeError(
+                f"Cr5Solver got unknown parameter(s) {unknown}; "
+                f"allowed: {sorted(self.parameter_constraints)}"
+            )
+        self.lam = lam
+        for name, (default, _, _) in self.parameter_constraints.items():
+            if name != "lam":
+                setattr(self, name, params.get(name, default))
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor parameters."""
+        return {name: getattr(self, name) for name in self.parameter_constraints}
+
+    def _validate(self, backend: CorpusBackend) -> None:
+        for name, (_, allowed, check) in self.parameter_constraints.items():
+            value = getattr(self, name)
+            if not check(value):
+                raise ValueError(f"Cr5Solver parameter {name!r} must be {allowed}; got {value!r}")
+        k = backend.n_concepts
+        p = sum(backend.n_terms(lang) for lang in backend.languages)
+        if self.r > min(k - 1, p):
+            raise ValueError(
+                f"Cr5Solver parameter 'r' must be <= min(n_concepts - 1, n_terms) = "
+                f"{min(k - 1, p)} for this corpus (K={k}, p={p}); got {self.r}"
+            )
+        b = min(self.r + self.oversampling, k)
+        if self.max_basis is not None and self.max_basis < max(self.r, b) + 2 * b:
+            raise ValueError(
+                f"Cr5Solver parameter 'max_basis' must be None or >= max(r, b) + 2*b = "
+                f"{max(self.r, b) + 2 * b} (b = min(r + oversampling, K)); got {self.max_basis}"
+            )
+
+    def fit(self, backend: CorpusBackend, *, callback: ProgressCallback | None = None) -> Cr5Solver:
+        """Solve Cr5 on ``backend``; returns ``self`` with the fitted attributes set."""
+        self._validate(backend)
+        result = solve_cr5(backend, callback=callback, **self.get_params())
+        self.components_ = result.components
+        self.eigenvalues_ = result.eigenvalues
+        self.mean_ = result.mean
+        self.history_ = result.history
+        self.n_iter_ = result.history["eigensolver"]["n_iter"]
+        return self
+
+    def transform(self, lang: str, x: Any) -> np.ndarray:
+        """Embed TF-IDF rows ``x`` (shape (n, p_l)) of language ``lang``: shape (n, r)."""
+        if not hasattr(self, "components_"):
+            raise AttributeError("Cr5Solver is not fitted; call fit(backend) first")
+        if lang not in self.components_:
+            raise ValueError(f"unknown language {lang!r}; fitted: {sorted(self.components_)}")
+        return np.asarray(x @ self.components_[lang])
+
+    def __repr__(self) -> str:
+        changed = {
+            k: v for k, v in self.get_params().items() if v != self.parameter_constraints[k][0]
+        }
+        return "Cr5Solver(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")"

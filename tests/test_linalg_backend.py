@@ -1,0 +1,115 @@
+"""Contract tests of the operator base class and of the corpus backends (dense references)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pipeline.linalg.backend import TermLayout
+from pipeline.linalg.local_backend import LocalCorpusBackend
+from pipeline.linalg.operator import CallableOperator, DenseOperator
+from pipeline.linalg.testing import PROBLEMS
+
+BACKENDS = {
+    "local-csr": lambda corpus, k: LocalCorpusBackend(corpus, k, dtype="float64", transpose="csr"),
+    "local-f64": lambda corpus, k: LocalCorpusBackend(corpus, k, dtype="float64"),
+    "local-f32": lambda corpus, k: LocalCorpusBackend(corpus, k, dtype="float32"),
+}
+TOL = {"local-f64": 1e-12, "local-f32": 1e-5, "local-csr": 1e-12}
+
+
+@pytest.fixture(params=sorted(PROBLEMS))
+def problem(request):
+    return PROBLEMS[request.param]
+
+
+@pytest.mark.parametrize("kind", sorted(BACKENDS))
+def test_backend_products_match_dense(problem, kind):
+    corpus = problem.corpus()
+    k = problem.n_concepts
+    be = BACKENDS[kind](corpus, k)
+    rng = np.random.default_rng(0)
+    tol = TOL[kind]
+    assert be.languages == tuple(problem.sizes)
+    assert be.n_concepts == k
+    for lang, (x, concepts) in corpus.items():
+        xd = x.astype(np.float64).toarray()
+        y = np.zeros((x.shape[0], k))
+        y[np.arange(x.shape[0]), concepts] = 1
+        assert be.n_docs(lang) == x.shape[0] and be.n_terms(lang) == x.shape[1]
+        np.testing.assert_allclose(be.column_sums(lang), xd.sum(0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(be.column_sq_sums(lang), (xd**2).sum(0), rtol=1e-12)
+        np.testing.assert_array_equal(be.concept_counts(lang), y.sum(0))
+        v = rng.standard_normal((x.shape[1], 5))
+        pk = rng.standard_normal((k, 5))
+
+        def close(got, want):
+            assert got.dtype == np.float64
+            assert np.linalg.norm(got - want) <= tol * np.linalg.norm(want)
+
+        close(be.gram(lang, v), xd.T @ (xd @ v))
+        close(be.xt_gather(lang, pk), xd.T @ (y @ pk))
+        close(be.x_scatter(lang, v), y.T @ (xd @ v))
+    counts = be.pass_counts
+    assert counts["passes"]["gram"] == len(corpus)
+    assert counts["column_passes"]["gram"] == 5 * len(corpus)
+
+
+def test_backend_validates_blocks():
+    problem = PROBLEMS["tiny_language"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts)
+    with pytest.raises(ValueError, match="rows"):
+        be.gram("en", np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="2-D"):
+        be.gram("en", np.zeros(70))
+    bad = np.zeros((70, 1))
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        be.gram("en", bad)
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        LocalCorpusBackend({"en": (sp.eye(2, format="csr"), np.array([0, 5]))}, 3)
+    with pytest.raises(ValueError, match="dtype"):
+        LocalCorpusBackend({"en": (sp.eye(2, format="csr"), np.array([0, 1]))}, 3, dtype="f16")
+
+
+def test_backend_pickle_round_trip():
+    problem = PROBLEMS["three_uneven"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    be.gram("de", np.ones((55, 2)))
+    clone = pickle.loads(pickle.dumps(be))
+    v = np.random.default_rng(1).standard_normal((55, 3))
+    np.testing.assert_array_equal(clone.gram("de", v), be.gram("de", v))
+    assert clone.pass_counts["passes"]["gram"] == 2  # counters survive, lock recreated
+
+
+def test_operator_contract():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((6, 4))
+    b = rng.standard_normal((4, 3))
+    op_a, op_b = DenseOperator(a), DenseOperator(b)
+    v = rng.standard_normal((3, 2))
+    np.testing.assert_allclose((op_a @ op_b).matmat(v), a @ b @ v)
+    np.testing.assert_allclose((op_a @ op_b).H.matmat(rng.standard_normal((6, 2))).shape, (3, 2))
+    np.testing.assert_allclose(op_a.H.matmat(np.eye(6)), a.T)
+    np.testing.assert_allclose(op_a.matvec(np.ones(4)), a.sum(1))
+    np.testing.assert_allclose(op_a @ np.ones(4), a.sum(1))
+    with pytest.raises(ValueError, match="4 rows"):
+        op_a.matmat(np.ones((3, 1)))
+    with pytest.raises(ValueError, match="compose"):
+        op_b @ op_a
+    bad = CallableOperator((2, 2), lambda v: np.zeros((3, v.shape[1])))
+    with pytest.raises(RuntimeError, match="expected"):
+        bad.matmat(np.ones((2, 1)))
+    with pytest.raises(NotImplementedError):
+        bad.H.matmat(np.ones((2, 1)))
+
+
+def test_term_layout_round_trip():
+    layout = TermLayout(["a", "b", "c"], [2, 0, 3])
+    v = np.arange(10.0).reshape(5, 2)
+    parts = layout.split(v)
+    assert parts["b"].shape == (0, 2)
+    np.testing.assert_array_equal(layout.join(parts), v)

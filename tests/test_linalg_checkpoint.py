@@ -1,0 +1,127 @@
+"""Checkpoint store and resumable Cr5 solves."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+
+from pipeline.linalg.checkpoint import CheckpointMismatchError, CheckpointStore
+from pipeline.linalg.cr5 import solve_cr5
+from pipeline.linalg.local_backend import LocalCorpusBackend
+from pipeline.linalg.testing import PROBLEMS
+
+PARAMS = {
+    "lam": 0.3,
+    "r": 4,
+    "oversampling": 2,
+    "max_basis": 30,
+    "eig_rtol": 1e-8,
+    "cg_rtol": 1e-10,
+    "w_rtol": 1e-12,
+    "cg_maxiter": 3000,
+    "seed": 3,
+}
+
+
+class Interrupt(RuntimeError):
+    pass
+
+
+def _backend(name="steep_zipf"):
+    problem = PROBLEMS[name]
+    return LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+
+
+def _stack(res):
+    return np.vstack(list(res.components.values())).astype(np.float64)
+
+
+def test_store_round_trip_and_atomic_layout(tmp_path):
+    store = CheckpointStore(tmp_path / "ck", {"a": 1, "lam": 0.5})
+    assert store.load("state") is None
+    store.save("state", {"x": np.arange(6.0).reshape(2, 3)}, {"it": 1, "rng": {"s": 2**100}})
+    store.save("state", {"x": np.ones((2, 2))}, {"it": 2, "rng": {"s": 2**100}})
+    arrays, meta = store.load("state")
+    np.testing.assert_array_equal(arrays["x"], np.ones((2, 2)))
+    assert meta == {"it": 2, "rng": {"s": 2**100}}
+    dirs = sorted(p.name for p in (tmp_path / "ck").iterdir() if p.is_dir())
+    assert dirs == ["state-000001"]  # old state removed, no temp dirs left
+    # reopening with the same fingerprint works; another problem is refused
+    CheckpointStore(tmp_path / "ck", {"lam": 0.5, "a": 1})
+    with pytest.raises(CheckpointMismatchError, match=r"lam: 0\.5 -> 0\.7"):
+        CheckpointStore(tmp_path / "ck", {"a": 1, "lam": 0.7})
+    with pytest.raises(ValueError, match=r"[Oo]bject arrays"):
+        store.save("bad", {"o": np.array([{}], dtype=object)}, {})
+    assert store.load("bad") is None
+
+
+def test_interrupted_solve_resumes_to_same_phi(tmp_path):
+    ref = solve_cr5(_backend(), **PARAMS)
+    n_ref = ref.history["eigensolver"]["n_iter"]
+    assert n_ref >= 4 and ref.history["eigensolver"]["n_restarts"] > 0
+
+    def stop_at(k):
+        def cb(stage, it, info):
+            if stage == "eigensolver" and it == k:
+                raise Interrupt(f"stopped at {k}")
+
+        return cb
+
+    ck = tmp_path / "ck"
+    with pytest.raises(Interrupt):
+        solve_cr5(_backend(), checkpoint_dir=ck, checkpoint_every=1, callback=stop_at(3), **PARAMS)
+    assert json.loads((ck / "lanczos.json").read_text())["meta"]["n_iter"] == 3
+    be = _backend()
+    resumed = solve_cr5(be, checkpoint_dir=ck, **PARAMS)
+    h = resumed.history
+    assert h["eigensolver"]["resumed_from_iteration"] == 3
+    assert h["eigensolver"]["n_iter"] == n_ref
+    assert h["solves"][0]["stage"].startswith("cr5/eig4")  # w came from the checkpoint
+    np.testing.assert_allclose(resumed.eigenvalues, ref.eigenvalues, rtol=1e-10)
+    assert np.rad2deg(sla.subspace_angles(_stack(resumed), _stack(ref)).max()) < 1e-3
+    np.testing.assert_allclose(
+        np.array(h["eigensolver"]["ritz_values"]),
+        np.array(ref.history["eigensolver"]["ritz_values"]),
+        rtol=1e-10,
+    )
+    # a finished checkpoint is reused without eigensolver iterations over X
+    again = solve_cr5(_backend(), checkpoint_dir=ck, **PARAMS)
+    assert all(not s["stage"].startswith("cr5/eig") for s in again.history["solves"])
+    np.testing.assert_allclose(again.eigenvalues, ref.eigenvalues, rtol=1e-12)
+
+
+def test_checkpoint_every_n(tmp_path):
+    ck = tmp_path / "ck"
+    saved = []
+
+    def cb(stage, it, info):
+        pointer = ck / "lanczos.json"
+        if pointer.exists():
+            saved.append(json.loads(pointer.read_text())["meta"]["n_iter"])
+        if it == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        solve_cr5(_backend(), checkpoint_dir=ck, checkpoint_every=2, callback=cb, **PARAMS)
+    assert saved[-1] == 4 and 2 in saved
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [({"lam": 0.31}, "lam"), ({"seed": 4}, "seed"), ({"r": 3}, "r")],
+)
+def test_mismatched_checkpoint_is_refused(tmp_path, change, key):
+    ck = tmp_path / "ck"
+    solve_cr5(_backend(), checkpoint_dir=ck, **{**PARAMS, "eig_maxiter": 50})
+    with pytest.raises(CheckpointMismatchError, match=f"differs in .*{key}"):
+        solve_cr5(_backend(), checkpoint_dir=ck, **{**PARAMS, **change})
+
+
+def test_checkpoint_of_other_data_is_refused(tmp_path):
+    ck = tmp_path / "ck"
+    solve_cr5(_backend("steep_zipf"), checkpoint_dir=ck, **PARAMS)
+    with pytest.raises(CheckpointMismatchError, match="different problem"):
+        solve_cr5(_backend("three_uneven"), checkpoint_dir=ck, **PARAMS)

@@ -1,0 +1,124 @@
+"""End-to-end Cr5 against an independent dense computation, and the estimator wrapper."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+
+from pipeline.linalg.cr5 import Cr5Solver, CrossCovariance, concept_frequencies, solve_cr5
+from pipeline.linalg.local_backend import LocalCorpusBackend
+from pipeline.linalg.testing import PROBLEMS, dense_centred
+from pipeline.linalg.woodbury import global_mean
+
+TIGHT = {"cg_rtol": 1e-12, "w_rtol": 1e-13, "cg_maxiter": 5000, "eig_rtol": 1e-9}
+
+
+def dense_cr5(corpus, k, lam, r):
+    """Independent reference: centred dense X̂, Ŷ; Cholesky of Â; SVD of L⁻¹C."""
+    xh, yh = dense_centred(corpus, k)
+    a_hat = xh.T @ xh + lam * np.eye(xh.shape[1])
+    chol = np.linalg.cholesky(a_hat)
+    c = xh.T @ yh
+    _, s, vt = np.linalg.svd(sla.solve_triangular(chol, c, lower=True), full_matrices=False)
+    p = vt[:r].T
+    phi_star_t = sla.cho_solve((chol, True), c @ p)
+    return s[:r] ** 2, phi_star_t
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_cr5_matches_dense_reference(name):
+    problem = PROBLEMS[name]
+    corpus = problem.corpus()
+    k, lam, r = problem.n_concepts, 0.3, 5
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    res = solve_cr5(be, lam=lam, r=r, oversampling=4, seed=0, **TIGHT)
+    want_ev, want_phi_t = dense_cr5(corpus, k, lam, r)
+    np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-6)
+    phi_t = np.vstack([res.components[lang] for lang in problem.sizes]).astype(np.float64)
+    for lang, (x, _) in corpus.items():
+        assert res.components[lang].shape == (x.shape[1], r)
+        assert res.components[lang].dtype == np.float32
+    np.testing.assert_allclose(phi_t.T @ phi_t, np.eye(r), atol=1e-5)  # float32 storage
+    angle = np.rad2deg(sla.subspace_angles(phi_t, want_phi_t).max())
+    assert angle < 0.1
+    h = res.history
+    assert h["eigensolver"]["converged"]
+    assert h["passes"]["passes"]["gram"] > 0 and h["passes"]["passes"]["x_scatter"] > 0
+
+
+def test_cr5_float32_passes():
+    problem = PROBLEMS["three_uneven"]
+    corpus = problem.corpus()
+    want_ev, want_phi_t = dense_cr5(corpus, problem.n_concepts, 0.3, 5)
+    be = LocalCorpusBackend(corpus, problem.n_concepts, dtype="float32")
+    # paper tolerances (ε_cg = 0.01, ε_eig = 0.1): eigenvalues within a few percent
+    res = solve_cr5(be, lam=0.3, r=5, oversampling=5, seed=0)
+    np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=0.05)
+    # moderate tolerances: float32 passes still give the subspace to < 0.1 degree
+    res = solve_cr5(be, lam=0.3, r=5, oversampling=5, seed=0, cg_rtol=1e-4, eig_rtol=1e-3)
+    np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-4)
+    phi_t = np.vstack([res.components[lang] for lang in problem.sizes]).astype(np.float64)
+    assert np.rad2deg(sla.subspace_angles(phi_t, want_phi_t).max()) < 0.1
+
+
+def test_cross_covariance_matches_dense():
+    problem = PROBLEMS["tiny_language"]
+    corpus = problem.corpus()
+    be = LocalCorpusBackend(corpus, problem.n_concepts, dtype="float64")
+    xh, yh = dense_centred(corpus, problem.n_concepts)
+    c = CrossCovariance(be, global_mean(be), concept_frequencies(be))
+    rng = np.random.default_rng(0)
+    pk = rng.standard_normal((problem.n_concepts, 3))
+    u = rng.standard_normal((xh.shape[1], 2))
+    np.testing.assert_allclose(c.matmat(pk), xh.T @ yh @ pk, atol=1e-10)
+    np.testing.assert_allclose(c.H.matmat(u), yh.T @ xh @ u, atol=1e-10)
+
+
+def test_solver_wrapper_validates_and_fits(caplog):
+    problem = PROBLEMS["single_language"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    with pytest.raises(ValueError, match="'cg_rtol' must be a real number in \\(0, 1\\)"):
+        Cr5Solver(lam=1.0, r=3, cg_rtol=2.0).fit(be)
+    with pytest.raises(ValueError, match="'lam' must be a real number > 0"):
+        Cr5Solver(lam=0, r=3).fit(be)
+    with pytest.raises(ValueError, match="'r' must be <= min"):
+        Cr5Solver(lam=1.0, r=25).fit(be)
+    with pytest.raises(TypeError, match="unknown parameter"):
+        Cr5Solver(lam=1.0, rank=3)
+    events = []
+    with caplog.at_level(logging.INFO, logger="pipeline.linalg"):
+        solver = Cr5Solver(lam=1.0, r=4, oversampling=3, eig_rtol=1e-6).fit(
+            be, callback=lambda stage, it, info: events.append((stage, it))
+        )
+    assert events and events[0] == ("eigensolver", 1)
+    assert any("eta=" in rec.getMessage() for rec in caplog.records)
+    x = be.matrix("en")
+    emb = solver.transform("en", x)
+    assert emb.shape == (x.shape[0], 4)
+    assert solver.n_iter_ == len(solver.history_["eigensolver"]["ritz_values"])
+    assert "r=4" in repr(solver)
+    clone = pickle.loads(pickle.dumps(solver))
+    np.testing.assert_array_equal(clone.transform("en", x), emb)
+    unfitted = pickle.loads(pickle.dumps(Cr5Solver(lam=2.0, r=3)))
+    assert unfitted.get_params()["lam"] == 2.0
+
+
+def test_describe_hook_names_stages():
+    problem = PROBLEMS["tiny_language"]
+    seen = []
+
+    class Described(LocalCorpusBackend):
+        def describe(self, stage, iteration=None):
+            seen.append(stage)
+
+    be = Described(problem.corpus(), problem.n_concepts, dtype="float64")
+    solve_cr5(be, lam=0.5, r=3, oversampling=2, eig_rtol=1e-3)
+    assert "cr5/mean" in seen
+    assert any(s.startswith("cr5/w/cg[") for s in seen)
+    assert any(s == "cr5/eig1/C[xx]" for s in seen)
+    assert any(s == "cr5/eig2/cg[en]" for s in seen)
+    assert any(s.startswith("cr5/phi/Ct[") or s.startswith("cr5/phi/C[") for s in seen)

@@ -1,0 +1,81 @@
+"""Woodbury Â⁻¹ against the dense inverse of X̂ᵀX̂ + λI."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from pipeline.errors import BreakdownError
+from pipeline.linalg.local_backend import LocalCorpusBackend
+from pipeline.linalg.testing import PROBLEMS, dense_centred
+from pipeline.linalg.woodbury import WoodburyInverse, global_mean
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("lam", [0.05, 1.0])
+def test_woodbury_equals_dense_inverse(name, lam):
+    problem = PROBLEMS[name]
+    corpus = problem.corpus()
+    be = LocalCorpusBackend(corpus, problem.n_concepts, dtype="float64")
+    xh, _ = dense_centred(corpus, problem.n_concepts)
+    a_hat = xh.T @ xh + lam * np.eye(xh.shape[1])
+    op = WoodburyInverse(be, lam, rtol=1e-13, w_rtol=1e-13, maxiter=5000).prepare()
+    assert op.c > 0
+    u = np.random.default_rng(0).standard_normal((xh.shape[1], 4))
+    got = op.matmat(u)
+    want = np.linalg.solve(a_hat, u)
+    assert np.linalg.norm(got - want) <= 1e-8 * np.linalg.norm(want)
+    assert len(op.records) == 2  # w solve + one block solve, all languages per record
+    assert set(op.records[-1].n_iter) == set(problem.sizes)
+
+
+def test_global_mean_is_over_all_documents():
+    problem = PROBLEMS["three_uneven"]
+    corpus = problem.corpus()
+    be = LocalCorpusBackend(corpus, problem.n_concepts, dtype="float64")
+    xh_plus_mean, _ = dense_centred(corpus, problem.n_concepts)
+    n = sum(x.shape[0] for x, _ in corpus.values())
+    dense_sum = np.concatenate([np.asarray(x.sum(0)).ravel() for x, _ in corpus.values()])
+    np.testing.assert_allclose(global_mean(be), dense_sum / n, rtol=1e-6)
+    assert abs(xh_plus_mean.mean(0)).max() < 1e-12
+
+
+def test_languages_are_solved_concurrently():
+    import threading
+
+    problem = PROBLEMS["three_uneven"]
+    barrier = threading.Barrier(3, timeout=10)  # breaks unless 3 languages run at once
+    first = set()
+
+    class Spy(LocalCorpusBackend):
+        def _gram(self, lang, v):
+            if lang not in first:
+                first.add(lang)
+                barrier.wait()
+            return super()._gram(lang, v)
+
+    be = Spy(problem.corpus(), problem.n_concepts, dtype="float64")
+    WoodburyInverse(be, 0.1).prepare()
+    assert first == {"en", "de", "fr"}
+
+
+def test_woodbury_breakdown_is_named():
+    problem = PROBLEMS["single_language"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    op = WoodburyInverse(be, 0.1, mu=None)
+    op.prepare()
+    bad = WoodburyInverse(be, 0.1, mu=op.mu, w=op.w * 1e6)
+    with pytest.raises(BreakdownError, match="positive definite"):
+        bad.prepare()
+
+
+def test_woodbury_pickles_without_history():
+    problem = PROBLEMS["tiny_language"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    op = WoodburyInverse(be, 0.5).prepare()
+    clone = pickle.loads(pickle.dumps(op))
+    assert clone.records == [] and clone.c == op.c
+    u = np.ones((op.shape[0], 1))
+    np.testing.assert_array_equal(clone.matmat(u), op.matmat(u))
