@@ -112,6 +112,63 @@ class FeaturesConfig:
     heldout_concepts: str | None = None
 
 
+def _solver_default(name: str) -> Any:
+    """Solver defaults live in one place: :attr:`Cr5Solver.parameter_constraints`."""
+    from pipeline.linalg.cr5 import Cr5Solver
+
+    return Cr5Solver.parameter_constraints[name][0]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
+
+    Ranges of the solver parameters are checked by :class:`pipeline.linalg.cr5.Cr5Solver`
+    (the single source of their defaults and allowed values).
+    """
+
+    # joint: every language; pairwise: only ``pair``; transitive: ``pair`` share no
+    # training concept and connect only through the other languages.
+    setup: Literal["joint", "pairwise", "transitive"] = "joint"
+    pair: list[str] = field(default_factory=list)
+    # Restrict training to these languages (empty: all languages of the tfidf dataset).
+    languages: list[str] = field(default_factory=list)
+    backend: Literal["local", "spark"] = "local"
+    dtype: Literal["float32", "float64"] = "float32"
+    lam: float = 1.0
+    r: int = _solver_default("r")
+    oversampling: int = _solver_default("oversampling")
+    cg_rtol: float = _solver_default("cg_rtol")
+    cg_maxiter: int = _solver_default("cg_maxiter")
+    w_rtol: float = _solver_default("w_rtol")
+    eig_rtol: float = _solver_default("eig_rtol")
+    eig_maxiter: int = _solver_default("eig_maxiter")
+    seed: int = _solver_default("seed")
+    max_basis: int | None = _solver_default("max_basis")
+    max_workers: int | None = _solver_default("max_workers")
+    # Resumable checkpoints (default: <paths.root>/checkpoints/train); "" disables them.
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = _solver_default("checkpoint_every")
+
+    def solver_params(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~pipeline.linalg.cr5.Cr5Solver`."""
+        keys = (
+            "lam",
+            "r",
+            "oversampling",
+            "cg_rtol",
+            "cg_maxiter",
+            "w_rtol",
+            "eig_rtol",
+            "eig_maxiter",
+            "seed",
+            "max_basis",
+            "max_workers",
+            "checkpoint_every",
+        )
+        return {k: getattr(self, k) for k in keys}
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration of a pipeline run."""
@@ -121,6 +178,7 @@ class Config:
     ingest: IngestConfig = field(default_factory=IngestConfig)
     text: TextConfig = field(default_factory=TextConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -343,6 +401,12 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"features.min_unique_words ({f.min_unique_words}) must not exceed "
             f"features.max_unique_words ({f.max_unique_words})"
+        )
+    t = cfg.train
+    if t.setup != "joint" and (len(t.pair) != 2 or t.pair[0] == t.pair[1]):
+        raise ConfigError(
+            f"train.setup={t.setup!r} needs train.pair to name two different languages, "
+            f"e.g. --set 'train.pair=[en, de]' (got {t.pair!r})"
         )
     try:
         codecs.lookup(cfg.ingest.encoding)

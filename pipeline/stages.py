@@ -22,6 +22,7 @@ STAGES: dict[str, str] = {
     "ingest": "pipeline.ingest.aligned:run",
     "vocabulary": "pipeline.features.vocabulary:run",
     "tfidf": "pipeline.features.tfidf:run",
+    "train": "pipeline.training:run",
 }
 
 # What the README's main command runs on the bundled sample.

@@ -28,6 +28,7 @@ from pipeline.config import Config
 from pipeline.errors import InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.features.selection import count_by_reason, length_reason, remove_heldout
+from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import CONCEPTS, DOCUMENTS, TFIDF, VOCABULARY
 from pipeline.text.tokenizer import Tokenizer, distinct_tokens_per_doc
@@ -38,66 +39,6 @@ ROWS_SCHEMA = (
     "doc_id string, concept_id string, lang string, n_unique long, "
     "indices array<int>, values array<float>"
 )
-
-
-class LanguageVocabulary:
-    """One language's vocabulary: terms in ``term_index`` order and their IDF.
-
-    Parameters
-    ----------
-    terms : pyarrow string array of shape (p_l,)
-    idf : ndarray of float32, shape (p_l,)
-    """
-
-    def __init__(self, terms: pa.Array, idf: np.ndarray) -> None:
-        if len(terms) != len(idf):
-            raise ValueError(f"{len(terms)} terms but {len(idf)} idf values")
-        self.terms = terms
-        self.idf = np.asarray(idf, dtype=np.float32)
-
-    def __len__(self) -> int:
-        return len(self.terms)
-
-    def lookup(self, tokens: pa.Array) -> np.ndarray:
-        """Term index of each token, -1 when out of vocabulary; shape (n_tokens,)."""
-        idx = pc.index_in(tokens, value_set=self.terms)
-        return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-
-
-def tfidf_rows(
-    tokens: pa.Array, doc_of_token: np.ndarray, n_docs: int, vocab: LanguageVocabulary
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """L2-normalised TF-IDF rows of a batch of documents, as CSR arrays.
-
-    Parameters
-    ----------
-    tokens : pyarrow string array of shape (n_tokens,)
-    doc_of_token : ndarray of int64, shape (n_tokens,), the document of each token
-    n_docs : int
-    vocab : LanguageVocabulary
-
-    Returns
-    -------
-    indptr : ndarray of int32, shape (n_docs + 1,)
-    indices : ndarray of int32, shape (nnz,), sorted within each row
-    values : ndarray of float32, shape (nnz,); rows with no known term are empty
-    """
-    ids = vocab.lookup(tokens)
-    known = ids >= 0
-    p = max(len(vocab), 1)
-    keys, counts = np.unique(doc_of_token[known] * p + ids[known], return_counts=True)
-    docs, terms = keys // p, keys % p
-    weights = counts * vocab.idf[terms].astype(np.float64)
-    norms = np.sqrt(np.bincount(docs, weights * weights, minlength=n_docs))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        values = (weights / norms[docs]).astype(np.float32)
-    # Terms with idf 0 (in every training document) carry no signal: no stored zeros.
-    # A row whose every known term has idf 0 has norm 0 and stays empty.
-    ok = weights > 0
-    docs, terms, values = docs[ok], terms[ok], values[ok]
-    indptr = np.zeros(n_docs + 1, dtype=np.int32)
-    np.cumsum(np.bincount(docs, minlength=n_docs), out=indptr[1:])
-    return indptr, terms.astype(np.int32), values
 
 
 def tfidf_fn(

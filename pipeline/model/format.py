@@ -1,0 +1,211 @@
+"""The model directory: portable, pickle-free, verified on load.
+
+Layout::
+
+    model/
+      model.json                       schema version, languages, r, λ, preprocessing,
+                                       solver history, provenance, file sizes and SHA-256
+      languages/<lang>/phi.npy         Φ_lᵀ, float32, shape (p_l, r)
+      languages/<lang>/mean.npy        μ_l, float32, shape (p_l,) (global mean, block l)
+      languages/<lang>/vocabulary.parquet   term, term_index, df, idf (term_index order)
+
+Arrays are ``.npy`` loaded with ``allow_pickle=False``; the vocabulary is Parquet.
+Every file's size and SHA-256 are recorded in ``model.json`` and checked on load, so a
+truncated or corrupted model fails with a message naming the file. The directory is
+written to a temporary sibling and renamed into place, like every dataset.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import __version__
+from pipeline.errors import ModelError
+
+MODEL_SCHEMA_VERSION = 1
+MODEL_JSON = "model.json"
+
+
+@dataclass
+class LanguageMap:
+    """One language's part of a model.
+
+    Attributes
+    ----------
+    terms : pyarrow string array of shape (p_l,), in term_index order
+    idf : ndarray of float32, shape (p_l,)
+    df : ndarray of int64, shape (p_l,) (document frequencies; -1 when unknown)
+    phi : ndarray of float32, shape (p_l, r): Φ_lᵀ (embed a TF-IDF row x as ``x @ phi``)
+    mean : ndarray of float32, shape (p_l,) or None
+    """
+
+    terms: pa.Array
+    idf: np.ndarray
+    df: np.ndarray
+    phi: np.ndarray
+    mean: np.ndarray | None = None
+
+    def validate(self, lang: str, r: int | None = None) -> None:
+        p = len(self.terms)
+        problems = []
+        if self.idf.shape != (p,):
+            problems.append(f"idf has shape {self.idf.shape}, expected ({p},)")
+        if self.df.shape != (p,):
+            problems.append(f"df has shape {self.df.shape}, expected ({p},)")
+        if self.phi.ndim != 2 or self.phi.shape[0] != p:
+            problems.append(f"phi has shape {self.phi.shape}, expected ({p}, r)")
+        elif r is not None and self.phi.shape[1] != r:
+            problems.append(f"phi has {self.phi.shape[1]} columns, the model says r={r}")
+        if self.mean is not None and self.mean.shape != (p,):
+            problems.append(f"mean has shape {self.mean.shape}, expected ({p},)")
+        if self.phi.dtype != np.float32:
+            problems.append(f"phi has dtype {self.phi.dtype}, expected float32")
+        if problems:
+            raise ModelError(f"language {lang!r}: " + "; ".join(problems))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta: dict) -> dict:
+    """Write a model directory atomically; returns the ``model.json`` content.
+
+    ``meta`` must hold at least ``r``; it is completed with the schema version, languages,
+    vocabulary sizes, library version, creation time and the file checksums.
+    """
+    path = Path(path)
+    if not languages:
+        raise ModelError("a model needs at least one language")
+    r = int(meta["r"])
+    for lang, lm in languages.items():
+        lm.validate(lang, r)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        files: dict[str, dict[str, Any]] = {}
+        for lang, lm in languages.items():
+            d = tmp / "languages" / lang
+            d.mkdir(parents=True)
+            np.save(d / "phi.npy", np.ascontiguousarray(lm.phi, dtype=np.float32))
+            if lm.mean is not None:
+                np.save(d / "mean.npy", np.asarray(lm.mean, dtype=np.float32))
+            table = pa.table(
+                {
+                    "term": lm.terms,
+                    "term_index": pa.array(np.arange(len(lm.terms), dtype=np.int32)),
+                    "df": pa.array(np.asarray(lm.df, dtype=np.int64)),
+                    "idf": pa.array(np.asarray(lm.idf, dtype=np.float32)),
+                }
+            )
+            pq.write_table(table, d / "vocabulary.parquet", compression="zstd")
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file():
+                files[f.relative_to(tmp).as_posix()] = {
+                    "bytes": f.stat().st_size,
+                    "sha256": _sha256(f),
+                }
+        full = {
+            "schema_version": MODEL_SCHEMA_VERSION,
+            "library_version": __version__,
+            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **meta,
+            "languages": list(languages),
+            "vocabulary_sizes": {lang: len(lm.terms) for lang, lm in languages.items()},
+            "files": files,
+        }
+        (tmp / MODEL_JSON).write_text(json.dumps(full, indent=2, sort_keys=True, default=str))
+        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return full
+
+
+def read_model_json(path: str | os.PathLike) -> dict:
+    """Read and check ``model.json`` (existence, JSON, schema version)."""
+    path = Path(path)
+    meta_path = path / MODEL_JSON
+    if not meta_path.is_file():
+        what = "does not exist" if not path.exists() else f"has no {MODEL_JSON}"
+        raise ModelError(
+            f"model {path} {what}. Fix: train one (python jobs/train.py ...) "
+            "or point at a model directory."
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{meta_path} is not valid JSON ({exc}); the model is corrupted") from exc
+    version = meta.get("schema_version")
+    if version != MODEL_SCHEMA_VERSION:
+        raise ModelError(
+            f"{meta_path}: schema_version {version!r} is not supported (this library reads "
+            f"{MODEL_SCHEMA_VERSION}); re-export the model with this version"
+        )
+    for key in ("languages", "r", "files"):
+        if key not in meta:
+            raise ModelError(f"{meta_path} lacks {key!r}; the model is corrupted")
+    return meta
+
+
+def load_model_files(path: str | os.PathLike, *, verify: bool = True) -> tuple[dict, dict]:
+    """Load a model directory: returns (``model.json`` dict, ``{lang: LanguageMap}``).
+
+    With ``verify`` every file's size and SHA-256 are checked against ``model.json``.
+    """
+    path = Path(path)
+    meta = read_model_json(path)
+    for rel, info in meta["files"].items():
+        f = path / rel
+        if not f.is_file():
+            raise ModelError(f"model file {f} is missing; the model is incomplete")
+        if f.stat().st_size != info["bytes"]:
+            raise ModelError(
+                f"model file {f} has {f.stat().st_size} bytes, model.json says {info['bytes']}: "
+                "the file is truncated or was replaced"
+            )
+        if verify and _sha256(f) != info["sha256"]:
+            raise ModelError(f"model file {f} fails its SHA-256 check: the file is corrupted")
+    out: dict[str, LanguageMap] = {}
+    for lang in meta["languages"]:
+        d = path / "languages" / lang
+        try:
+            phi = np.load(d / "phi.npy", allow_pickle=False)
+            mean = (
+                np.load(d / "mean.npy", allow_pickle=False) if (d / "mean.npy").exists() else None
+            )
+            vocab = pq.read_table(d / "vocabulary.parquet")
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read model files of {lang!r} in {d}: {exc}") from exc
+        if vocab.column("term_index").to_pylist() != list(range(vocab.num_rows)):
+            raise ModelError(f"{d / 'vocabulary.parquet'}: term_index is not 0..p-1 in order")
+        lm = LanguageMap(
+            terms=vocab.column("term").combine_chunks(),
+            idf=vocab.column("idf").to_numpy().astype(np.float32),
+            df=vocab.column("df").to_numpy().astype(np.int64),
+            phi=phi,
+            mean=mean,
+        )
+        lm.validate(lang, int(meta["r"]))
+        out[lang] = lm
+    return meta, out

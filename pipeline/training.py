@@ -1,0 +1,217 @@
+"""Stage ``train``: fit Cr5 on the ``tfidf`` rows and write a model directory.
+
+The training rows are chosen here (the engine trains on whatever rows it is given):
+
+- ``joint``: every language of the tfidf dataset (or ``train.languages``);
+- ``pairwise``: only the two languages of ``train.pair``;
+- ``transitive``: every language, but the two of ``train.pair`` share no training
+  concept: of each concept they both have, one of the two documents is dropped
+  (which one is decided by a hash of the concept id, so half go each way), so the
+  pair is connected only through the other languages.
+
+When rows are removed, the selection is written as its own dataset
+(``<paths.root>/train_rows``, rows renumbered) so the backends load it like any
+``tfidf`` dataset, and the choice is auditable.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.config import Config
+from pipeline.errors import ConfigError
+from pipeline.features.indexing import dense_index
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.schemas import TFIDF, VOCABULARY
+from pipeline.model.format import LanguageMap, save_model
+
+log = logging.getLogger(__name__)
+
+
+def _renumber_rows(df: DataFrame) -> DataFrame:
+    """Rows 0..n_l-1 per language again, in the previous row order."""
+    idx = dense_index(df.select("lang", "row"), ["lang", "row"], "gidx")
+    first = idx.groupBy("lang").agg(F.min("gidx").alias("first"))
+    idx = idx.join(F.broadcast(first), "lang").select(
+        "lang", "row", (F.col("gidx") - F.col("first")).alias("new_row")
+    )
+    return df.join(idx, ["lang", "row"]).drop("row").withColumnRenamed("new_row", "row")
+
+
+def select_training_rows(
+    spark: SparkSession, cfg: Config, tfidf_path: str
+) -> tuple[str, dict[str, Any]]:
+    """Apply the training setup; return (path of the rows to train on, report)."""
+    t = cfg.train
+    manifest = read_manifest(spark, TFIDF, tfidf_path)["report"]
+    available = list(manifest["languages"])
+    wanted = list(t.languages) or available
+    if t.setup == "pairwise":
+        wanted = list(t.pair)
+    missing = [lang for lang in [*wanted, *t.pair] if lang not in available]
+    if missing:
+        raise ConfigError(
+            f"train languages {missing} are not in the tfidf dataset at {tfidf_path} "
+            f"(it has {available}); fix train.languages / train.pair"
+        )
+    report: dict[str, Any] = {"setup": t.setup, "pair": list(t.pair), "languages": wanted}
+    if t.setup == "joint" and set(wanted) == set(available):
+        return tfidf_path, report
+
+    df = read_dataset(spark, TFIDF, tfidf_path).filter(F.col("lang").isin(wanted))
+    if t.setup == "transitive":
+        l1, l2 = t.pair
+        both = (
+            df.filter(F.col("lang").isin(l1, l2)).groupBy("concept_id")
+            .agg(F.countDistinct("lang").alias("n")).filter("n = 2").select("concept_id")
+        )
+        drop_lang = F.when(F.abs(F.xxhash64("concept_id")) % 2 == 0, F.lit(l1)).otherwise(l2)
+        dropped = df.join(F.broadcast(both.withColumn("_shared", F.lit(True))), "concept_id", "left")
+        df = dropped.filter(
+            F.col("_shared").isNull() | (F.col("lang") != drop_lang)
+        ).drop("_shared")
+        report["shared_concepts_split"] = both.count()
+    df = _renumber_rows(df).cache()
+    per_language = {}
+    for r in (
+        df.groupBy("lang").agg(F.count(F.lit(1)).alias("n"), F.sum(F.size("indices")).alias("nnz"))
+        .collect()
+    ):
+        per_language[r["lang"]] = {
+            "documents": r["n"],
+            "nnz": r["nnz"],
+            "vocabulary": manifest["per_language"][r["lang"]]["vocabulary"],
+        }
+    sub = {
+        "languages": sorted(per_language),
+        "per_language": dict(sorted(per_language.items())),
+        "documents": sum(v["documents"] for v in per_language.values()),
+        "nnz": sum(v["nnz"] for v in per_language.values()),
+        "concepts": manifest["concepts"],  # K unchanged: concept_index stays valid
+        "selection": report,
+        "source": tfidf_path,
+    }
+    path = cfg.paths.root.rstrip("/") + "/train_rows"
+    write_dataset(spark, df, TFIDF, path, manifest={"report": sub})
+    df.unpersist()
+    report["rows_path"] = path
+    return path, report
+
+
+def _vocabulary_maps(spark: SparkSession, cfg: Config, languages: list[str]) -> dict[str, dict]:
+    table = (
+        read_dataset(spark, VOCABULARY, cfg.paths.dataset("vocabulary"))
+        .filter(F.col("lang").isin(languages)).orderBy("lang", "term_index").toArrow()
+    )
+    out = {}
+    for lang in languages:
+        sub = table.filter(pc.equal(table.column("lang"), lang))
+        out[lang] = {
+            "terms": sub.column("term").combine_chunks(),
+            "idf": sub.column("idf").to_numpy().astype(np.float32),
+            "df": sub.column("df").to_numpy().astype(np.int64),
+        }
+    return out
+
+
+def _versions() -> dict[str, str]:
+    import pyspark
+    import scipy
+
+    from pipeline import __version__
+
+    return {"pipeline": __version__, "python": platform.python_version(),
+            "numpy": np.__version__, "scipy": scipy.__version__, "pyspark": pyspark.__version__}
+
+
+def checkpoint_dir(cfg: Config) -> str | None:
+    """Where the solver checkpoints: one directory per training configuration."""
+    if cfg.train.checkpoint_dir == "":
+        return None
+    base = cfg.train.checkpoint_dir or (cfg.paths.root.rstrip("/") + "/checkpoints")
+    return f"{base}/train-{cfg.fingerprint('train', 'features', 'text')}"
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    from pipeline.linalg.backends import make_backend
+    from pipeline.linalg.cr5 import Cr5Solver
+
+    t = cfg.train
+    tfidf_path = cfg.paths.dataset("tfidf")
+    rows_path, selection = select_training_rows(spark, cfg, tfidf_path)
+    t0 = time.perf_counter()
+    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype)
+    load_seconds = time.perf_counter() - t0
+    languages = list(backend.languages)
+    log.info(
+        "training Cr5 (%s backend, %s) on %s: %s documents, K=%d, r=%d, lambda=%g",
+        t.backend, t.dtype, languages, {lang: backend.n_docs(lang) for lang in languages},
+        backend.n_concepts, t.r, t.lam,
+    )
+    ckpt = checkpoint_dir(cfg)
+    solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
+    t0 = time.perf_counter()
+    solver.fit(backend)
+    fit_seconds = time.perf_counter() - t0
+
+    vocab = _vocabulary_maps(spark, cfg, languages)
+    maps = {}
+    for lang in languages:
+        v = vocab[lang]
+        if len(v["terms"]) != backend.n_terms(lang):
+            raise ConfigError(
+                f"vocabulary of {lang!r} has {len(v['terms'])} terms but the tfidf rows use "
+                f"{backend.n_terms(lang)}; rerun the vocabulary and tfidf stages together"
+            )
+        maps[lang] = LanguageMap(terms=v["terms"], idf=v["idf"], df=v["df"],
+                                 phi=solver.components_[lang], mean=solver.mean_[lang])
+    training = {
+        "tfidf": tfidf_path,
+        "selection": selection,
+        "documents": {lang: backend.n_docs(lang) for lang in languages},
+        "concepts": backend.n_concepts,
+        "backend": t.backend,
+        "dtype": t.dtype,
+        "load_seconds": round(load_seconds, 3),
+        "fit_seconds": round(fit_seconds, 3),
+        "passes_over_x": backend.pass_counts,
+    }
+    meta = {
+        "method": "cr5",
+        "r": t.r,
+        "lam": t.lam,
+        "preprocessing": {"text": cfg.to_dict()["text"], "features": cfg.to_dict()["features"],
+                          "idf": "ln(N_l / df)", "row_norm": "l2", "center_at_inference": False},
+        "solver": {"params": t.solver_params(), "history": solver.history_},
+        "eigenvalues": [float(x) for x in solver.eigenvalues_],
+        "training": training,
+        "versions": _versions(),
+    }
+    model_path = cfg.paths.dataset("model")
+    save_model(model_path, maps, meta)
+    if ckpt and Path(ckpt).exists():
+        shutil.rmtree(ckpt, ignore_errors=True)  # the model is the durable result now
+    eig = solver.eigenvalues_
+    return {
+        "path": model_path,
+        "languages": languages,
+        "r": t.r,
+        "lam": t.lam,
+        "setup": t.setup,
+        "documents": sum(training["documents"].values()),
+        "concepts": backend.n_concepts,
+        "eigenvalues": {"first": float(eig[0]), "last": float(eig[-1])},
+        "eigensolver_iterations": solver.n_iter_,
+        "fit_seconds": round(fit_seconds, 2),
+        "passes_over_x": backend.pass_counts["passes"],
+    }

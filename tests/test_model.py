@@ -1,0 +1,106 @@
+"""Model directory format and the embedding API (no Spark)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.errors import ModelError
+from pipeline.model import Cr5Model, LanguageMap, load_model_files, save_model
+
+TERMS = {"en": ["cat", "dog", "house", "tree"], "de": ["katze", "hund", "haus"]}
+
+
+def make_model(path, r=3, seed=0):
+    rng = np.random.default_rng(seed)
+    maps = {}
+    for lang, terms in TERMS.items():
+        p = len(terms)
+        maps[lang] = LanguageMap(
+            terms=pa.array(terms), idf=rng.uniform(0.5, 2, p).astype(np.float32),
+            df=np.arange(p, 0, -1), phi=rng.normal(size=(p, r)).astype(np.float32),
+            mean=rng.uniform(size=p).astype(np.float32),
+        )
+    save_model(path, maps, {"r": r, "lam": 1.0, "preprocessing": {"text": {}}})
+    return maps
+
+
+def test_roundtrip_and_metadata(tmp_path):
+    maps = make_model(tmp_path / "m")
+    meta, loaded = load_model_files(tmp_path / "m")
+    assert meta["languages"] == ["en", "de"] and meta["r"] == 3
+    assert meta["vocabulary_sizes"] == {"en": 4, "de": 3}
+    for lang, lm in maps.items():
+        np.testing.assert_array_equal(loaded[lang].phi, lm.phi)
+        np.testing.assert_array_equal(loaded[lang].idf, lm.idf)
+        assert loaded[lang].terms.to_pylist() == TERMS[lang]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporaries left
+
+
+def test_embed_matches_independent_tfidf_times_phi(tmp_path):
+    maps = make_model(tmp_path / "m")
+    model = Cr5Model.load(tmp_path / "m")
+    texts = ["Cat cat DOG!", "the house and the tree, the cat", "unknown words only", ""]
+    vecs, counts = model.embed_with_counts(texts, "en")
+    assert vecs.dtype == np.float32 and vecs.shape == (4, model.dim)
+    lm = maps["en"]
+    index = {t: i for i, t in enumerate(TERMS["en"])}
+    for text, vec, count in zip(texts, vecs, counts):
+        words = [w.strip("!,").lower() for w in text.split()]
+        tf = Counter(w for w in words if w in index)
+        x = np.zeros(len(index))
+        for w, c in tf.items():
+            x[index[w]] = c * lm.idf[index[w]]
+        norm = math.sqrt(float(x @ x))
+        expected = (x / norm) @ lm.phi.astype(np.float64) if norm else np.zeros(model.dim)
+        np.testing.assert_allclose(vec, expected, rtol=1e-5, atol=1e-6)
+        assert count == len(tf)
+    assert not vecs[2].any() and counts[2] == 0  # no known word: zero vector, count 0
+
+
+def test_errors(tmp_path):
+    make_model(tmp_path / "m")
+    model = Cr5Model.load(tmp_path / "m")
+    with pytest.raises(ModelError, match="'xx' is not in this model.*en, de"):
+        model.embed(["text"], "xx")
+    with pytest.raises(TypeError, match="sequence of texts"):
+        model.embed("a single string", "en")
+    with pytest.raises(ModelError, match="does not exist"):
+        Cr5Model.load(tmp_path / "nope")
+
+
+def test_corrupted_truncated_and_wrong_version(tmp_path):
+    make_model(tmp_path / "m")
+    phi = tmp_path / "m" / "languages" / "en" / "phi.npy"
+    data = bytearray(phi.read_bytes())
+    data[-1] ^= 0xFF
+    phi.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="phi.npy fails its SHA-256 check"):
+        Cr5Model.load(tmp_path / "m")
+    phi.write_bytes(bytes(data[:-7]))
+    with pytest.raises(ModelError, match="phi.npy has .* bytes.*truncated"):
+        Cr5Model.load(tmp_path / "m")
+
+    make_model(tmp_path / "v")
+    meta_path = tmp_path / "v" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta["schema_version"] = 99
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="schema_version 99 is not supported"):
+        Cr5Model.load(tmp_path / "v")
+    meta_path.write_text("{not json")
+    with pytest.raises(ModelError, match="not valid JSON"):
+        Cr5Model.load(tmp_path / "v")
+
+
+def test_shape_validation_on_save(tmp_path):
+    bad = LanguageMap(terms=pa.array(["a", "b"]), idf=np.ones(2, np.float32),
+                      df=np.ones(2, np.int64), phi=np.ones((3, 2), np.float32))
+    with pytest.raises(ModelError, match="phi has shape"):
+        save_model(tmp_path / "m", {"en": bad}, {"r": 2})
+    assert not (tmp_path / "m").exists()
