@@ -72,19 +72,25 @@ def select_training_rows(
     if t.setup == "transitive":
         l1, l2 = t.pair
         both = (
-            df.filter(F.col("lang").isin(l1, l2)).groupBy("concept_id")
-            .agg(F.countDistinct("lang").alias("n")).filter("n = 2").select("concept_id")
+            df.filter(F.col("lang").isin(l1, l2))
+            .groupBy("concept_id")
+            .agg(F.countDistinct("lang").alias("n"))
+            .filter("n = 2")
+            .select("concept_id")
         )
         drop_lang = F.when(F.abs(F.xxhash64("concept_id")) % 2 == 0, F.lit(l1)).otherwise(l2)
-        dropped = df.join(F.broadcast(both.withColumn("_shared", F.lit(True))), "concept_id", "left")
-        df = dropped.filter(
-            F.col("_shared").isNull() | (F.col("lang") != drop_lang)
-        ).drop("_shared")
+        shared = F.broadcast(both.withColumn("_shared", F.lit(True)))
+        df = (
+            df.join(shared, "concept_id", "left")
+            .filter(F.col("_shared").isNull() | (F.col("lang") != drop_lang))
+            .drop("_shared")
+        )
         report["shared_concepts_split"] = both.count()
     df = _renumber_rows(df).cache()
     per_language = {}
     for r in (
-        df.groupBy("lang").agg(F.count(F.lit(1)).alias("n"), F.sum(F.size("indices")).alias("nnz"))
+        df.groupBy("lang")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(F.size("indices")).alias("nnz"))
         .collect()
     ):
         per_language[r["lang"]] = {
@@ -111,7 +117,9 @@ def select_training_rows(
 def _vocabulary_maps(spark: SparkSession, cfg: Config, languages: list[str]) -> dict[str, dict]:
     table = (
         read_dataset(spark, VOCABULARY, cfg.paths.dataset("vocabulary"))
-        .filter(F.col("lang").isin(languages)).orderBy("lang", "term_index").toArrow()
+        .filter(F.col("lang").isin(languages))
+        .orderBy("lang", "term_index")
+        .toArrow()
     )
     out = {}
     for lang in languages:
@@ -130,8 +138,13 @@ def _versions() -> dict[str, str]:
 
     from pipeline import __version__
 
-    return {"pipeline": __version__, "python": platform.python_version(),
-            "numpy": np.__version__, "scipy": scipy.__version__, "pyspark": pyspark.__version__}
+    return {
+        "pipeline": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "pyspark": pyspark.__version__,
+    }
 
 
 def checkpoint_dir(cfg: Config) -> str | None:
@@ -155,8 +168,13 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     languages = list(backend.languages)
     log.info(
         "training Cr5 (%s backend, %s) on %s: %s documents, K=%d, r=%d, lambda=%g",
-        t.backend, t.dtype, languages, {lang: backend.n_docs(lang) for lang in languages},
-        backend.n_concepts, t.r, t.lam,
+        t.backend,
+        t.dtype,
+        languages,
+        {lang: backend.n_docs(lang) for lang in languages},
+        backend.n_concepts,
+        t.r,
+        t.lam,
     )
     ckpt = checkpoint_dir(cfg)
     solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
@@ -173,8 +191,13 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
                 f"vocabulary of {lang!r} has {len(v['terms'])} terms but the tfidf rows use "
                 f"{backend.n_terms(lang)}; rerun the vocabulary and tfidf stages together"
             )
-        maps[lang] = LanguageMap(terms=v["terms"], idf=v["idf"], df=v["df"],
-                                 phi=solver.components_[lang], mean=solver.mean_[lang])
+        maps[lang] = LanguageMap(
+            terms=v["terms"],
+            idf=v["idf"],
+            df=v["df"],
+            phi=solver.components_[lang],
+            mean=solver.mean_[lang],
+        )
     training = {
         "tfidf": tfidf_path,
         "selection": selection,
@@ -190,8 +213,13 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "method": "cr5",
         "r": t.r,
         "lam": t.lam,
-        "preprocessing": {"text": cfg.to_dict()["text"], "features": cfg.to_dict()["features"],
-                          "idf": "ln(N_l / df)", "row_norm": "l2", "center_at_inference": False},
+        "preprocessing": {
+            "text": cfg.to_dict()["text"],
+            "features": cfg.to_dict()["features"],
+            "idf": "ln(N_l / df)",
+            "row_norm": "l2",
+            "center_at_inference": False,
+        },
         "solver": {"params": t.solver_params(), "history": solver.history_},
         "eigenvalues": [float(x) for x in solver.eigenvalues_],
         "training": training,

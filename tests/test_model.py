@@ -22,8 +22,10 @@ def make_model(path, r=3, seed=0):
     for lang, terms in TERMS.items():
         p = len(terms)
         maps[lang] = LanguageMap(
-            terms=pa.array(terms), idf=rng.uniform(0.5, 2, p).astype(np.float32),
-            df=np.arange(p, 0, -1), phi=rng.normal(size=(p, r)).astype(np.float32),
+            terms=pa.array(terms),
+            idf=rng.uniform(0.5, 2, p).astype(np.float32),
+            df=np.arange(p, 0, -1),
+            phi=rng.normal(size=(p, r)).astype(np.float32),
             mean=rng.uniform(size=p).astype(np.float32),
         )
     save_model(path, maps, {"r": r, "lam": 1.0, "preprocessing": {"text": {}}})
@@ -99,8 +101,12 @@ def test_corrupted_truncated_and_wrong_version(tmp_path):
 
 
 def test_shape_validation_on_save(tmp_path):
-    bad = LanguageMap(terms=pa.array(["a", "b"]), idf=np.ones(2, np.float32),
-                      df=np.ones(2, np.int64), phi=np.ones((3, 2), np.float32))
+    bad = LanguageMap(
+        terms=pa.array(["a", "b"]),
+        idf=np.ones(2, np.float32),
+        df=np.ones(2, np.int64),
+        phi=np.ones((3, 2), np.float32),
+    )
     with pytest.raises(ModelError, match="phi has shape"):
         save_model(tmp_path / "m", {"en": bad}, {"r": 2})
     assert not (tmp_path / "m").exists()
