@@ -370,6 +370,12 @@ def _coerce(tp: Any, value: Any, *, key: str, sources: Mapping[str, str]) -> Any
             raise fail("an integer")
         return value
     if tp is float:
+        if isinstance(value, str):
+            # PyYAML (YAML 1.1) reads 1e-4 as a string; 1.0e-4 would be a float.
+            try:
+                return float(value)
+            except ValueError:
+                raise fail("a number") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise fail("a number")
         return float(value)

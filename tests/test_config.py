@@ -41,6 +41,12 @@ def test_layering_and_overrides(tmp_path):
     assert load_config([LOCAL], ["paths.tfidf=/x/t"]).paths.dataset("tfidf") == "/x/t"
 
 
+def test_scientific_notation_floats():
+    assert load_config([], ["train.cg_rtol=1e-4"]).train.cg_rtol == 1e-4
+    with pytest.raises(ConfigError, match="'train.lam'.*must be a number"):
+        load_config([], ["train.lam=big"])
+
+
 def test_unknown_key_names_key_source_and_suggestion(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("features:\n  min_dff: 2\n")

@@ -1,0 +1,177 @@
+"""Stage train: model written and usable, setups, and resume after a real kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from pipeline.config import load_config
+from pipeline.io.datasets import read_dataset
+from pipeline.io.schemas import TFIDF
+from pipeline.linalg.tfidf_loader import local_backend_from_tfidf
+from pipeline.model import Cr5Model
+from pipeline.stages import get_stage
+from pipeline.training import checkpoint_dir
+from tests.conftest import REPO, SAMPLE
+
+PROFILES = [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"]
+
+
+@pytest.fixture(scope="module")
+def sample_features(spark, tmp_path_factory):
+    """ingest -> vocabulary -> tfidf on the bundled DDTP sample, once per module."""
+    root = tmp_path_factory.mktemp("sample") / "out"
+    cfg = load_config(
+        PROFILES, [f"paths.root={root}", f"ingest.input={SAMPLE}", "spark.shuffle_partitions=2"]
+    )
+    for stage in ("ingest", "vocabulary", "tfidf"):
+        get_stage(stage)(spark, cfg)
+    return root
+
+
+def cfg_for(root, *overrides):
+    return load_config(PROFILES, [f"paths.root={root}", "spark.shuffle_partitions=2", *overrides])
+
+
+def test_train_writes_a_model_consistent_with_the_training_matrix(spark, sample_features):
+    cfg = cfg_for(sample_features, "train.r=16", "train.lam=1.0")
+    report = get_stage("train")(spark, cfg)
+    model = Cr5Model.load(report["path"])
+    assert model.languages == ["de", "en", "es", "fr"] and model.dim == 16
+    meta = model.meta
+    assert meta["solver"]["history"]["eigensolver"]["converged"]
+    assert meta["training"]["documents"]["es"] == 1995
+    assert not Path(checkpoint_dir(cfg)).exists()  # cleaned up after success
+
+    # The public embedding path reproduces X_l Φ_lᵀ for training documents.
+    backend = local_backend_from_tfidf(spark, cfg.paths.dataset("tfidf"), dtype="float64")
+    rows = read_dataset(spark, TFIDF, cfg.paths.dataset("tfidf")).filter("lang = 'es'")
+    rows = rows.orderBy("row").limit(50).select("doc_id").toArrow().column(0).to_pylist()
+    docs = {
+        r["doc_id"]: r["text"]
+        for r in spark.read.parquet(cfg.paths.dataset("documents")).filter("lang = 'es'").collect()
+    }
+    vecs = model.embed([docs[d] for d in rows], "es")
+    x = backend.matrix("es")[:50]
+    np.testing.assert_allclose(vecs, x @ model.word_vectors("es")[1], rtol=1e-4, atol=1e-5)
+
+    # Crosslingual sanity on the training data: an es document's nearest fr document
+    # (cosine) is its own concept's far more often than chance (1 / 1926).
+    tf = read_dataset(spark, TFIDF, cfg.paths.dataset("tfidf"))
+    pairs = {}
+    for lang in ("es", "fr"):
+        t = tf.filter(f"lang = '{lang}'").orderBy("row").select("concept_index").toArrow()
+        pairs[lang] = t.column(0).to_numpy()
+    ves = backend.matrix("es") @ model.word_vectors("es")[1]
+    vfr = backend.matrix("fr") @ model.word_vectors("fr")[1]
+    ves /= np.linalg.norm(ves, axis=1, keepdims=True) + 1e-12
+    vfr /= np.linalg.norm(vfr, axis=1, keepdims=True) + 1e-12
+    best = np.argmax(ves @ vfr.T, axis=1)
+    shared = np.isin(pairs["es"], pairs["fr"])
+    p_at_1 = float(np.mean(pairs["fr"][best[shared]] == pairs["es"][shared]))
+    assert p_at_1 > 0.3, p_at_1
+
+
+def test_transitive_and_pairwise_row_selection(spark, sample_features):
+    cfg = cfg_for(
+        sample_features,
+        "train.setup=transitive",
+        "train.pair=[de, fr]",
+        "train.r=8",
+        f"train.checkpoint_dir={sample_features}/ck-transitive",
+    )
+    from pipeline.training import select_training_rows
+
+    path, report = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
+    rows = read_dataset(spark, TFIDF, path).toArrow().to_pylist()
+    by_lang: dict[str, set] = {}
+    for r in rows:
+        by_lang.setdefault(r["lang"], set()).add(r["concept_id"])
+    assert not by_lang["de"] & by_lang["fr"]  # the pair shares no training concept
+    assert by_lang["de"] & by_lang["en"] and by_lang["fr"] & by_lang["en"]
+    full = read_dataset(spark, TFIDF, cfg.paths.dataset("tfidf")).toArrow().to_pylist()
+    full_by: dict[str, set] = {}
+    for r in full:
+        full_by.setdefault(r["lang"], set()).add(r["concept_id"])
+    shared = full_by["de"] & full_by["fr"]
+    assert report["shared_concepts_split"] == len(shared)
+    assert len(by_lang["de"]) + len(by_lang["fr"]) == len(full_by["de"]) + len(full_by["fr"]) - len(
+        shared
+    )
+    for lang in ("en", "es"):
+        assert by_lang[lang] == full_by[lang]
+    for lang, n in {lang: len(s) for lang, s in by_lang.items()}.items():
+        assert sorted(r["row"] for r in rows if r["lang"] == lang) == list(range(n))
+
+    pw = cfg_for(sample_features, "train.setup=pairwise", "train.pair=[en, es]")
+    path, _ = select_training_rows(spark, pw, pw.paths.dataset("tfidf"))
+    langs = {r["lang"] for r in read_dataset(spark, TFIDF, path).select("lang").collect()}
+    assert langs == {"en", "es"}
+
+
+@pytest.mark.slow
+def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_features, tmp_path):
+    common = [
+        "train.r=12",
+        "train.eig_rtol=1e-4",
+        "train.eig_maxiter=40",
+        "train.cg_rtol=1e-4",
+        "train.checkpoint_every=1",
+        "train.languages=[en, es]",
+    ]
+    # Uninterrupted reference.
+    ref_cfg = cfg_for(
+        sample_features,
+        *common,
+        f"paths.model={tmp_path}/ref",
+        f"train.checkpoint_dir={tmp_path}/ck-ref",
+    )
+    get_stage("train")(spark, ref_cfg)
+    ref = Cr5Model.load(tmp_path / "ref")
+
+    ck = tmp_path / "ck"
+    args = [*common, f"paths.model={tmp_path}/resumed", f"train.checkpoint_dir={ck}"]
+    cmd = [sys.executable, str(REPO / "jobs" / "train.py")]
+    for p in PROFILES:
+        cmd += ["--conf", str(p)]
+    for a in [f"paths.root={sample_features}", "spark.shuffle_partitions=2", *args]:
+        cmd += ["--set", a]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    cfg = cfg_for(sample_features, *args)
+    pointer = Path(checkpoint_dir(cfg)) / "lanczos.json"
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if (
+                pointer.exists()
+                and json.loads(pointer.read_text()).get("meta", {}).get("n_iter", 0) >= 2
+            ):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"training never checkpointed 2 iterations (exit {proc.poll()})")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (tmp_path / "resumed").exists()
+
+    report = get_stage("train")(spark, cfg)
+    resumed = Cr5Model.load(report["path"])
+    history = resumed.meta["solver"]["history"]["eigensolver"]
+    assert history["resumed_from_iteration"] >= 2
+    np.testing.assert_allclose(resumed.meta["eigenvalues"], ref.meta["eigenvalues"], rtol=1e-4)
+    a = np.vstack([ref.word_vectors(lang)[1] for lang in ref.languages])
+    b = np.vstack([resumed.word_vectors(lang)[1] for lang in ref.languages])
+    angles = np.degrees(scipy.linalg.subspace_angles(a.astype(np.float64), b.astype(np.float64)))
+    assert angles.max() < 0.1, angles.max()
