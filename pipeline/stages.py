@@ -26,7 +26,7 @@ STAGES: dict[str, str] = {
 }
 
 # What the README's main command runs on the bundled sample.
-DEMO_CHAIN: tuple[str, ...] = ("ingest", "vocabulary", "tfidf")
+DEMO_CHAIN: tuple[str, ...] = ("ingest", "vocabulary", "tfidf", "train")
 
 
 def get_stage(name: str) -> StageFn:
