@@ -1,0 +1,86 @@
+"""The one place that turns a backend choice into a corpus backend object.
+
+Both backends are built from the same ``tfidf`` dataset with the same defaults
+(:data:`DEFAULTS`); options that only one backend understands are rejected for the other
+rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pipeline.errors import ConfigError
+from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
+
+__all__ = ["BACKEND_KINDS", "DEFAULTS", "make_backend"]
+
+#: Allowed values of ``kind``.
+BACKEND_KINDS = ("local", "spark")
+
+#: Shared defaults of every backend option (``None``: the backend's own rule, documented on
+#: :func:`make_backend`).
+DEFAULTS: dict[str, Any] = {
+    "dtype": "float32",
+    "languages": None,
+    "transpose": "implicit",
+    "partitions_per_language": None,
+}
+
+#: Options each kind accepts beyond ``dtype`` and ``languages``.
+_SPECIFIC = {"local": ("transpose",), "spark": ("partitions_per_language",)}
+
+
+def make_backend(
+    kind: Literal["local", "spark"],
+    spark: Any,
+    tfidf_path: str,
+    *,
+    dtype: str = DEFAULTS["dtype"],
+    languages: Sequence[str] | None = DEFAULTS["languages"],
+    **options: Any,
+) -> CorpusBackend:
+    """Build the corpus backend ``kind`` over the tfidf dataset at ``tfidf_path``.
+
+    Parameters
+    ----------
+    kind : {"local", "spark"}
+        ``"local"``: X collected to the driver as scipy CSR
+        (:func:`~pipeline.linalg.tfidf_loader.local_backend_from_tfidf`); ``"spark"``: X cached
+        on the executors (:meth:`~pipeline.linalg.spark_backend.SparkCorpusBackend.from_tfidf`).
+    spark : SparkSession
+    tfidf_path : str
+    dtype : {"float32", "float64"}
+        Arithmetic of the passes over X.
+    languages : sequence of str, optional
+        Default: every language with training documents, sorted.
+    **options
+        ``transpose`` ({"implicit", "csr"}, local only, default ``"implicit"``);
+        ``partitions_per_language`` (int, spark only, default
+        ``max(defaultParallelism, ceil(nnz_l / 2e6))``).
+
+    Raises
+    ------
+    ConfigError
+        Unknown ``kind`` or ``dtype``, or an option the chosen backend does not take.
+    """
+    if kind not in BACKEND_KINDS:
+        raise ConfigError(f"backend kind must be one of {BACKEND_KINDS}; got {kind!r}")
+    if dtype not in PASS_DTYPES:
+        raise ConfigError(f"backend dtype must be one of {PASS_DTYPES}; got {dtype!r}")
+    unknown = sorted(set(options) - set(_SPECIFIC[kind]))
+    if unknown:
+        raise ConfigError(
+            f"backend {kind!r} does not take option(s) {unknown}; it takes "
+            f"{['dtype', 'languages', *_SPECIFIC[kind]]}"
+        )
+    opts = {name: options.get(name, DEFAULTS[name]) for name in _SPECIFIC[kind]}
+    if kind == "local":
+        from pipeline.linalg.tfidf_loader import local_backend_from_tfidf
+
+        return local_backend_from_tfidf(spark, tfidf_path, dtype=dtype, languages=languages, **opts)
+    from pipeline.linalg.spark_backend import SparkCorpusBackend
+
+    return SparkCorpusBackend.from_tfidf(
+        spark, tfidf_path, dtype=dtype, languages=languages, **opts
+    )

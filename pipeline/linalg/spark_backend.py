@@ -1,0 +1,563 @@
+"""Spark corpus backend: X_l row-partitioned and cached on the executors as CSR blocks.
+
+Layout
+    Each language's tfidf rows are split round-robin into ``partitions_per_language``
+    partitions. One ``mapInArrow`` call per partition turns its Arrow batches into the CSR
+    arrays of the whole partition (list offsets are ``indptr``, flattened children are
+    ``indices``/``data``: no Python loop over rows) and emits **one record**; an RDD map turns
+    that record into a :class:`_Block` which is persisted (``MEMORY_AND_DISK``) and
+    materialised once. A block stores its rows with *local* column numbers: ``cols`` lists the
+    global term ids present in the partition, so a pass reads ``V[cols]`` and returns a
+    ``(cols, len(cols) x b)`` partial instead of a dense ``p_l x b`` one; likewise ``concepts``
+    lists the concept ids present. The same load job returns column sums, column sums of
+    squares, documents per concept and validation counters, cached on the driver: those three
+    methods cost no job.
+
+One pass = one Spark job
+    The dense block (``V``, p_l x b, or ``P``, K x b) is broadcast in the pass dtype (float32
+    by default: half the bytes); each partition computes its contribution in that dtype —
+    gram ``X_pᵀ(X_p V)``, xt_gather ``X_pᵀ P[c_p]``, x_scatter per-concept sums of ``X_p V`` as
+    ``(unique concept ids, sums)``, never a dense ``K x b`` — and the compact partials are
+    summed in float64 by ``treeReduce`` (on the driver for few partitions; with a shuffle
+    level beyond about 8 partitions). The broadcast is destroyed after the job. Passes are
+    thread-safe: the solver runs one language per Python thread, i.e. concurrent jobs, and
+    PySpark's pinned threads make :meth:`SparkCorpusBackend.describe` a per-thread job
+    description.
+
+Per-pass overhead (measured, ``bench/bench_backend_overhead.py`` -> ``bench/results/
+backend_overhead.txt``; local[2] on 2 cores, OPENBLAS_NUM_THREADS=1, float32, b = 120)
+    Bundled DDTP sample, 4 languages, n_l = 2.0-4.0k rows, p_l = 5.9-9.7k, nnz 90-175k
+    (0.7-1.4 MB of CSR per language), 2 blocks per language: one gram pass costs 80-115 ms on
+    Spark against 2-7 ms locally (ratio 16-34). Nearly all of it is fixed per job: a job
+    over 2 partitions that only unpickles the cached blocks takes 30-50 ms, a no-op Python job
+    75-80 ms (scheduling + Python task launch with reused workers; a pure JVM job ~30 ms), the
+    broadcast of V (p_l x 120 float32, 2.8-4.6 MB) 5-13 ms on the driver. It does not grow
+    with b, so it amortises over wide blocks and large partitions; at the sample's size the
+    local backend is the right choice. The 3-language test problem (n_l ~ 55, b = 7): ~100 ms
+    per pass. Task functions must be importable module-level functions: a lambda defined in
+    ``__main__`` (pickled by value) was measured to add ~0.5 s to every job.
+
+Pickling
+    Only sizes and the driver-side statistics are pickled; the SparkContext and the cached RDDs
+    stay behind (an unpickled backend answers size and column-statistics queries and raises
+    :class:`DetachedBackendError` on a pass). Task closures are ``functools.partial`` objects
+    of module-level functions holding only broadcasts and plain values.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import scipy.sparse as sp
+
+from pipeline.errors import InputDataError, PipelineError
+from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
+from pipeline.linalg.tfidf_loader import TfidfLayout, csr_arrays, read_tfidf_layout
+
+__all__ = ["NNZ_PER_PARTITION", "DetachedBackendError", "SparkCorpusBackend"]
+
+log = logging.getLogger(__name__)
+
+#: Default partition size: ``partitions_per_language = max(defaultParallelism,
+#: ceil(nnz_l / NNZ_PER_PARTITION))``. 2M nonzeros are ~16 MB of float32 CSR per block.
+NNZ_PER_PARTITION = 2_000_000
+
+#: Arrow binary values use int32 offsets.
+_MAX_BINARY = 2**31 - 1
+
+BLOCK_SCHEMA = (
+    "error string, rows binary, concepts binary, indptr binary, indices binary, data binary"
+)
+
+
+class DetachedBackendError(PipelineError, RuntimeError):
+    """A pass was requested from an unpickled (or closed) Spark backend."""
+
+
+# --- executor side: building blocks --------------------------------------------------
+
+
+def _binary(arr: np.ndarray) -> pa.Array:
+    return pa.array([np.ascontiguousarray(arr).tobytes()], pa.binary())
+
+
+def _arrow_block(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: all tfidf rows of a partition -> one record of CSR arrays."""
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches)
+    rows = table.column("row").to_numpy().astype(np.int64)
+    concepts = table.column("concept_index").to_numpy().astype(np.int64)
+    error = None
+    try:
+        indptr, cols, data = csr_arrays(table.column("indices"), table.column("values"))
+        if data.nbytes > _MAX_BINARY:
+            raise InputDataError(
+                f"a partition holds {data.size} nonzeros (> 2 GB per array); "
+                "use more partitions_per_language"
+            )
+    except InputDataError as exc:
+        error = str(exc)
+        indptr, cols, data = np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32)
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array([error], pa.string()),
+            _binary(rows),
+            _binary(concepts),
+            _binary(indptr),
+            _binary(cols),
+            _binary(data),
+        ],
+        names=["error", "rows", "concepts", "indptr", "indices", "data"],
+    )
+
+
+@dataclass
+class _Block:
+    """One cached row partition of X_l.
+
+    Attributes
+    ----------
+    cols : ndarray of int64, shape (m,)
+        Sorted global term ids occurring in the partition.
+    x : csr_matrix of shape (n_p, m), pass dtype
+        The rows, with local column numbers (``x[:, j]`` is term ``cols[j]``).
+    concepts : ndarray of int64, shape (k_p,)
+        Sorted concept ids of the partition's rows.
+    row_concept : ndarray of int32, shape (n_p,)
+        Local concept number of each row (``concepts[row_concept[i]]`` is row i's concept).
+    yt : csr_matrix of shape (k_p, n_p), pass dtype
+        The rows' one-hot labels, transposed (per-concept sums are ``yt @ Z``).
+    stats : dict
+        Load-time summary (see :func:`_summarise_block`).
+    """
+
+    cols: np.ndarray
+    x: sp.csr_matrix
+    concepts: np.ndarray
+    row_concept: np.ndarray
+    yt: sp.csr_matrix
+    stats: dict = field(default_factory=dict)
+
+
+def _block_from_record(record: Any, *, dtype: str) -> _Block:
+    """RDD map: one ``BLOCK_SCHEMA`` record -> a :class:`_Block` (stats included)."""
+    rows = np.frombuffer(record["rows"], dtype=np.int64)
+    concept_ids = np.frombuffer(record["concepts"], dtype=np.int64)
+    indptr = np.frombuffer(record["indptr"], dtype=np.int64)
+    indices = np.frombuffer(record["indices"], dtype=np.int32)
+    data = np.frombuffer(record["data"], dtype=np.float32)
+    n = rows.shape[0]
+    r = rows.astype(np.uint64)
+    stats: dict[str, Any] = {
+        "error": record["error"],
+        "n_docs": n,
+        "nnz": int(indices.size),
+        "row_min": int(rows.min()),
+        "row_max": int(rows.max()),
+        "row_sum": int(rows.sum()),
+        # Exact modulo 2**64 (uint64 wraps): with count, min, max and sum this catches
+        # repeated or missing row numbers without shipping the rows.
+        "row_sq": int((r * r).sum(dtype=np.uint64)),
+        "index_min": int(indices.min()) if indices.size else 0,
+        "index_max": int(indices.max()) if indices.size else -1,
+        "concept_min": int(concept_ids.min()),
+        "concept_max": int(concept_ids.max()),
+        "nonfinite": int(np.count_nonzero(~np.isfinite(data))),
+    }
+    if stats["error"] is not None:
+        indptr = np.zeros(n + 1, np.int64)
+    cols, local = np.unique(indices, return_inverse=True)
+    x = sp.csr_matrix(
+        (data.astype(dtype), local.astype(np.int32).ravel(), indptr), shape=(n, cols.size)
+    )
+    concepts, row_concept = np.unique(concept_ids, return_inverse=True)
+    row_concept = row_concept.astype(np.int32).ravel()
+    yt = sp.csr_matrix(
+        (np.ones(n, dtype=dtype), (row_concept, np.arange(n))), shape=(concepts.size, n)
+    )
+    return _Block(cols.astype(np.int64), x, concepts.astype(np.int64), row_concept, yt, stats)
+
+
+def _summarise_block(block: _Block) -> dict:
+    """Column sums / squares, concept counts (compact) and the validation counters."""
+    x = block.x
+    local = x.indices
+    values = x.data.astype(np.float64)
+    m = block.cols.size
+    sums = np.stack(
+        [
+            np.bincount(local, weights=values, minlength=m),
+            np.bincount(local, weights=values * values, minlength=m),
+        ],
+        axis=1,
+    )
+    counts = np.bincount(block.row_concept, minlength=block.concepts.size).astype(np.float64)
+    return {
+        **block.stats,
+        "terms": (block.cols, sums),
+        "concept_counts": (block.concepts, counts[:, None]),
+    }
+
+
+def _merge_rows(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sum two compact row blocks ``(ids, values)`` (sorted unique ids); float64 result."""
+    ia, va = a
+    ib, vb = b
+    if ia.shape == ib.shape and np.array_equal(ia, ib):
+        return ia, va.astype(np.float64) + vb
+    ids = np.union1d(ia, ib)
+    out = np.zeros((ids.size, va.shape[1]), dtype=np.float64)
+    out[np.searchsorted(ids, ia)] += va
+    out[np.searchsorted(ids, ib)] += vb
+    return ids, out
+
+
+def _merge_summaries(a: dict, b: dict) -> dict:
+    errors = [e for e in (a["error"], b["error"]) if e is not None]
+    return {
+        "error": errors[0] if errors else None,
+        "n_docs": a["n_docs"] + b["n_docs"],
+        "nnz": a["nnz"] + b["nnz"],
+        "row_min": min(a["row_min"], b["row_min"]),
+        "row_max": max(a["row_max"], b["row_max"]),
+        "row_sum": a["row_sum"] + b["row_sum"],
+        "row_sq": (a["row_sq"] + b["row_sq"]) % 2**64,
+        "index_min": min(a["index_min"], b["index_min"]),
+        "index_max": max(a["index_max"], b["index_max"]),
+        "concept_min": min(a["concept_min"], b["concept_min"]),
+        "concept_max": max(a["concept_max"], b["concept_max"]),
+        "nonfinite": a["nonfinite"] + b["nonfinite"],
+        "terms": _merge_rows(a["terms"], b["terms"]),
+        "concept_counts": _merge_rows(a["concept_counts"], b["concept_counts"]),
+    }
+
+
+# --- executor side: passes ------------------------------------------------------------
+
+
+def _gram_partition(v_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
+    """``(cols, X_pᵀ (X_p V[cols]))`` per block."""
+    v = v_bc.value
+    for blk in blocks:
+        if blk.x.shape[0]:
+            yield blk.cols, blk.x.T @ (blk.x @ v[blk.cols])
+
+
+def _xt_gather_partition(p_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
+    """``(cols, X_pᵀ P[c_p])`` per block."""
+    p = p_bc.value
+    for blk in blocks:
+        if blk.x.shape[0]:
+            yield blk.cols, blk.x.T @ p[blk.concepts][blk.row_concept]
+
+
+def _x_scatter_partition(v_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
+    """``(concepts, per-concept sums of X_p V)`` per block."""
+    v = v_bc.value
+    for blk in blocks:
+        if blk.x.shape[0]:
+            yield blk.concepts, blk.yt @ (blk.x @ v[blk.cols])
+
+
+def _touch_partition(blocks: Iterator[_Block]) -> Iterator[int]:
+    """Deserialise the cached blocks and do nothing (overhead measurement)."""
+    yield sum(blk.x.nnz for blk in blocks)
+
+
+# --- driver side ----------------------------------------------------------------------
+
+
+def job_description(stage: str, iteration: int | None = None) -> str:
+    """Spark job description of a solver stage: ``"cr5/eig3/cg[en]", 7`` ->
+    ``"cr5 train: eig 3 / cg[en] / it 7"``."""
+    parts = [p for p in stage.split("/") if p]
+    if parts and parts[0] == "cr5":
+        parts = parts[1:]
+    parts = [re.sub(r"^eig(\d+)$", r"eig \1", p) for p in parts]
+    if iteration is not None:
+        parts.append(f"it {iteration}")
+    return "cr5 train: " + " / ".join(parts)
+
+
+def default_partitions(spark_context: Any, nnz: int) -> int:
+    """``max(defaultParallelism, ceil(nnz / NNZ_PER_PARTITION))``."""
+    return max(int(spark_context.defaultParallelism), math.ceil(nnz / NNZ_PER_PARTITION))
+
+
+def _check_summary(lang: str, s: dict, layout: TfidfLayout) -> None:
+    """Raise :class:`InputDataError` unless the load summary of ``lang`` is consistent."""
+    fix = "Fix: rerun the tfidf stage."
+    if s["error"] is not None:
+        raise InputDataError(f"tfidf language {lang!r}: {s['error']}. {fix}")
+    n, p, k = layout.n_docs[lang], layout.n_terms[lang], layout.n_concepts
+    if s["n_docs"] != n:
+        raise InputDataError(
+            f"tfidf language {lang!r}: {s['n_docs']} rows but the manifest reports {n}. {fix}"
+        )
+    if (
+        s["row_min"] != 0
+        or s["row_max"] != n - 1
+        or s["row_sum"] != n * (n - 1) // 2
+        or s["row_sq"] != ((n - 1) * n * (2 * n - 1) // 6) % 2**64
+    ):
+        raise InputDataError(
+            f"tfidf language {lang!r}: row numbers are not 0..{n - 1} (found "
+            f"{s['row_min']}..{s['row_max']} with repeats or gaps). {fix}"
+        )
+    if s["nnz"] and (s["index_min"] < 0 or s["index_max"] >= p):
+        raise InputDataError(
+            f"tfidf language {lang!r}: term index {s['index_min']}..{s['index_max']} outside "
+            f"[0, {p}) (the vocabulary size). Fix: rerun the vocabulary and tfidf stages."
+        )
+    if s["concept_min"] < 0 or s["concept_max"] >= k:
+        raise InputDataError(
+            f"tfidf language {lang!r}: concept_index {s['concept_min']}..{s['concept_max']} "
+            f"outside [0, {k}) (the manifest's concept count). {fix}"
+        )
+    if s["nonfinite"]:
+        raise InputDataError(f"tfidf language {lang!r}: {s['nonfinite']} NaN/Inf values. {fix}")
+
+
+def _dense(compact: tuple[np.ndarray, np.ndarray], n_rows: int, b: int) -> np.ndarray:
+    ids, vals = compact
+    out = np.zeros((n_rows, b), dtype=np.float64)
+    out[ids] = vals
+    return out
+
+
+class SparkCorpusBackend(CorpusBackend):
+    """Spark implementation of :class:`~pipeline.linalg.backend.CorpusBackend`.
+
+    Build it with :meth:`from_tfidf`; the constructor takes already-cached blocks.
+
+    Parameters
+    ----------
+    spark_context : pyspark.SparkContext
+    blocks : dict of str to pyspark.RDD
+        Per language, the persisted RDD of :class:`_Block` (one per partition).
+    layout : TfidfLayout
+        Sizes (languages in order, K, p_l, n_l).
+    column_stats : dict of str to ndarray of shape (p_l, 2)
+        Column sums and column sums of squares, float64.
+    concept_counts : dict of str to ndarray of shape (K,)
+    dtype : {"float32", "float64"}
+        Arithmetic of the passes (the blocks are stored in it).
+    """
+
+    def __init__(
+        self,
+        spark_context: Any,
+        blocks: dict[str, Any],
+        *,
+        layout: TfidfLayout,
+        column_stats: dict[str, np.ndarray],
+        concept_counts: dict[str, np.ndarray],
+        dtype: str = "float32",
+    ) -> None:
+        super().__init__(dtype=dtype)
+        self._sc = spark_context
+        self._blocks = dict(blocks)
+        self._layout = layout
+        self._column_stats = column_stats
+        self._concept_count = concept_counts
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_tfidf(
+        cls,
+        spark: Any,
+        tfidf_path: str,
+        *,
+        dtype: str = "float32",
+        partitions_per_language: int | None = None,
+        languages: Sequence[str] | None = None,
+    ) -> SparkCorpusBackend:
+        """Load, validate and cache the tfidf dataset at ``tfidf_path``: one job per language
+        (run concurrently).
+
+        Parameters
+        ----------
+        spark : SparkSession
+        tfidf_path : str
+        dtype : {"float32", "float64"}
+        partitions_per_language : int, optional
+            Row partitions (cached blocks) per language. Default: :func:`default_partitions`.
+        languages : sequence of str, optional
+            Default: every language with training documents, sorted.
+
+        Raises
+        ------
+        InputDataError
+            Rows not numbered 0..n_l-1, term indices outside the vocabulary, concept indices
+            outside ``[0, K)``, ragged lists, NaN/Inf, or counts disagreeing with the manifest.
+        """
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from pipeline.io.datasets import read_dataset
+        from pipeline.io.schemas import TFIDF
+
+        if partitions_per_language is not None and (
+            isinstance(partitions_per_language, bool)
+            or not isinstance(partitions_per_language, int)
+            or partitions_per_language < 1
+        ):
+            raise ValueError(
+                f"partitions_per_language must be a positive int or None; "
+                f"got {partitions_per_language!r}"
+            )
+        if dtype not in PASS_DTYPES:
+            raise ValueError(f"dtype must be one of {PASS_DTYPES}; got {dtype!r}")
+        sc = spark.sparkContext
+        layout = read_tfidf_layout(spark, tfidf_path, languages)
+        df = read_dataset(spark, TFIDF, tfidf_path)
+
+        def load(lang: str) -> tuple[Any, dict]:
+            parts = partitions_per_language or default_partitions(sc, layout.nnz[lang])
+            sc.setJobDescription(f"cr5 load: X[{lang}] -> {parts} cached CSR blocks")
+            rdd = (
+                df.filter(F.col("lang") == lang)
+                .select("row", "concept_index", "indices", "values")
+                .repartition(parts)
+                .mapInArrow(_arrow_block, BLOCK_SCHEMA)
+                .rdd.map(functools.partial(_block_from_record, dtype=dtype))
+                .setName(f"cr5 X[{lang}] CSR blocks ({dtype})")
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
+            try:
+                summary = rdd.map(_summarise_block).treeReduce(_merge_summaries)
+            except ValueError as exc:  # empty RDD
+                rdd.unpersist()
+                raise InputDataError(
+                    f"tfidf language {lang!r} has no rows at {tfidf_path}"
+                ) from exc
+            finally:
+                sc.setJobDescription(None)
+            return rdd, summary
+
+        with ThreadPoolExecutor(len(layout.languages), thread_name_prefix="cr5-load") as pool:
+            futures = {lang: pool.submit(load, lang) for lang in layout.languages}
+        results, first_error = {}, None
+        for lang, fut in futures.items():
+            try:
+                results[lang] = fut.result()
+            except Exception as exc:  # keep going: unpersist whatever was cached
+                first_error = first_error or exc
+        try:
+            if first_error is not None:
+                raise first_error
+            for lang, (_, summary) in results.items():
+                _check_summary(lang, summary, layout)
+        except BaseException:
+            for rdd, _ in results.values():
+                rdd.unpersist()
+            raise
+        blocks, stats, counts = {}, {}, {}
+        for lang, (rdd, s) in results.items():
+            blocks[lang] = rdd
+            stats[lang] = _dense(s["terms"], layout.n_terms[lang], 2)
+            counts[lang] = _dense(s["concept_counts"], layout.n_concepts, 1)[:, 0]
+            log.info(
+                "cached X[%s]: %d x %d, nnz %d, %d blocks (%s)",
+                lang,
+                s["n_docs"],
+                layout.n_terms[lang],
+                s["nnz"],
+                rdd.getNumPartitions(),
+                dtype,
+            )
+        return cls(
+            sc, blocks, layout=layout, column_stats=stats, concept_counts=counts, dtype=dtype
+        )
+
+    def close(self) -> None:
+        """Unpersist the cached blocks; passes raise :class:`DetachedBackendError` afterwards."""
+        for rdd in self._blocks.values():
+            rdd.unpersist()
+        self._blocks = {}
+
+    # --- pickling: no SparkContext, no RDDs ---------------------------------------------------
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_sc"] = None
+        state["_blocks"] = {}
+        return state
+
+    # --- sizes --------------------------------------------------------------------------------
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self._layout.languages
+
+    @property
+    def n_concepts(self) -> int:
+        return self._layout.n_concepts
+
+    def n_docs(self, lang: str) -> int:
+        return self._layout.n_docs[lang]
+
+    def n_terms(self, lang: str) -> int:
+        return self._layout.n_terms[lang]
+
+    def n_partitions(self, lang: str) -> int:
+        """Number of cached row blocks of ``lang``."""
+        return self._rdd(lang).getNumPartitions()
+
+    def describe(self, stage: str, iteration: int | None = None) -> None:
+        """Set the Spark job description of the calling thread (see :func:`job_description`)."""
+        if self._sc is not None:
+            self._sc.setJobDescription(job_description(stage, iteration))
+
+    # --- hooks --------------------------------------------------------------------------------
+    def _rdd(self, lang: str) -> Any:
+        try:
+            return self._blocks[lang]
+        except KeyError:
+            if lang in self._layout.n_terms:
+                raise DetachedBackendError(
+                    "this SparkCorpusBackend holds no cached blocks (it was unpickled or "
+                    "closed); build it with SparkCorpusBackend.from_tfidf on the driver"
+                ) from None
+            raise
+
+    def _run(self, lang: str, fn: Any, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rdd = self._rdd(lang)
+        bc = self._sc.broadcast(np.ascontiguousarray(block, dtype=self.dtype))
+        try:
+            return rdd.mapPartitions(functools.partial(fn, bc)).treeReduce(_merge_rows)
+        finally:
+            bc.destroy()
+
+    def _column_sums(self, lang: str) -> np.ndarray:
+        return self._column_stats[lang][:, 0].copy()
+
+    def _column_sq_sums(self, lang: str) -> np.ndarray:
+        return self._column_stats[lang][:, 1].copy()
+
+    def _concept_counts(self, lang: str) -> np.ndarray:
+        return self._concept_count[lang].copy()
+
+    def _gram(self, lang: str, v: np.ndarray) -> np.ndarray:
+        return _dense(self._run(lang, _gram_partition, v), self.n_terms(lang), v.shape[1])
+
+    def _xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray:
+        return _dense(self._run(lang, _xt_gather_partition, p), self.n_terms(lang), p.shape[1])
+
+    def _x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray:
+        return _dense(self._run(lang, _x_scatter_partition, v), self.n_concepts, v.shape[1])
+
+    def _touch(self, lang: str) -> int:
+        """One job that deserialises every cached block of ``lang`` and computes nothing."""
+        return sum(self._rdd(lang).mapPartitions(_touch_partition).collect())

@@ -1,0 +1,444 @@
+"""Contract tests of the corpus backends built from a real ``tfidf`` dataset: local and Spark.
+
+The dataset comes from running the real stages (ingest -> vocabulary -> tfidf) on a tiny
+generated corpus. Every backend is checked against a dense reference assembled independently
+(row by row from ``to_pylist()``), and the two backends against each other.
+
+Tolerances (relative, Frobenius norm): float64 passes differ from the reference only in
+summation order, so 1e-12. float32 passes round inputs and accumulate in float32: each output
+entry is a sum of at most n_l (< 100 here) products, so the relative error is a few times
+``sqrt(n_l) * 6e-8 ~ 6e-7``; 1e-5 leaves a margin of ~10 without hiding a real bug (a wrong
+row, concept or partition would be O(1)).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pickle
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import scipy.linalg
+import scipy.sparse as sp
+
+from pipeline.errors import ConfigError, InputDataError
+from pipeline.io.datasets import read_dataset, write_dataset
+from pipeline.io.schemas import TFIDF
+from pipeline.linalg.backends import make_backend
+from pipeline.linalg.cr5 import solve_cr5
+from pipeline.linalg.local_backend import LocalCorpusBackend
+from pipeline.linalg.spark_backend import (
+    DetachedBackendError,
+    SparkCorpusBackend,
+    _gram_partition,
+    job_description,
+)
+from pipeline.linalg.tfidf_loader import arrow_to_csr
+from pipeline.stages import get_stage
+
+REPO = Path(__file__).resolve().parent.parent
+LANGS = ("de", "en", "fr")
+KINDS = ("local", "spark")
+TOL = {"float64": 1e-12, "float32": 1e-5}
+# Few row blocks per language; 3 > cores exercises the compact merge of partials.
+SPARK_PARTITIONS = {"float64": 2, "float32": 3}
+
+
+# --- the dataset ------------------------------------------------------------------------------
+
+
+def _records(seed: int = 3, n_concepts: int = 60) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    records = []
+    for c in range(n_concepts):
+        for lang in LANGS:
+            if rng.random() < 0.1:
+                continue
+            vocab = [f"{lang}{w}" for w in range(80)]
+            p = 1.0 / np.arange(1, 81)
+            words = rng.choice(vocab, size=int(rng.integers(5, 40)), p=p / p.sum())
+            records.append(
+                {"concept_id": f"c{c:03d}", "lang": lang, "title": "t", "text": " ".join(words)}
+            )
+    return records
+
+
+@pytest.fixture(scope="module")
+def tfidf_path(spark, tmp_path_factory) -> str:
+    from pipeline.config import load_config
+
+    d = tmp_path_factory.mktemp("contract")
+    corpus = d / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    cfg = load_config(
+        [REPO / "conf" / "local.yaml"],
+        [
+            f"paths.root={d / 'out'}",
+            "spark.shuffle_partitions=2",
+            f"ingest.input={corpus}",
+            "features.min_unique_words=2",
+            "features.min_df=2",
+        ],
+    )
+    for stage in ("ingest", "vocabulary", "tfidf"):
+        get_stage(stage)(spark, cfg)
+    return cfg.paths.dataset("tfidf")
+
+
+@pytest.fixture(scope="module")
+def reference(spark, tfidf_path):
+    """``{lang: (dense X_l float64, dense Y_l)}``, K and p_l, assembled row by row."""
+    from pipeline.io.datasets import read_manifest
+
+    report = read_manifest(spark, TFIDF, tfidf_path)["report"]
+    k = report["concepts"]
+    rows = read_dataset(spark, TFIDF, tfidf_path).toArrow().to_pylist()
+    out = {}
+    for lang in LANGS:
+        mine = sorted((r for r in rows if r["lang"] == lang), key=lambda r: r["row"])
+        p = report["per_language"][lang]["vocabulary"]
+        x = np.zeros((len(mine), p))
+        y = np.zeros((len(mine), k))
+        for i, r in enumerate(mine):
+            x[i, r["indices"]] = r["values"]
+            y[i, r["concept_index"]] = 1.0
+        out[lang] = (x, y)
+    return out, k
+
+
+@pytest.fixture(scope="module")
+def backends(spark, tfidf_path):
+    """Every (kind, dtype) backend over the dataset, built once through the factory."""
+    built = {}
+    for dtype in TOL:
+        built["local", dtype] = make_backend("local", spark, tfidf_path, dtype=dtype)
+        built["spark", dtype] = make_backend(
+            "spark",
+            spark,
+            tfidf_path,
+            dtype=dtype,
+            partitions_per_language=SPARK_PARTITIONS[dtype],
+        )
+    yield built
+    for be in built.values():
+        if isinstance(be, SparkCorpusBackend):
+            be.close()
+
+
+@pytest.fixture(params=KINDS)
+def kind(request):
+    return request.param
+
+
+@pytest.fixture(params=sorted(TOL))
+def dtype(request):
+    return request.param
+
+
+def _close(got: np.ndarray, want: np.ndarray, tol: float) -> None:
+    assert got.dtype == np.float64 and got.shape == want.shape
+    assert np.linalg.norm(got - want) <= tol * np.linalg.norm(want), np.linalg.norm(
+        got - want
+    ) / np.linalg.norm(want)
+
+
+# --- the contract, against each backend --------------------------------------------------------
+
+
+def test_sizes_come_from_the_manifest(backends, reference, kind):
+    ref, k = reference
+    be = backends[kind, "float32"]
+    assert be.languages == LANGS
+    assert be.n_concepts == k
+    for lang, (x, _) in ref.items():
+        assert (be.n_docs(lang), be.n_terms(lang)) == x.shape
+    assert be.n_total_docs() == sum(x.shape[0] for x, _ in ref.values())
+
+
+def test_every_method_matches_the_dense_reference(backends, reference, kind, dtype):
+    ref, k = reference
+    be = backends[kind, dtype]
+    be.reset_counts()
+    tol = TOL[dtype]
+    rng = np.random.default_rng(1)
+    b = 7
+    for lang, (x, y) in ref.items():
+        np.testing.assert_allclose(be.column_sums(lang), x.sum(0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(be.column_sq_sums(lang), (x**2).sum(0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(be.concept_counts(lang), y.sum(0))
+        v = rng.standard_normal((x.shape[1], b))
+        p = rng.standard_normal((k, b))
+        _close(be.gram(lang, v), x.T @ (x @ v), tol)
+        _close(be.xt_gather(lang, p), x.T @ (y @ p), tol)
+        _close(be.x_scatter(lang, v), y.T @ (x @ v), tol)
+    counts = be.pass_counts
+    for method in ("gram", "xt_gather", "x_scatter"):
+        assert counts["passes"][method] == len(LANGS)
+        assert counts["column_passes"][method] == b * len(LANGS)
+    for method in ("column_sums", "column_sq_sums", "concept_counts"):
+        assert counts["passes"][method] == len(LANGS)
+        assert counts["column_passes"][method] == 0
+
+
+def test_local_and_spark_agree(backends, dtype):
+    loc, spk = backends["local", dtype], backends["spark", dtype]
+    tol = TOL[dtype]
+    rng = np.random.default_rng(2)
+    for lang in LANGS:
+        v = rng.standard_normal((loc.n_terms(lang), 4))
+        p = rng.standard_normal((loc.n_concepts, 4))
+        for method, arg in (("gram", v), ("xt_gather", p), ("x_scatter", v)):
+            _close(getattr(spk, method)(lang, arg), getattr(loc, method)(lang, arg), tol)
+        for method in ("column_sums", "column_sq_sums", "concept_counts"):
+            np.testing.assert_allclose(
+                getattr(spk, method)(lang), getattr(loc, method)(lang), rtol=1e-12, atol=1e-15
+            )
+
+
+def test_concurrent_passes_from_three_threads(backends, reference, kind):
+    """Three threads at once (on Spark: three concurrent jobs), two on the same language."""
+    ref, k = reference
+    be = backends[kind, "float64"]
+    be.reset_counts()
+    rng = np.random.default_rng(3)
+    jobs = [
+        ("de", "gram", rng.standard_normal((ref["de"][0].shape[1], 5))),
+        ("en", "xt_gather", rng.standard_normal((k, 5))),
+        ("en", "x_scatter", rng.standard_normal((ref["en"][0].shape[1], 5))),
+    ]
+    results: dict[int, list] = {i: [] for i in range(len(jobs))}
+    barrier = threading.Barrier(len(jobs))
+
+    def work(i: int) -> None:
+        lang, method, arg = jobs[i]
+        barrier.wait()
+        for rep in range(2):
+            be.describe(f"cr5/eig{rep}/{method}[{lang}]", rep)
+            results[i].append(getattr(be, method)(lang, arg))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    for i, (lang, method, arg) in enumerate(jobs):
+        x, y = ref[lang]
+        want = {
+            "gram": lambda x=x, arg=arg: x.T @ (x @ arg),
+            "xt_gather": lambda x=x, y=y, arg=arg: x.T @ (y @ arg),
+            "x_scatter": lambda x=x, y=y, arg=arg: y.T @ (x @ arg),
+        }[method]()
+        assert len(results[i]) == 2
+        for got in results[i]:
+            _close(got, want, TOL["float64"])
+    assert be.pass_counts["passes"] == {"gram": 2, "xt_gather": 2, "x_scatter": 2}
+
+
+def test_solve_cr5_gives_the_same_subspace_on_both_backends(backends):
+    """float64 end to end: the backends differ only in summation order, so the subspaces
+    agree far below the 0.1 degree acceptance bound; we require 1e-4 degrees."""
+    params = dict(lam=10.0, r=5, oversampling=5, cg_rtol=1e-6, w_rtol=1e-10, eig_rtol=1e-4)
+    res = {kind: solve_cr5(backends[kind, "float64"], **params) for kind in KINDS}
+    phi = {kind: np.vstack([r.components[lang] for lang in LANGS]) for kind, r in res.items()}
+    angles = np.degrees(scipy.linalg.subspace_angles(phi["local"], phi["spark"]))
+    assert angles.max() < 1e-4, angles
+    np.testing.assert_allclose(res["spark"].eigenvalues, res["local"].eigenvalues, rtol=1e-9)
+    assert res["spark"].history["passes"] == res["local"].history["passes"]
+
+
+# --- Spark specifics ---------------------------------------------------------------------------
+
+
+def test_describe_sets_the_job_description_of_the_calling_thread(spark, backends):
+    be = backends["spark", "float32"]
+    sc = spark.sparkContext
+    seen = {}
+
+    def work(name: str, stage: str, it: int | None) -> None:
+        be.describe(stage, it)
+        seen[name] = sc.getLocalProperty("spark.job.description")
+
+    threads = [
+        threading.Thread(target=work, args=("a", "cr5/eig3/cg[en]", 7)),
+        threading.Thread(target=work, args=("b", "cr5/mean", None)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"a": "cr5 train: eig 3 / cg[en] / it 7", "b": "cr5 train: mean"}
+    assert job_description("cr5/phi/C[de]") == "cr5 train: phi / C[de]"
+
+
+def test_pickle_round_trip_keeps_sizes_and_drops_spark_handles(spark, backends):
+    be = backends["spark", "float32"]
+    blob = pickle.dumps(be)
+    assert len(blob) < 50_000  # sizes and column statistics only
+    clone = pickle.loads(blob)
+    assert clone.fingerprint() == be.fingerprint()
+    assert clone._sc is None and clone._blocks == {}
+    np.testing.assert_array_equal(clone.column_sums("en"), be.column_sums("en"))
+    with pytest.raises(DetachedBackendError, match="from_tfidf"):
+        clone.gram("en", np.ones((be.n_terms("en"), 1)))
+    # A task closure is a module-level function plus a broadcast handle: small, no context.
+    from pyspark import cloudpickle
+
+    sc = spark.sparkContext
+    bc = sc.broadcast(np.ones(3))
+    try:
+        assert len(cloudpickle.dumps(functools.partial(_gram_partition, bc))) < 2_000
+    finally:
+        # Pickling a broadcast outside a job registers it for this thread's next job.
+        sc._pickled_broadcast_vars.clear()
+        bc.destroy()
+
+
+# --- arrow_to_csr ------------------------------------------------------------------------------
+
+
+def _lists(rows: list[list], typ: pa.DataType) -> pa.ListArray:
+    return pa.array(rows, pa.list_(typ))
+
+
+def test_arrow_to_csr_matches_an_independent_construction():
+    rng = np.random.default_rng(4)
+    n, p, k = 40, 30, 9
+    rows = rng.permutation(n)
+    indices = [sorted(rng.choice(p, size=int(rng.integers(0, 6)), replace=False)) for _ in rows]
+    values = [rng.random(len(ix)).astype(np.float32).tolist() for ix in indices]
+    concepts = rng.integers(0, k, size=n)
+    table = pa.table(
+        {
+            "row": pa.array(rows, pa.int64()),
+            "concept_index": pa.array(concepts, pa.int64()),
+            "indices": _lists(indices, pa.int32()),
+            "values": _lists(values, pa.float32()),
+        }
+    )
+    # Several chunks, one of them a slice of a larger array (offsets not starting at 0).
+    chunked = pa.concat_tables([table.slice(0, 13), table.slice(13, 20), table.slice(33)])
+    x, c = arrow_to_csr(chunked, p, lang="xx", n_concepts=k)
+    coo_r = [r for r, ix in zip(rows, indices, strict=True) for _ in ix]
+    coo_c = [j for ix in indices for j in ix]
+    coo_v = [v for vs in values for v in vs]
+    want = sp.coo_matrix((coo_v, (coo_r, coo_c)), shape=(n, p)).toarray()
+    assert x.dtype == np.float32 and x.shape == (n, p) and isinstance(x, sp.csr_matrix)
+    np.testing.assert_array_equal(x.toarray(), want)
+    want_c = np.empty(n, np.int64)
+    want_c[rows] = concepts
+    np.testing.assert_array_equal(c, want_c)
+
+
+def _table(rows, concepts, indices, values) -> pa.Table:
+    return pa.table(
+        {
+            "row": pa.array(rows, pa.int64()),
+            "concept_index": pa.array(concepts, pa.int64()),
+            "indices": _lists(indices, pa.int32()),
+            "values": _lists(values, pa.float32()),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        (_table([0, 0], [0, 1], [[1], [2]], [[1.0], [1.0]]), "row 0 occurs 2 times"),
+        (_table([0, 2], [0, 1], [[1], [2]], [[1.0], [1.0]]), r"row numbers must be 0\.\.1"),
+        (_table([0, 1], [0, 1], [[1], [5]], [[1.0], [1.0]]), r"outside \[0, 5\)"),
+        (_table([0, 1], [0, 3], [[1], [2]], [[1.0], [1.0]]), r"concept_index .* \[0, 3\)"),
+        (_table([0, 1], [0, 1], [[1, 2], [2]], [[1.0], [1.0, 2.0]]), "2 indices but 1 values"),
+        (_table([0], [0], [[1]], [[float("nan")]]), "NaN"),
+    ],
+    ids=["repeated-row", "row-gap", "index>=p", "concept>=K", "ragged", "nan"],
+)
+def test_arrow_to_csr_rejects_bad_rows(table, match):
+    with pytest.raises(InputDataError, match=match):
+        arrow_to_csr(table, 5, lang="xx", n_concepts=3)
+
+
+# --- datasets written by hand: sizes from the manifest, bad input ------------------------------
+
+
+def _write_tfidf(spark, path: str, rows: list[tuple], vocabulary: int, concepts: int) -> str:
+    """Write a one-language ("xx") tfidf dataset with the given manifest sizes."""
+    df = spark.createDataFrame(
+        [("xx", r, f"d{r}", f"c{c}", c, ix, vs) for r, c, ix, vs in rows],
+        TFIDF.schema,
+    )
+    report = {
+        "languages": ["xx"],
+        "concepts": concepts,
+        "per_language": {
+            "xx": {
+                "documents": len(rows),
+                "nnz": sum(len(r[2]) for r in rows),
+                "vocabulary": vocabulary,
+            }
+        },
+    }
+    write_dataset(spark, df, TFIDF, path, manifest={"report": report})
+    return path
+
+
+def test_vocabulary_size_not_largest_index_defines_p(spark, tmp_path, kind):
+    path = _write_tfidf(
+        spark, str(tmp_path / "tfidf"), [(0, 0, [0, 2], [0.6, 0.8]), (1, 1, [1], [1.0])], 10, 4
+    )
+    be = make_backend(kind, spark, path, dtype="float64")
+    try:
+        assert (be.n_terms("xx"), be.n_docs("xx"), be.n_concepts) == (10, 2, 4)
+        g = be.gram("xx", np.eye(10))
+        want = np.zeros((10, 10))
+        want[np.ix_([0, 2], [0, 2])] = np.outer([0.6, 0.8], [0.6, 0.8])
+        want[1, 1] = 1.0
+        np.testing.assert_allclose(g, want, atol=1e-7)
+    finally:
+        if isinstance(be, SparkCorpusBackend):
+            be.close()
+
+
+@pytest.mark.parametrize(
+    "rows, match",
+    [
+        ([(0, 0, [0], [1.0]), (0, 1, [1], [1.0])], r"row"),
+        ([(0, 0, [0], [1.0]), (1, 1, [7], [1.0])], r"term index 0\.\.7 outside \[0, 5\)"),
+        ([(0, 0, [0], [1.0]), (1, 4, [1], [1.0])], r"concept_index 0\.\.4 outside \[0, 3\)"),
+    ],
+    ids=["repeated-row", "index>=p", "concept>=K"],
+)
+def test_bad_datasets_raise_input_data_error(spark, tmp_path, kind, rows, match):
+    path = _write_tfidf(spark, str(tmp_path / "tfidf"), rows, 5, 3)
+    with pytest.raises(InputDataError, match=match):
+        make_backend(kind, spark, path, dtype="float32")
+
+
+def test_unknown_language_is_named(spark, tfidf_path, kind):
+    with pytest.raises(InputDataError, match=r"\['zz'\].*available: \['de', 'en', 'fr'\]"):
+        make_backend(kind, spark, tfidf_path, dtype="float32", languages=["en", "zz"])
+
+
+# --- the factory -------------------------------------------------------------------------------
+
+
+def test_factory_rejects_unknown_kinds_and_foreign_options(spark, tfidf_path):
+    with pytest.raises(ConfigError, match=r"one of \('local', 'spark'\)"):
+        make_backend("gpu", spark, tfidf_path, dtype="float32")
+    with pytest.raises(ConfigError, match="float16"):
+        make_backend("local", spark, tfidf_path, dtype="float16")
+    with pytest.raises(ConfigError, match="partitions_per_language"):
+        make_backend("local", spark, tfidf_path, dtype="float32", partitions_per_language=2)
+    with pytest.raises(ConfigError, match="transpose"):
+        make_backend("spark", spark, tfidf_path, dtype="float32", transpose="csr")
+
+
+def test_factory_builds_the_documented_classes(backends):
+    assert type(backends["local", "float32"]) is LocalCorpusBackend
+    assert type(backends["spark", "float32"]) is SparkCorpusBackend
+    assert backends["spark", "float32"].n_partitions("en") == SPARK_PARTITIONS["float32"]
+    assert {be.dtype for be in backends.values()} == set(TOL)
