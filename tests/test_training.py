@@ -175,3 +175,33 @@ def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_feature
     b = np.vstack([resumed.word_vectors(lang)[1] for lang in ref.languages])
     angles = np.degrees(scipy.linalg.subspace_angles(a.astype(np.float64), b.astype(np.float64)))
     assert angles.max() < 0.1, angles.max()
+
+
+def test_spark_backend_trains_the_same_model_as_local(spark, sample_features, tmp_path):
+    common = [
+        "train.r=6",
+        "train.languages=[en, es]",
+        "train.dtype=float64",
+        "train.checkpoint_dir=",
+    ]
+    models = {}
+    for kind in ("local", "spark"):
+        cfg = cfg_for(
+            sample_features, *common, f"train.backend={kind}", f"paths.model={tmp_path}/{kind}"
+        )
+        get_stage("train")(spark, cfg)
+        models[kind] = Cr5Model.load(tmp_path / kind)
+    # Same algorithm, same data, same seed: only the summation order of the passes
+    # differs, so the eigenvalues agree far inside the solver tolerance (0.1).
+    np.testing.assert_allclose(
+        models["spark"].meta["eigenvalues"], models["local"].meta["eigenvalues"], rtol=1e-6
+    )
+    a, b = (
+        np.vstack([m.word_vectors(lang)[1] for lang in ("en", "es")]).astype(np.float64)
+        for m in (models["local"], models["spark"])
+    )
+    assert np.degrees(scipy.linalg.subspace_angles(a, b)).max() < 0.1
+    for m in models.values():
+        assert m.meta["solver"]["history"]["eigensolver"]["converged"]
+        assert m.meta["training"]["backend"] in ("local", "spark")
+    assert models["spark"].meta["training"]["backend"] == "spark"

@@ -1,0 +1,672 @@
+"""Training benchmark: our Cr5 solver against a straightforward single-machine baseline.
+
+Both methods run on the same seeded synthetic corpus (``bench/synthetic.py``) in one process:
+
+* **ours** — :func:`pipeline.linalg.solve_cr5` (block Lanczos on M = CᵀÂ⁻¹C, Woodbury
+  split into per-language Jacobi-preconditioned block CG, float32 passes), on the local or
+  the Spark backend;
+* **baseline** — what the original Cr5 code does: ``scipy.sparse.linalg.eigsh`` on M as a
+  LinearOperator applied one vector at a time, each application solving Â x = C v with
+  unpreconditioned ``scipy.sparse.linalg.cg`` on the whole Â = X̂ᵀX̂ + λI (implicit centring,
+  no Woodbury, no per-language split), float64; then Φ*ᵀ = Â⁻¹ C P by r more CG solves and
+  row orthonormalisation (Eq. 15).
+
+Reported per method: wall and CPU time, passes over X, peak memory, and crosslingual retrieval
+quality (P@1, MRR, cosine) on held-out documents; then the ratios baseline / ours and the
+principal angles between the two Φ's.
+
+Usage::
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_train.py --docs 20000 \\
+        --out bench/results/train_small.json
+"""
+
+from __future__ import annotations
+
+import os
+
+# Must precede the numpy import: multithreaded BLAS was 5-8x slower on the 2-core machine.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import importlib.util
+import json
+import logging
+import platform
+import resource
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import scipy
+import scipy.linalg as sla
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator, cg, eigsh
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.synthetic import SyntheticCorpus, make_synthetic_corpus  # noqa: E402
+
+log = logging.getLogger("bench_train")
+
+MB = 1024.0 * 1024.0
+
+
+# --- measurement helpers ----------------------------------------------------------------------
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (all threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def maxrss_mb() -> float:
+    """Process resident-set high-water mark (Linux: ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class Measure:
+    """Wall time, CPU time, tracemalloc peak (above the level at entry) and ru_maxrss."""
+
+    def __enter__(self) -> Measure:
+        tracemalloc.reset_peak()
+        self.heap0 = tracemalloc.get_traced_memory()[0]
+        self.cpu0 = cpu_seconds()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.t0
+        self.cpu = cpu_seconds() - self.cpu0
+        self.heap_peak_mb = (tracemalloc.get_traced_memory()[1] - self.heap0) / MB
+        self.maxrss_mb = maxrss_mb()
+
+    def to_dict(self) -> dict:
+        return {
+            "wall_s": round(self.wall, 3),
+            "cpu_s": round(self.cpu, 3),
+            "tracemalloc_peak_mb": round(self.heap_peak_mb, 1),
+            "maxrss_after_mb": round(self.maxrss_mb, 1),
+        }
+
+
+def machine_info() -> dict:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    try:
+        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    except (ValueError, OSError):
+        mem_gb = None
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gb": None if mem_gb is None else round(mem_gb, 1),
+        "load_average_at_start": None if load is None else [round(x, 2) for x in load],
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+    }
+
+
+# --- pass accounting for our backend ----------------------------------------------------------
+
+
+def count_language_passes(backend, nnz: dict[str, int]) -> dict:
+    """Wrap the backend's pass methods on the instance to count passes per language.
+
+    Returns the (live) counter dict ``{method: {lang: [passes, column_passes]}}``.
+    """
+    counts: dict[str, dict[str, list[int]]] = {}
+    for method in ("gram", "xt_gather", "x_scatter"):
+        counts[method] = {lang: [0, 0] for lang in nnz}
+        original = getattr(backend, method)
+
+        def wrapped(lang, block, _orig=original, _c=counts[method]):
+            _c[lang][0] += 1
+            _c[lang][1] += 1 if np.ndim(block) == 1 else int(np.shape(block)[1])
+            return _orig(lang, block)
+
+        setattr(backend, method, wrapped)
+    return counts
+
+
+def full_x_equivalents(counts: dict, nnz: dict[str, int]) -> dict:
+    """Per-language passes weighted by nnz_l / nnz: passes over the *whole* X (data volume)."""
+    total = float(sum(nnz.values()))
+    out = {"passes": 0.0, "column_passes": 0.0, "by_method": {}}
+    for method, per in counts.items():
+        p = sum(v[0] * nnz[lang] / total for lang, v in per.items())
+        c = sum(v[1] * nnz[lang] / total for lang, v in per.items())
+        out["by_method"][method] = {"passes": round(p, 1), "column_passes": round(c, 1)}
+        out["passes"] += p
+        out["column_passes"] += c
+    out["passes"] = round(out["passes"], 1)
+    out["column_passes"] = round(out["column_passes"], 1)
+    return out
+
+
+# --- the baseline -----------------------------------------------------------------------------
+
+
+def baseline_cr5(
+    train: dict[str, tuple[sp.csr_matrix, np.ndarray]],
+    n_concepts: int,
+    *,
+    lam: float,
+    r: int,
+    cg_rtol: float = 0.01,
+    cg_maxiter: int = 500,
+    eig_tol: float = 0.1,
+    seed: int = 0,
+) -> tuple[dict[str, np.ndarray], np.ndarray, dict]:
+    """The original method, one vector at a time (see the module docstring).
+
+    Returns ``(components {lang: Φ_lᵀ (p_l, r)}, eigenvalues (r,) descending, stats)``.
+    One "pass over X" is one traversal of all rows of X carrying one vector: Xᵀ(Xu) in a CG
+    iteration, Xᵀ(Y v) in a C-product and Yᵀ(Xu) in a Cᵀ-product (the same definition as the
+    backends' ``gram`` / ``xt_gather`` / ``x_scatter``); ``sparse_matvecs`` counts scipy kernel
+    calls (a CG iteration makes two).
+    """
+    langs = list(train)
+    x = sp.block_diag([train[lang][0] for lang in langs], format="csr", dtype=np.float64)
+    y = np.concatenate([train[lang][1] for lang in langs]).astype(np.int64)
+    xt = x.T  # implicit CSC view, no copy
+    n, p = x.shape
+    k = int(n_concepts)
+    mu = np.asarray(x.sum(axis=0)).ravel() / n
+    nu = np.bincount(y, minlength=k) / n
+    stats = {
+        "passes": {"gram": 0, "xt_gather": 0, "x_scatter": 0},
+        "sparse_matvecs": 0,
+        "m_applications": 0,
+        "cg_solves": 0,
+        "cg_iterations": 0,
+        "cg_not_converged": 0,
+        "cg_iterations_per_solve": [],
+    }
+    ps = stats["passes"]
+
+    def a_mv(u: np.ndarray) -> np.ndarray:
+        u = np.ravel(u)
+        ps["gram"] += 1
+        stats["sparse_matvecs"] += 2
+        return xt @ (x @ u) - (n * (mu @ u)) * mu + lam * u
+
+    a_op = LinearOperator((p, p), matvec=a_mv, dtype=np.float64)
+
+    def c_mv(v: np.ndarray) -> np.ndarray:
+        v = np.ravel(v)
+        ps["xt_gather"] += 1
+        stats["sparse_matvecs"] += 1
+        return xt @ v[y] - (n * (nu @ v)) * mu
+
+    def ct_mv(u: np.ndarray) -> np.ndarray:
+        u = np.ravel(u)
+        ps["x_scatter"] += 1
+        stats["sparse_matvecs"] += 1
+        return np.bincount(y, weights=x @ u, minlength=k) - (n * (mu @ u)) * nu
+
+    def solve(rhs: np.ndarray) -> np.ndarray:
+        it = [0]
+
+        def cb(_xk):
+            it[0] += 1
+
+        sol, info = cg(a_op, rhs, rtol=cg_rtol, maxiter=cg_maxiter, callback=cb)
+        stats["cg_solves"] += 1
+        stats["cg_iterations"] += it[0]
+        stats["cg_iterations_per_solve"].append(it[0])
+        if info != 0:
+            stats["cg_not_converged"] += 1
+        return sol
+
+    def m_mv(v: np.ndarray) -> np.ndarray:
+        stats["m_applications"] += 1
+        return ct_mv(solve(c_mv(v)))
+
+    m_op = LinearOperator((k, k), matvec=m_mv, dtype=np.float64)
+    v0 = np.random.default_rng(seed).standard_normal(k)
+    t0 = time.perf_counter()
+    vals, vecs = eigsh(m_op, k=r, which="LA", tol=eig_tol, v0=v0)
+    stats["eigsh_seconds"] = round(time.perf_counter() - t0, 3)
+    stats["eigsh_m_applications"] = stats["m_applications"]
+    order = np.argsort(vals)[::-1]
+    vals, vecs = vals[order], vecs[:, order]
+
+    t0 = time.perf_counter()
+    phi_star_t = np.column_stack([solve(c_mv(vecs[:, j])) for j in range(r)])
+    gram = phi_star_t.T @ phi_star_t
+    lam_g, q = np.linalg.eigh(0.5 * (gram + gram.T))
+    lam_g, q = lam_g[::-1], q[:, ::-1]
+    phi_t = (phi_star_t @ q) / np.sqrt(lam_g)
+    stats["phi_seconds"] = round(time.perf_counter() - t0, 3)
+    its = np.asarray(stats.pop("cg_iterations_per_solve"))
+    stats["cg_iterations_per_solve"] = {
+        "min": int(its.min()),
+        "median": float(np.median(its)),
+        "max": int(its.max()),
+    }
+    bounds = np.cumsum([0] + [train[lang][0].shape[1] for lang in langs])
+    comps = {
+        lang: np.ascontiguousarray(phi_t[bounds[i] : bounds[i + 1]], dtype=np.float32)
+        for i, lang in enumerate(langs)
+    }
+    return comps, vals, stats
+
+
+# --- our solver -------------------------------------------------------------------------------
+
+
+def write_tfidf_dataset(corpus: SyntheticCorpus, path: Path) -> None:
+    """Write the training rows as a ``tfidf`` dataset (Parquet by lang + manifest)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    per_language = {}
+    for lang, (x, concepts) in corpus.train.items():
+        x = sp.csr_matrix(x)
+        x.sort_indices()
+        n = x.shape[0]
+        offsets = pa.array(x.indptr.astype(np.int32))
+        table = pa.table(
+            {
+                "row": pa.array(np.arange(n, dtype=np.int64)),
+                "doc_id": pa.array([f"{lang}:{i}" for i in range(n)]),
+                "concept_id": pa.array([f"Q{c}" for c in concepts]),
+                "concept_index": pa.array(concepts.astype(np.int64)),
+                "indices": pa.ListArray.from_arrays(offsets, pa.array(x.indices.astype(np.int32))),
+                "values": pa.ListArray.from_arrays(offsets, pa.array(x.data.astype(np.float32))),
+            }
+        )
+        part = path / f"lang={lang}"
+        part.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, part / "part-0.parquet", row_group_size=50_000)
+        per_language[lang] = {"documents": n, "vocabulary": x.shape[1], "nnz": int(x.nnz)}
+    manifest = {
+        "dataset": "tfidf",
+        "producer": "tfidf",
+        "report": {"concepts": corpus.n_concepts, "per_language": per_language},
+    }
+    (path / "_manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def make_our_backend(kind: str, corpus: SyntheticCorpus, workdir: Path, spark_master: str):
+    """Return ``(backend, closer, setup_info)`` for ``kind`` in {"local", "spark"}."""
+    from pipeline.linalg import LocalCorpusBackend
+
+    if kind == "local":
+        return LocalCorpusBackend(corpus.train, corpus.n_concepts, dtype="float32"), None, {}
+    if importlib.util.find_spec("pipeline.linalg.spark_backend") is None:
+        return None, None, {"skipped": "pipeline/linalg/spark_backend.py does not exist yet"}
+    from pipeline.config import SparkConfig
+    from pipeline.linalg.backends import make_backend
+    from pipeline.spark import get_spark
+
+    t0 = time.perf_counter()
+    path = workdir / "tfidf"
+    write_tfidf_dataset(corpus, path)
+    t1 = time.perf_counter()
+    spark = get_spark(
+        SparkConfig(
+            master=spark_master,
+            driver_memory="6g",
+            conf={"spark.ui.showConsoleProgress": "false"},
+        )
+    )
+    t2 = time.perf_counter()
+    backend = make_backend("spark", spark, str(path), languages=list(corpus.train))
+    t3 = time.perf_counter()
+    setup = {
+        "master": spark_master,
+        "write_parquet_s": round(t1 - t0, 2),
+        "session_start_s": round(t2 - t1, 2),
+        "load_and_cache_s": round(t3 - t2, 2),
+        "partitions": {lang: backend.n_partitions(lang) for lang in backend.languages},
+    }
+
+    def close() -> None:
+        backend.close()
+        spark.stop()
+
+    return backend, close, setup
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def retrieval(
+    components: dict[str, np.ndarray], test: dict[str, tuple[sp.csr_matrix, np.ndarray]]
+) -> dict:
+    """P@1 and MRR (cosine) of held-out crosslingual retrieval for every ordered pair.
+
+    Queries: held-out documents of language A; candidates: all held-out documents of B; the
+    target is the document of the same concept (row i of every language is concept i).
+    """
+    emb = {}
+    for lang, (x, _) in test.items():
+        e = np.asarray(x @ components[lang], dtype=np.float64)
+        e /= np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-30)
+        emb[lang] = e
+    out = {}
+    langs = list(test)
+    for a in langs:
+        for b in langs:
+            if a == b:
+                continue
+            s = emb[a] @ emb[b].T
+            true = np.diag(s)
+            rank = 1 + (s > true[:, None]).sum(axis=1)
+            out[f"{a}->{b}"] = {
+                "p@1": round(float(np.mean(rank == 1)), 4),
+                "mrr": round(float(np.mean(1.0 / rank)), 4),
+                "n_queries": int(s.shape[0]),
+                "n_candidates": int(s.shape[1]),
+            }
+    return out
+
+
+def principal_angles(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict:
+    langs = list(a)
+    pa_ = np.concatenate([a[lang] for lang in langs]).astype(np.float64)
+    pb_ = np.concatenate([b[lang] for lang in langs]).astype(np.float64)
+    ang = np.degrees(sla.subspace_angles(pa_, pb_))[::-1]  # ascending
+    r = ang.size
+    out = {
+        "r": r,
+        "degrees_min": round(float(ang.min()), 2),
+        "degrees_median": round(float(np.median(ang)), 2),
+        "degrees_max": round(float(ang.max()), 2),
+        "n_below_10deg": int((ang < 10).sum()),
+        "n_below_30deg": int((ang < 30).sum()),
+    }
+    top = max(1, r // 5)
+    sub = np.degrees(sla.subspace_angles(pa_[:, :top], pb_[:, :top]))
+    out[f"top{top}_degrees_max"] = round(float(sub.max()), 2)
+    return out
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=20_000, help="training documents (target)")
+    ap.add_argument("--languages", type=int, default=3)
+    ap.add_argument("--concepts", type=int, default=None, help="default: one doc per pair")
+    ap.add_argument("--vocab", type=int, default=20_000, help="p of the first language")
+    ap.add_argument("--topics", type=int, default=200)
+    ap.add_argument("--tokens", type=float, default=60.0, help="mean tokens per document")
+    ap.add_argument("--test", type=int, default=1_000, help="held-out concepts")
+    ap.add_argument("--r", type=int, default=50)
+    ap.add_argument("--oversampling", type=int, default=20)
+    ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--backend", choices=("local", "spark"), default="local")
+    ap.add_argument("--spark-master", default="local[2]")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument(
+        "--baseline-eig-tol",
+        type=float,
+        default=0.1,
+        help="eigsh tol of the baseline (paper: 0.1); smaller to match our retrieval quality",
+    )
+    ap.add_argument("--out", type=Path, default=None, help="bench/results/train_<name>.json")
+    return ap.parse_args(argv)
+
+
+def fmt_row(cells: list, widths: list[int]) -> str:
+    return "  ".join(
+        str(c).rjust(w) if i else str(c).ljust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    tracemalloc.start()
+    info = machine_info()
+    print("== machine")
+    for key, val in info.items():
+        print(f"  {key}: {val}")
+    if info["OPENBLAS_NUM_THREADS"] != "1":
+        print("  WARNING: OPENBLAS_NUM_THREADS is not 1 (multithreaded BLAS was 5-8x slower here)")
+
+    with Measure() as m_gen:
+        corpus = make_synthetic_corpus(
+            n_docs=args.docs,
+            n_languages=args.languages,
+            n_concepts=args.concepts,
+            vocab=args.vocab,
+            n_topics=args.topics,
+            mean_tokens=args.tokens,
+            n_test=args.test,
+            seed=args.seed,
+        )
+    ci = corpus.info
+    nnz = {lang: v["nnz"] for lang, v in ci["per_language"].items()}
+    b = min(args.r + args.oversampling, corpus.n_concepts)
+    print(f"== corpus (generated in {m_gen.wall:.1f} s, seed {args.seed})")
+    print(
+        f"  n = {ci['n_train']} training docs, K = {corpus.n_concepts} training concepts, "
+        f"nnz = {ci['nnz']}, topics = {ci['n_topics']}, held-out concepts = {args.test}"
+    )
+    for lang, v in ci["per_language"].items():
+        print(
+            f"  {lang}: n_l = {v['n_train']:>7}  p_l = {v['p']:>6}  nnz_l = {v['nnz']:>9}  "
+            f"coverage = {v['coverage']:.2f}  test docs = {v['n_test']}"
+        )
+    print(f"  r = {args.r}, oversampling = {args.oversampling}, b = {b}, lambda = {args.lam}")
+    print(
+        "  tolerances: CG rtol 0.01 / maxiter 500, eigensolver rtol 0.1 (ours: maxiter 250; "
+        "w = B^-1 mu solved to 1e-6)"
+    )
+    results: dict = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "machine": info,
+        "corpus": ci,
+        "block_size": b,
+        "memory_note": (
+            "tracemalloc_peak_mb: peak of Python/numpy heap allocations (numpy and scipy.sparse "
+            "arrays are traced) during the phase, above the level at its start; "
+            "maxrss_after_mb: process RSS high-water mark (ru_maxrss) after the phase, "
+            "cumulative over the run; neither includes Spark JVM/executor memory"
+        ),
+    }
+
+    # --- ours ------------------------------------------------------------------------------
+    from pipeline.linalg import solve_cr5
+
+    ours_comps = None
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+        backend, close, setup = make_our_backend(args.backend, corpus, Path(tmp), args.spark_master)
+        if backend is None:
+            print(f"== ours [{args.backend}]: SKIPPED: {setup['skipped']}")
+            results["ours"] = {"backend": args.backend, **setup}
+        else:
+            if setup:
+                print(f"== ours [{args.backend}] setup (not timed below): {setup}")
+            counts = count_language_passes(backend, nnz)
+            print(f"== ours [{args.backend}] running ...", flush=True)
+            try:
+                with Measure() as m_ours:
+                    res = solve_cr5(
+                        backend,
+                        lam=args.lam,
+                        r=args.r,
+                        oversampling=args.oversampling,
+                        cg_rtol=0.01,
+                        cg_maxiter=500,
+                        eig_rtol=0.1,
+                        eig_maxiter=250,
+                        seed=args.seed,
+                    )
+            finally:
+                if close is not None:
+                    close()
+            ours_comps = res.components
+            h = res.history
+            solves = h["solves"]
+            results["ours"] = {
+                "backend": args.backend,
+                "setup": setup,
+                **m_ours.to_dict(),
+                "timings": h["timings"],
+                "eigensolver_iterations": h["eigensolver"]["n_iter"],
+                "eigensolver_converged": h["eigensolver"]["converged"],
+                "backend_pass_counts": h["passes"],
+                "per_language_passes": counts,
+                "full_x_equivalent": full_x_equivalents(counts, nnz),
+                "cg_iterations_per_solve": {
+                    lang: [s["n_iter"].get(lang) for s in solves] for lang in corpus.train
+                },
+                "eigenvalues_top5": [round(float(v), 6) for v in res.eigenvalues[:5]],
+                "retrieval": retrieval(res.components, corpus.test),
+            }
+            fx = results["ours"]["full_x_equivalent"]
+            print(
+                f"   done: {m_ours.wall:.1f} s wall, {m_ours.cpu:.1f} s CPU, "
+                f"{h['eigensolver']['n_iter']} Lanczos iterations, "
+                f"{fx['passes']} full-X passes ({fx['column_passes']} column-passes)"
+            )
+
+    # --- baseline --------------------------------------------------------------------------
+    base_comps = None
+    if args.skip_baseline:
+        print("== baseline: skipped (--skip-baseline)")
+    else:
+        print(
+            f"== baseline [scipy eigsh tol {args.baseline_eig_tol} + cg, one vector at a time, "
+            "float64] running ...",
+            flush=True,
+        )
+        with Measure() as m_base:
+            base_comps, base_vals, bstats = baseline_cr5(
+                corpus.train,
+                corpus.n_concepts,
+                lam=args.lam,
+                r=args.r,
+                eig_tol=args.baseline_eig_tol,
+                seed=args.seed,
+            )
+        total_passes = sum(bstats["passes"].values())
+        results["baseline"] = {
+            **m_base.to_dict(),
+            **bstats,
+            "full_x_equivalent": {"passes": total_passes, "column_passes": total_passes},
+            "eigenvalues_top5": [round(float(v), 6) for v in base_vals[:5]],
+            "retrieval": retrieval(base_comps, corpus.test),
+        }
+        print(
+            f"   done: {m_base.wall:.1f} s wall, {m_base.cpu:.1f} s CPU, "
+            f"{bstats['m_applications']} M applications, {bstats['cg_iterations']} CG iterations, "
+            f"{total_passes} passes"
+        )
+
+    if ours_comps is not None and base_comps is not None:
+        results["principal_angles"] = principal_angles(ours_comps, base_comps)
+        o, bl = results["ours"], results["baseline"]
+        results["ratio_baseline_over_ours"] = {
+            "wall": round(bl["wall_s"] / o["wall_s"], 2),
+            "cpu": round(bl["cpu_s"] / o["cpu_s"], 2),
+            "passes": round(
+                bl["full_x_equivalent"]["passes"] / o["full_x_equivalent"]["passes"], 2
+            ),
+            "column_passes": round(
+                bl["full_x_equivalent"]["column_passes"] / o["full_x_equivalent"]["column_passes"],
+                2,
+            ),
+            "tracemalloc_peak": round(bl["tracemalloc_peak_mb"] / o["tracemalloc_peak_mb"], 2),
+        }
+
+    print_table(results, corpus)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, default=float) + "\n")
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+def print_table(results: dict, corpus: SyntheticCorpus) -> None:
+    langs = list(corpus.train)
+    a, b = langs[0], langs[1]
+    methods = [m for m in ("ours", "baseline") if "wall_s" in results.get(m, {})]
+    if not methods:
+        return
+    print("\n== results")
+    widths = [34] + [16] * len(methods) + ([16] if len(methods) == 2 else [])
+    head = ["", *methods] + (["baseline/ours"] if len(methods) == 2 else [])
+    print(fmt_row(head, widths))
+    ratio = results.get("ratio_baseline_over_ours", {})
+
+    def row(label: str, key, ratio_key: str | None = None) -> None:
+        cells = [label] + [key(results[m]) for m in methods]
+        if len(methods) == 2:
+            cells.append(ratio.get(ratio_key, "") if ratio_key else "")
+        print(fmt_row(cells, widths))
+
+    row("wall time [s]", lambda r: f"{r['wall_s']:.1f}", "wall")
+    row("CPU time [s]", lambda r: f"{r['cpu_s']:.1f}", "cpu")
+    row("passes over X (full-X equiv.)", lambda r: r["full_x_equivalent"]["passes"], "passes")
+    row(
+        "column-passes (full-X equiv.)",
+        lambda r: r["full_x_equivalent"]["column_passes"],
+        "column_passes",
+    )
+    row(
+        "peak heap, tracemalloc [MB]",
+        lambda r: f"{r['tracemalloc_peak_mb']:.0f}",
+        "tracemalloc_peak",
+    )
+    row("ru_maxrss after phase [MB]", lambda r: f"{r['maxrss_after_mb']:.0f}")
+    for pair in (f"{a}->{b}", f"{b}->{a}"):
+        row(f"P@1 {pair}", lambda r, p=pair: f"{r['retrieval'][p]['p@1']:.3f}")
+        row(f"MRR {pair}", lambda r, p=pair: f"{r['retrieval'][p]['mrr']:.3f}")
+
+    def mean_over_pairs(r: dict, key: str) -> str:
+        return f"{np.mean([v[key] for v in r['retrieval'].values()]):.3f}"
+
+    row("P@1 mean over all pairs", lambda r: mean_over_pairs(r, "p@1"))
+    row("MRR mean over all pairs", lambda r: mean_over_pairs(r, "mrr"))
+    row("top eigenvalue of M", lambda r: f"{r['eigenvalues_top5'][0]:.4g}")
+    if "baseline" in methods:
+        bl = results["baseline"]
+        print(
+            f"  baseline: {bl['m_applications']} M applications ({bl['eigsh_m_applications']} in "
+            f"eigsh), {bl['cg_solves']} CG solves, {bl['cg_iterations']} CG iterations "
+            f"(per solve {bl['cg_iterations_per_solve']}), {bl['cg_not_converged']} not converged; "
+            f"eigsh {bl['eigsh_seconds']} s, Phi {bl['phi_seconds']} s"
+        )
+    if "ours" in methods:
+        o = results["ours"]
+        print(
+            f"  ours: {o['eigensolver_iterations']} block-Lanczos iterations "
+            f"(converged={o['eigensolver_converged']}), timings {o['timings']}"
+        )
+        print(f"  ours: backend pass counts (per-language passes) {o['backend_pass_counts']}")
+        print(f"  ours: CG iterations per solve {o['cg_iterations_per_solve']}")
+    if "principal_angles" in results:
+        print(f"  principal angles ours vs baseline: {results['principal_angles']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
