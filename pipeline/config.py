@@ -170,6 +170,22 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class EmbedConfig:
+    """Stage ``embed``: documents to the ``embeddings`` dataset with a trained model."""
+
+    # Parquet or JSON Lines with doc_id, lang, text (concept_id optional); default: the
+    # documents dataset.
+    input: str | None = None
+    format: Literal["auto", "parquet", "jsonl"] = "auto"
+    # Embed only these languages (empty: every language of the model found in the input).
+    languages: list[str] = field(default_factory=list)
+    # Documents per Arrow batch on the executors: bounds their memory.
+    batch_rows: int = _bounded(4096, lo=1)
+    # L2-normalise the vectors (cosine retrieval does not need it).
+    normalize: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration of a pipeline run."""
 
@@ -179,6 +195,7 @@ class Config:
     text: TextConfig = field(default_factory=TextConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -108,8 +108,20 @@ def summarize(name: str, report: dict) -> str:
         lines.append("   lang " + "".join(f"{c:>20}" for c in cols))
         for lang, v in sorted(per_lang.items()):
             lines.append(f"   {lang:<4} " + "".join(f"{v.get(c, ''):>20}" for c in cols))
-    keys = ("documents", "concepts", "nnz", "dropped", "languages", "setup", "r", "lam",
-            "eigenvalues", "eigensolver_iterations", "fit_seconds", "passes_over_x")
+    keys = (
+        "documents",
+        "concepts",
+        "nnz",
+        "dropped",
+        "languages",
+        "setup",
+        "r",
+        "lam",
+        "eigenvalues",
+        "eigensolver_iterations",
+        "fit_seconds",
+        "passes_over_x",
+    )
     extra = {k: report[k] for k in keys if k in report}
     if extra:
         lines.append("   " + json.dumps(extra, sort_keys=True, default=str))

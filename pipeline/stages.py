@@ -23,10 +23,11 @@ STAGES: dict[str, str] = {
     "vocabulary": "pipeline.features.vocabulary:run",
     "tfidf": "pipeline.features.tfidf:run",
     "train": "pipeline.training:run",
+    "embed": "pipeline.embedding.job:run",
 }
 
 # What the README's main command runs on the bundled sample.
-DEMO_CHAIN: tuple[str, ...] = ("ingest", "vocabulary", "tfidf", "train")
+DEMO_CHAIN: tuple[str, ...] = ("ingest", "vocabulary", "tfidf", "train", "embed")
 
 
 def get_stage(name: str) -> StageFn:

@@ -97,6 +97,8 @@ EMBEDDINGS = DatasetSpec(
         ("doc_id", StringType(), False),
         ("lang", StringType(), False),
         ("concept_id", StringType(), True),
+        # Distinct in-vocabulary terms of the document; 0 means the vector is all zeros.
+        ("n_terms", IntegerType(), False),
         ("vector", ArrayType(FloatType(), False), False),
     ),
     partition_by=("lang",),

@@ -10,7 +10,9 @@ terms each text had, so callers can flag those rows.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,19 +20,31 @@ import scipy.sparse as sp
 
 from pipeline.errors import ModelError
 from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
-from pipeline.model.format import LanguageMap, load_model_files
+from pipeline.model.format import LanguageMap, load_model_files, read_model_json
 from pipeline.text.tokenizer import Tokenizer
 
 
 class Cr5Model:
     """Per-language linear maps into one crosslingual space.
 
-    Use :meth:`load`; the constructor takes already-loaded parts.
+    Use :meth:`load`. Languages are read from disk on first use, so an executor that
+    embeds only German documents loads only German's Φ.
     """
 
-    def __init__(self, meta: dict, maps: dict[str, LanguageMap]) -> None:
+    def __init__(
+        self,
+        meta: dict,
+        maps: dict[str, LanguageMap],
+        *,
+        path: Path | None = None,
+        verify: bool = True,
+    ) -> None:
         self.meta = meta
-        self._maps = maps
+        self.path = path
+        self._verify = verify
+        self._maps = dict(maps)
+        self._vocab: dict[str, LanguageVocabulary] = {}
+        self._lock = threading.Lock()
         text = meta.get("preprocessing", {}).get("text", {})
         self.tokenizer = Tokenizer(
             normalization=text.get("normalization", "NFKC"),
@@ -38,17 +52,23 @@ class Cr5Model:
             split_cjk=text.get("split_cjk", True),
             min_token_length=text.get("min_token_length", 1),
         )
-        self._vocab = {lang: LanguageVocabulary(m.terms, m.idf) for lang, m in maps.items()}
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, verify: bool = True) -> Cr5Model:
-        """Load and verify a model directory (see :mod:`pipeline.model.format`)."""
+    def load(cls, path: str | os.PathLike, *, verify: bool = True, lazy: bool = False) -> Cr5Model:
+        """Load a model directory (see :mod:`pipeline.model.format`).
+
+        ``verify`` checks every file's SHA-256; ``lazy`` defers reading each language's
+        arrays to its first use (``model.json`` is always read and checked at once).
+        """
+        path = Path(path)
+        if lazy:
+            return cls(read_model_json(path), {}, path=path, verify=verify)
         meta, maps = load_model_files(path, verify=verify)
-        return cls(meta, maps)
+        return cls(meta, maps, path=path, verify=verify)
 
     @property
     def languages(self) -> list[str]:
-        return list(self._maps)
+        return list(self.meta["languages"])
 
     @property
     def dim(self) -> int:
@@ -56,17 +76,27 @@ class Cr5Model:
         return int(self.meta["r"])
 
     def _map(self, lang: str) -> LanguageMap:
-        if lang not in self._maps:
+        if lang not in self.meta["languages"]:
             raise ModelError(
                 f"language {lang!r} is not in this model; its languages are: "
                 f"{', '.join(self.languages)}"
             )
+        with self._lock:
+            if lang not in self._maps:
+                if self.path is None:
+                    raise ModelError(f"language {lang!r} was not loaded and the model has no path")
+                self._maps.update(
+                    load_model_files(self.path, verify=self._verify, languages=[lang])[1]
+                )
+            if lang not in self._vocab:
+                lm = self._maps[lang]
+                self._vocab[lang] = LanguageVocabulary(lm.terms, lm.idf)
         return self._maps[lang]
 
     def tfidf(self, texts: Sequence[str | None], lang: str) -> sp.csr_matrix:
         """TF-IDF rows of ``texts``: csr_matrix of shape (n_texts, p_l), float32."""
         lm = self._map(lang)
-        arr = pa.array(list(texts), type=pa.string())
+        arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), type=pa.string())
         tokens, doc_of = self.tokenizer.flat_tokens(arr)
         indptr, indices, values = tfidf_rows(tokens, doc_of, len(arr), self._vocab[lang])
         return sp.csr_matrix((values, indices, indptr), shape=(len(arr), len(lm.terms)))

@@ -168,26 +168,27 @@ def read_model_json(path: str | os.PathLike) -> dict:
     return meta
 
 
-def load_model_files(path: str | os.PathLike, *, verify: bool = True) -> tuple[dict, dict]:
+def load_model_files(
+    path: str | os.PathLike, *, verify: bool = True, languages: list[str] | None = None
+) -> tuple[dict, dict]:
     """Load a model directory: returns (``model.json`` dict, ``{lang: LanguageMap}``).
 
-    With ``verify`` every file's size and SHA-256 are checked against ``model.json``.
+    With ``verify`` every file's size and SHA-256 are checked against ``model.json``
+    (sizes are always checked). ``languages`` loads only those languages.
     """
     path = Path(path)
     meta = read_model_json(path)
-    for rel, info in meta["files"].items():
-        f = path / rel
-        if not f.is_file():
-            raise ModelError(f"model file {f} is missing; the model is incomplete")
-        if f.stat().st_size != info["bytes"]:
-            raise ModelError(
-                f"model file {f} has {f.stat().st_size} bytes, model.json says {info['bytes']}: "
-                "the file is truncated or was replaced"
-            )
-        if verify and _sha256(f) != info["sha256"]:
-            raise ModelError(f"model file {f} fails its SHA-256 check: the file is corrupted")
+    if languages is None:
+        languages = list(meta["languages"])
+    unknown = [lang for lang in languages if lang not in meta["languages"]]
+    if unknown:
+        raise ModelError(
+            f"language(s) {unknown} are not in the model at {path}; its languages are: "
+            f"{', '.join(meta['languages'])}"
+        )
+    verify_files(path, meta, languages, checksums=verify)
     out: dict[str, LanguageMap] = {}
-    for lang in meta["languages"]:
+    for lang in languages:
         d = path / "languages" / lang
         try:
             phi = np.load(d / "phi.npy", allow_pickle=False)
@@ -209,3 +210,28 @@ def load_model_files(path: str | os.PathLike, *, verify: bool = True) -> tuple[d
         lm.validate(lang, int(meta["r"]))
         out[lang] = lm
     return meta, out
+
+
+def verify_files(
+    path: str | os.PathLike, meta: dict, languages: list[str], *, checksums: bool = True
+) -> None:
+    """Check the files of ``languages`` (and shared files) against ``model.json``.
+
+    Sizes are always compared; with ``checksums`` the SHA-256 too. Raises ModelError.
+    """
+    path = Path(path)
+    verify = checksums
+    prefixes = tuple(f"languages/{lang}/" for lang in languages)
+    for rel, info in meta["files"].items():
+        if rel.startswith("languages/") and not rel.startswith(prefixes):
+            continue
+        f = path / rel
+        if not f.is_file():
+            raise ModelError(f"model file {f} is missing; the model is incomplete")
+        if f.stat().st_size != info["bytes"]:
+            raise ModelError(
+                f"model file {f} has {f.stat().st_size} bytes, model.json says {info['bytes']}: "
+                "the file is truncated or was replaced"
+            )
+        if verify and _sha256(f) != info["sha256"]:
+            raise ModelError(f"model file {f} fails its SHA-256 check: the file is corrupted")

@@ -1,0 +1,1 @@
+"""Embedding documents with a trained model: the Spark job, the CLI, pretrained import."""

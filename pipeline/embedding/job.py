@@ -1,0 +1,188 @@
+"""Stage ``embed``: any document collection to the ``embeddings`` dataset.
+
+Executors embed Arrow batches of ``embed.batch_rows`` documents with the same code as
+:meth:`pipeline.model.Cr5Model.embed` (tokeniser, vocabulary, IDF, Φ_l), so the
+vectors equal the Python API's to the last bit. Each Python worker loads the model
+once, and only the languages it meets (lazily); memory per executor is bounded by
+the batch size plus the loaded languages' Φ_l. On a cluster the model directory is
+shipped with ``SparkContext.addFile``; in local mode executors read it in place.
+Languages the model does not know are counted, reported and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.config import Config
+from pipeline.errors import InputDataError
+from pipeline.io.datasets import HadoopFS, read_dataset, write_dataset
+from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
+from pipeline.model.cr5_model import Cr5Model
+from pipeline.model.format import read_model_json, verify_files
+
+log = logging.getLogger(__name__)
+
+OUTPUT_SCHEMA = "doc_id string, lang string, concept_id string, n_terms int, vector array<float>"
+
+# One model per Python worker process, keyed by its location.
+_MODELS: dict[str, Cr5Model] = {}
+
+
+def _model_at(location: str, shipped: bool) -> Cr5Model:
+    if location not in _MODELS:
+        path = location
+        if shipped:
+            from pyspark import SparkFiles
+
+            path = SparkFiles.get(location)
+        # The driver verified the checksums; executors check sizes only.
+        _MODELS[location] = Cr5Model.load(path, verify=False, lazy=True)
+    return _MODELS[location]
+
+
+def embed_batch(model: Cr5Model, batch: pa.RecordBatch, *, normalize: bool) -> pa.RecordBatch:
+    """Embed one Arrow batch (columns doc_id, lang, text[, concept_id]); one row per doc."""
+    n = batch.num_rows
+    r = model.dim
+    vectors = np.zeros((n, r), dtype=np.float32)
+    counts = np.zeros(n, dtype=np.int32)
+    langs = batch.column("lang")
+    for lang in pc.unique(langs).to_pylist():
+        rows = np.flatnonzero(pc.equal(langs, lang).to_numpy(zero_copy_only=False))
+        texts = batch.column("text").take(pa.array(rows))
+        v, c = model.embed_with_counts(texts, lang)
+        vectors[rows] = v
+        counts[rows] = c
+    if normalize:
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        np.divide(vectors, norms, out=vectors, where=norms > 0)
+    names = batch.schema.names
+    concept = batch.column("concept_id") if "concept_id" in names else pa.nulls(n, pa.string())
+    offsets = pa.array(np.arange(0, (n + 1) * r, r, dtype=np.int32))
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("doc_id"),
+            langs,
+            concept,
+            pa.array(counts),
+            pa.ListArray.from_arrays(offsets, pa.array(vectors.ravel())),
+        ],
+        names=["doc_id", "lang", "concept_id", "n_terms", "vector"],
+    )
+
+
+def embed_fn(
+    location: str, *, shipped: bool, normalize: bool
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function; captures only strings and flags."""
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        model = _model_at(location, shipped)
+        for batch in batches:
+            yield embed_batch(model, batch, normalize=normalize)
+
+    return fn
+
+
+def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
+    """The documents to embed: the documents dataset, or ``embed.input``."""
+    e = cfg.embed
+    if e.input is None:
+        return read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
+    if not HadoopFS(spark, e.input).exists(e.input):
+        raise InputDataError(f"embed.input {e.input} does not exist")
+    fmt = e.format
+    if fmt == "auto":
+        fmt = (
+            "jsonl" if e.input.rstrip("/").endswith((".jsonl", ".json", ".ndjson")) else ("parquet")
+        )
+    df = spark.read.json(e.input) if fmt == "jsonl" else spark.read.parquet(e.input)
+    missing = [c for c in ("doc_id", "lang", "text") if c not in df.columns]
+    if missing:
+        raise InputDataError(
+            f"embed.input {e.input} lacks column(s) {missing} (has {df.columns}); it needs "
+            "doc_id, lang and text (concept_id is optional)"
+        )
+    if "concept_id" not in df.columns:
+        df = df.withColumn("concept_id", F.lit(None).cast("string"))
+    return df
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    e = cfg.embed
+    model_path = cfg.paths.dataset("model")
+    meta = read_model_json(model_path)
+    docs = read_input(spark, cfg).select(
+        F.col("doc_id").cast("string"),
+        F.lower(F.trim(F.col("lang").cast("string"))).alias("lang"),
+        F.col("concept_id").cast("string"),
+        F.col("text").cast("string"),
+    )
+    found = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().collect()}
+    wanted = [lang for lang in (e.languages or sorted(found)) if lang in meta["languages"]]
+    skipped = {lang: n for lang, n in found.items() if lang not in wanted}
+    for lang, n in sorted(skipped.items()):
+        reason = "not in the model" if lang not in meta["languages"] else "not selected"
+        log.warning(
+            "skipping %d document(s) in language %r (%s; model languages: %s)",
+            n,
+            lang,
+            reason,
+            ", ".join(meta["languages"]),
+        )
+    if not wanted:
+        raise InputDataError(
+            f"no document is in a language of the model {model_path} (input languages: "
+            f"{sorted(found)}; model languages: {meta['languages']})"
+        )
+    verify_files(model_path, meta, wanted, checksums=True)
+
+    master = spark.sparkContext.master
+    shipped = not master.startswith("local")
+    if shipped:
+        spark.sparkContext.addFile(model_path, recursive=True)
+        location = Path(model_path.rstrip("/")).name
+    else:
+        location = os.path.abspath(model_path)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(e.batch_rows))
+    t0 = time.perf_counter()
+    out = docs.filter(F.col("lang").isin(wanted)).mapInArrow(
+        embed_fn(location, shipped=shipped, normalize=e.normalize), OUTPUT_SCHEMA
+    )
+    path = cfg.paths.dataset("embeddings")
+    out = out.persist()
+    stats = {
+        r["lang"]: {"documents": r["n"], "zero_vectors": r["zeros"]}
+        for r in out.groupBy("lang")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.when(F.col("n_terms") == 0, 1).otherwise(0)).alias("zeros"),
+        )
+        .orderBy("lang")
+        .collect()
+    }
+    seconds = time.perf_counter() - t0
+    report = {
+        "model": model_path,
+        "per_language": stats,
+        "documents": sum(s["documents"] for s in stats.values()),
+        "skipped_languages": dict(sorted(skipped.items())),
+        "normalized": e.normalize,
+        "dim": int(meta["r"]),
+        "embed_seconds": round(seconds, 2),
+    }
+    write_dataset(spark, out, EMBEDDINGS, path, manifest={"report": report})
+    out.unpersist()
+    report["path"] = path
+    return report
