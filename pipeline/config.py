@@ -145,6 +145,7 @@ class TrainConfig:
     eig_maxiter: int = _solver_default("eig_maxiter")
     seed: int = _solver_default("seed")
     max_basis: int | None = _solver_default("max_basis")
+    block_size: int | None = _solver_default("block_size")
     max_workers: int | None = _solver_default("max_workers")
     # Resumable checkpoints (default: <paths.root>/checkpoints/train); "" disables them.
     checkpoint_dir: str | None = None
@@ -152,20 +153,10 @@ class TrainConfig:
 
     def solver_params(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~pipeline.linalg.cr5.Cr5Solver`."""
-        keys = (
-            "lam",
-            "r",
-            "oversampling",
-            "cg_rtol",
-            "cg_maxiter",
-            "w_rtol",
-            "eig_rtol",
-            "eig_maxiter",
-            "seed",
-            "max_basis",
-            "max_workers",
-            "checkpoint_every",
-        )
+        from pipeline.linalg.cr5 import Cr5Solver
+
+        # Every solver parameter has a train.* key of the same name (checked by a test).
+        keys = [k for k in Cr5Solver.parameter_constraints if k != "checkpoint_dir"]
         return {k: getattr(self, k) for k in keys}
 
 

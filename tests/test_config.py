@@ -106,3 +106,13 @@ def test_fingerprint_is_stable_and_sensitive():
     assert a.fingerprint("features") != load_config([LOCAL], ["features.min_df=5"]).fingerprint(
         "features"
     )
+
+
+def test_every_solver_parameter_has_a_train_key():
+    from pipeline.linalg.cr5 import Cr5Solver
+
+    params = load_config([]).train.solver_params()
+    assert set(params) == set(Cr5Solver.parameter_constraints) - {"checkpoint_dir"}
+    for name, (default, _, _) in Cr5Solver.parameter_constraints.items():
+        if name not in ("lam", "checkpoint_dir"):
+            assert params[name] == default, name
