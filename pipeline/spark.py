@@ -54,18 +54,23 @@ def get_spark(cfg: SparkConfig):  # -> pyspark.sql.SparkSession
     from pyspark.sql import SparkSession
 
     submitted = launched_by_spark_submit()
-    if not submitted:
+    if submitted:
+        from pyspark import SparkConf
+
+        # The JVM is up already; its conf holds spark-submit's --master.
+        master = None
+        local = SparkConf().get("spark.master", "").startswith("local")
+    else:
         how = ensure_java()
         log.info("Java: %s", how)
-        # Python workers must run the same interpreter (and virtualenv) as the driver.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    master = None if submitted else cfg.master
-    local = (master or os.environ.get("MASTER", "")).startswith("local") or (
-        master is None and not submitted
-    )
+        master = cfg.master
+        local = master.startswith("local")
     if local:
+        # Python workers must run this interpreter (and virtualenv), not the python3 on
+        # PATH; on a cluster the executors' Python is the cluster's business
+        # (spark.pyspark.python or a packed environment, see deploy/README.md).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         # Bind the driver's block manager and RPC to loopback as well.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
