@@ -25,6 +25,8 @@ from typing import Any, Literal
 import yaml
 
 from pipeline.errors import ConfigError
+from pipeline.evaluation.config import EvaluateConfig, SplitConfig
+from pipeline.wikipedia.config import WikipediaConfig
 
 
 def _bounded(
@@ -107,8 +109,9 @@ class FeaturesConfig:
     min_df: int = _bounded(3, lo=1)
     min_unique_words: int = _bounded(50, lo=0)
     max_unique_words: int = _bounded(1000, lo=1)
-    # Parquet dataset with a ``concept_id`` column (e.g. the evaluation splits): these
-    # concepts' documents are excluded from vocabulary, IDF and the training matrix.
+    # Parquet dataset with a ``concept_id`` column, or the word ``splits`` for this run's
+    # splits dataset: these concepts' documents are excluded from vocabulary, IDF and the
+    # training matrix.
     heldout_concepts: str | None = None
 
 
@@ -187,9 +190,19 @@ class Config:
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    wikipedia: WikipediaConfig = field(default_factory=WikipediaConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def heldout_path(self) -> str | None:
+        """``features.heldout_concepts`` resolved: the word ``splits`` names the splits
+        dataset of this run (``paths.dataset("splits")``), so profiles need not repeat
+        ``paths.root``."""
+        value = self.features.heldout_concepts
+        return self.paths.dataset("splits") if value == "splits" else value
 
     def fingerprint(self, *sections: str) -> str:
         """A short stable hash of the named sections (all when none), for provenance."""
@@ -416,6 +429,9 @@ def validate(cfg: Config) -> Config:
             f"features.min_unique_words ({f.min_unique_words}) must not exceed "
             f"features.max_unique_words ({f.max_unique_words})"
         )
+    from pipeline.evaluation.config import check_evaluate
+
+    check_evaluate(cfg.evaluate)
     t = cfg.train
     if t.setup != "joint" and (len(t.pair) != 2 or t.pair[0] == t.pair[1]):
         raise ConfigError(

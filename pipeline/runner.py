@@ -125,6 +125,9 @@ def summarize(name: str, report: dict) -> str:
     extra = {k: report[k] for k in keys if k in report}
     if extra:
         lines.append("   " + json.dumps(extra, sort_keys=True, default=str))
+    if name == "evaluate" and report.get("table"):
+        lines.append(report["table"])
+        lines.append(f"   report: {report.get('report_md')}")
     return "\n".join(lines)
 
 

@@ -20,14 +20,19 @@ StageFn = Callable[[SparkSession, Config], dict[str, Any]]
 # name -> "module:function"; imported lazily so a job only loads what it runs.
 STAGES: dict[str, str] = {
     "ingest": "pipeline.ingest.aligned:run",
+    "ingest_wikipedia": "pipeline.wikipedia.stage:run",
     "vocabulary": "pipeline.features.vocabulary:run",
     "tfidf": "pipeline.features.tfidf:run",
     "train": "pipeline.training:run",
     "embed": "pipeline.embedding.job:run",
+    "split": "pipeline.evaluation.splits:run",
+    "evaluate": "pipeline.evaluation.stage:run",
 }
 
 # What the README's main command runs on the bundled sample.
-DEMO_CHAIN: tuple[str, ...] = ("ingest", "vocabulary", "tfidf", "train", "embed")
+DEMO_CHAIN: tuple[str, ...] = (
+    "ingest", "split", "vocabulary", "tfidf", "train", "embed", "evaluate",
+)
 
 
 def get_stage(name: str) -> StageFn:

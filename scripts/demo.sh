@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 exec .venv/bin/python jobs/chain.py --stages demo \
-  --conf conf/local.yaml --conf conf/short-docs.yaml "$@"
+  --conf conf/local.yaml --conf conf/short-docs.yaml --conf conf/sample.yaml "$@"

@@ -95,7 +95,7 @@ def remove_heldout(
     spark: SparkSession, docs: DataFrame, cfg: Config
 ) -> tuple[DataFrame, dict[str, int]]:
     """Drop documents of held-out concepts; return (rest, held-out count per language)."""
-    held = heldout_concepts(spark, cfg.features.heldout_concepts)
+    held = heldout_concepts(spark, cfg.heldout_path())
     if held is None:
         return docs, {}
     flagged = docs.join(F.broadcast(held.withColumn("_held", F.lit(True))), "concept_id", "left")

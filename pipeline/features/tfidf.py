@@ -110,11 +110,11 @@ def build_tfidf(spark: SparkSession, cfg: Config) -> tuple[DataFrame, DataFrame,
     vocab_path = cfg.paths.dataset("vocabulary")
     vocab_report = read_manifest(spark, VOCABULARY, vocab_path).get("report", {})
     settings = vocab_report.get("settings", {})
-    if settings.get("heldout_concepts") != cfg.features.heldout_concepts:
+    if settings.get("heldout_concepts") != cfg.heldout_path():
         raise InputDataError(
             f"the vocabulary at {vocab_path} was built with heldout_concepts="
             f"{settings.get('heldout_concepts')!r} but this run uses "
-            f"{cfg.features.heldout_concepts!r}. Fix: rerun the vocabulary stage with the same "
+            f"{cfg.heldout_path()!r}. Fix: rerun the vocabulary stage with the same "
             "configuration."
         )
     vocabularies = load_vocabularies(spark, cfg)

@@ -95,7 +95,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "max_vocabulary": cfg.features.max_vocabulary,
         "min_unique_words": cfg.features.min_unique_words,
         "max_unique_words": cfg.features.max_unique_words,
-        "heldout_concepts": cfg.features.heldout_concepts,
+        "heldout_concepts": cfg.heldout_path(),
         "text": cfg.to_dict()["text"],
         "idf": "ln(N_l / df)",
     }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.types import (
     ArrayType,
+    DoubleType,
     FloatType,
     IntegerType,
     LongType,
@@ -105,13 +106,33 @@ EMBEDDINGS = DatasetSpec(
     producer="embed",
 )
 
+# Test and validation concepts per language pair (stage ``split``); their union is
+# what ``features.heldout_concepts`` removes from vocabulary, IDF and training.
+SPLITS = DatasetSpec(
+    "splits",
+    _s(
+        ("concept_id", StringType(), False),
+        ("pair", StringType(), False),  # "l1-l2", languages sorted
+        ("role", StringType(), False),  # "test" | "validation"
+        ("priority", LongType(), False),  # seeded draw order within the pair and role
+        ("seed", LongType(), False),
+    ),
+    producer="split",
+)
+
+# ``measure`` is the similarity (cosine | csls), ``metric`` precision | mrr (k null for
+# mrr). ``split`` is test | validation (validation rows: the λ curve, one ``lam`` each);
+# ``csls_source`` (queries | collection) is null for cosine.
 EVALUATION = DatasetSpec(
     "evaluation",
     _s(
         ("setup", StringType(), False),
+        ("split", StringType(), False),
+        ("lam", DoubleType(), False),
         ("query_lang", StringType(), False),
         ("target_lang", StringType(), False),
         ("measure", StringType(), False),
+        ("csls_source", StringType(), True),
         ("k", IntegerType(), True),
         ("metric", StringType(), False),
         ("value", FloatType(), False),
@@ -122,5 +143,5 @@ EVALUATION = DatasetSpec(
 )
 
 DATASETS: dict[str, DatasetSpec] = {
-    s.name: s for s in (DOCUMENTS, VOCABULARY, TFIDF, CONCEPTS, EMBEDDINGS, EVALUATION)
+    s.name: s for s in (DOCUMENTS, VOCABULARY, TFIDF, CONCEPTS, SPLITS, EMBEDDINGS, EVALUATION)
 }

@@ -1,0 +1,207 @@
+"""Evaluation outputs: dataset rows, the printable table, Markdown/JSON reports, the plot.
+
+Files (``evaluate.report_dir``, default ``<paths.root>/reports``):
+
+- ``evaluation.json``: the whole report (settings, sizes, λ curve, every metric);
+- ``evaluation.md``: the same for people, with the P@1/P@5/P@10/MRR table;
+- ``precision_at_k.png``: precision at k against k, one panel per pair, a line per
+  direction × measure (as the paper's Figure 2); needs matplotlib (skipped with a warning
+  when it is not installed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Config
+from pipeline.errors import ConfigError
+from pipeline.evaluation.config import EvaluateConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["evaluation_rows", "format_table", "write_reports"]
+
+TABLE_KS = (1, 5, 10)
+
+
+def evaluation_rows(setup: str, results: list[dict[str, Any]], split: str) -> list[dict]:
+    """One ``evaluation`` dataset row per (direction, measure, metric[, k])."""
+    rows = []
+    for res in results:
+        common = {
+            "setup": setup,
+            "split": split,
+            "lam": float(res["lam"]),
+            "query_lang": res["query_lang"],
+            "target_lang": res["target_lang"],
+            "measure": res["measure"],
+            "csls_source": res["csls_source"],
+            "n_queries": res["n_queries"],
+            "n_candidates": res["n_candidates"],
+        }
+        for k, v in sorted(res["precision_at"].items()):
+            rows.append({**common, "k": int(k), "metric": "precision", "value": float(v)})
+        rows.append({**common, "k": None, "metric": "mrr", "value": float(res["mrr"])})
+    return rows
+
+
+def format_table(results: list[dict[str, Any]], ks: tuple[int, ...] = TABLE_KS) -> str:
+    """A fixed-width table: one line per direction × measure."""
+    head = (
+        f"{'pair':<7}{'direction':<10}{'measure':<8}"
+        + "".join(f"{'P@' + str(k):>8}" for k in ks)
+        + f"{'MRR':>8}{'queries':>9}{'candidates':>12}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in sorted(results, key=lambda r: (r["pair"], r["query_lang"], r["measure"])):
+        lines.append(
+            f"{r['pair']:<7}{r['query_lang'] + '->' + r['target_lang']:<10}{r['measure']:<8}"
+            + "".join(f"{r['precision_at'].get(k, float('nan')):>8.3f}" for k in ks)
+            + f"{r['mrr']:>8.3f}{r['n_queries']:>9}{r['n_candidates']:>12}"
+        )
+    return "\n".join(lines)
+
+
+def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
+    ks = TABLE_KS
+    out = [
+        "# Crosslingual retrieval evaluation",
+        "",
+        f"- setup: **{report['setup']}**; model: `{report['model']}`",
+        f"- λ = {report['lam']:g}; r = {report['r']}",
+        f"- measures: {', '.join(report['measures'])}; CSLS k = {report['csls_k']}, "
+        f"r_S neighbourhoods over the **{report['csls_source']}**",
+        f"- engine: {report['engine']}; candidates per target language: up to "
+        f"{report['candidates']['max_candidates']} documents (seed "
+        f"{report['candidates']['seed']}) plus the true targets",
+        f"- splits: `{report['splits']['path']}` (seed {report['splits']['seed']}); "
+        f"training rows of test/validation concepts: {report['leak_check_rows']}",
+        "",
+        "## Test results",
+        "",
+        "| pair | direction | measure | "
+        + " | ".join(f"P@{k}" for k in ks)
+        + " | MRR | queries | candidates |",
+        "|---|---|---|" + "---:|" * (len(ks) + 3),
+    ]
+    for r in sorted(report["results"], key=lambda r: (r["pair"], r["query_lang"], r["measure"])):
+        out.append(
+            f"| {r['pair']} | {r['query_lang']}→{r['target_lang']} | {r['measure']} | "
+            + " | ".join(f"{r['precision_at'].get(k, float('nan')):.3f}" for k in ks)
+            + f" | {r['mrr']:.3f} | {r['n_queries']} | {r['n_candidates']} |"
+        )
+    out += ["", "## Sizes", "", "| language | training documents | documents | candidate sample |"]
+    out.append("|---|---:|---:|---:|")
+    per_lang = report["candidates"]["per_language"]
+    for lang in sorted(set(per_lang) | set(report["training_documents"])):
+        p = per_lang.get(lang, {})
+        out.append(
+            f"| {lang} | {report['training_documents'].get(lang, '–')} | "
+            f"{p.get('documents', '–')} | {p.get('sample', '–')} |"
+        )
+    out.append("")
+    out.append(f"Training concepts: {report.get('training_concepts')}.")
+    zero = [
+        f"{r['query_lang']}→{r['target_lang']}: {r['zero_queries']}"
+        for r in report["results"]
+        if r["measure"] == report["measures"][0] and r.get("zero_queries")
+    ]
+    if zero:
+        out.append(
+            f"Queries with no known word (zero vector, counted as misses): {', '.join(zero)}."
+        )
+    sel = report.get("lambda_selection")
+    out += ["", "## λ selection", ""]
+    if sel:
+        out.append(
+            f"Mean validation {sel['metric']} ({sel['measure']}) over all directions; "
+            f"chosen λ = **{sel['chosen']:g}**."
+        )
+        out += ["", f"| λ | {sel['metric']} | fit (s) | model |", "|---:|---:|---:|---|"]
+        for c in sel["curve"]:
+            mark = " ←" if c["lam"] == sel["chosen"] else ""
+            how = " (train stage's model)" if c.get("reused_train_model") else ""
+            out.append(
+                f"| {c['lam']:g}{mark} | {c['score']:.4f} | {c['fit_seconds']} | "
+                f"`{c['model']}`{how} |"
+            )
+    else:
+        out.append("No selection (evaluate.lambda_grid has fewer than two values).")
+    if plot_name:
+        out += ["", "## Precision at k", "", f"![precision at k]({plot_name})"]
+    out.append("")
+    return "\n".join(out)
+
+
+def _plot(report: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: no precision-at-k plot (pip install matplotlib)")
+        return False
+    pairs = report["pairs"]
+    cols = min(3, len(pairs))
+    rows = -(-len(pairs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    for ax, pair in zip(axes.flat, pairs):
+        for r in report["results"]:
+            if r["pair"] != pair:
+                continue
+            ks = sorted(r["precision_at"])
+            style = "-" if r["measure"] == "cosine" else "--"
+            ax.plot(
+                ks,
+                [r["precision_at"][k] for k in ks],
+                style,
+                marker="o",
+                markersize=3,
+                label=f"{r['query_lang']}→{r['target_lang']} {r['measure']}",
+            )
+        ax.set_title(pair)
+        ax.set_xlabel("k")
+        ax.set_ylabel("precision at k")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(pairs) :]:
+        ax.axis("off")
+    fig.suptitle(f"Cr5 {report['setup']}, λ={report['lam']:g}, r={report['r']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_reports(cfg: Config, e: EvaluateConfig, report: dict[str, Any]) -> dict[str, str]:
+    """Write the JSON, Markdown and PNG reports; return their paths and the table."""
+    where = e.report_dir or (cfg.paths.root.rstrip("/") + "/reports")
+    if "://" in where and not where.startswith("file:"):
+        raise ConfigError(
+            f"reports are written to a local directory; {where!r} is not one. "
+            "Set evaluate.report_dir to a local path"
+        )
+    out = Path(where.removeprefix("file://"))
+    out.mkdir(parents=True, exist_ok=True)
+    plot = out / "precision_at_k.png"
+    have_plot = e.plot and _plot(report, plot)
+    files = {
+        "report_json": str(out / "evaluation.json"),
+        "report_md": str(out / "evaluation.md"),
+    }
+    if have_plot:
+        files["plot"] = str(plot)
+    table = format_table(report["results"])
+    body = {**report, **files, "table": table}
+    tmp = out / ".evaluation.json.tmp"
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    tmp.replace(out / "evaluation.json")
+    tmp = out / ".evaluation.md.tmp"
+    tmp.write_text(_markdown(report, plot.name if have_plot else None), encoding="utf-8")
+    tmp.replace(out / "evaluation.md")
+    return {**files, "table": table}

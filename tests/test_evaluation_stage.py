@@ -1,0 +1,212 @@
+"""Stages split and evaluate on a subset of the bundled sample.
+
+The chain ingest -> split -> vocabulary -> tfidf -> train runs once per module on 900
+concepts of the DDTP sample in en, de, es (r = 16); the tests then check on the data that
+no split concept reaches training, that the local and Spark engines produce the same
+evaluation, the reports, and λ selection.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import load_config
+from pipeline.errors import InputDataError
+from pipeline.evaluation import splits as split_stage
+from pipeline.evaluation.config import EvaluateConfig, SplitConfig
+from pipeline.evaluation.stage import run_evaluation
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF, VOCABULARY
+from pipeline.model import Cr5Model
+from pipeline.stages import get_stage
+from tests.conftest import REPO, SAMPLE
+
+PROFILES = [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"]
+SPLIT = SplitConfig(n_test=50, n_validation=40, seed=7)
+
+
+def cfg_for(root: Path, *overrides: str):
+    return load_config(
+        PROFILES,
+        [
+            f"paths.root={root}",
+            f"features.heldout_concepts={root}/splits",
+            "spark.shuffle_partitions=2",
+            "train.r=16",
+            "train.checkpoint_dir=",
+            *overrides,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def chain(spark, tmp_path_factory):
+    """ingest -> split -> vocabulary -> tfidf -> train on a 900-concept subset (en, de, es)."""
+    base = tmp_path_factory.mktemp("evalchain")
+    table = pq.read_table(SAMPLE)
+    table = table.filter(pc.is_in(table.column("lang"), pa.array(["en", "de", "es"])))
+    concepts = sorted(set(table.column("concept_id").to_pylist()))[::4][:900]
+    table = table.filter(pc.is_in(table.column("concept_id"), pa.array(concepts)))
+    corpus = base / "corpus.parquet"
+    pq.write_table(table, corpus)
+    root = base / "out"
+    cfg = cfg_for(root, f"ingest.input={corpus}")
+    reports = {"ingest": get_stage("ingest")(spark, cfg)}
+    reports["split"] = split_stage.run(spark, cfg, SPLIT)
+    for stage in ("vocabulary", "tfidf", "train"):
+        reports[stage] = get_stage(stage)(spark, cfg)
+    return root, cfg, reports
+
+
+def _rows(spark, spec, path):
+    return read_dataset(spark, spec, str(path)).toArrow().to_pylist()
+
+
+def test_splits_are_seeded_and_never_leak_into_training(spark, chain, tmp_path):
+    root, _cfg, reports = chain
+    rows = _rows(spark, SPLITS, root / "splits")
+    pairs = {"de-en", "de-es", "en-es"}
+    assert {r["pair"] for r in rows} == pairs
+    for pair in pairs:
+        for role, n in (("test", SPLIT.n_test), ("validation", SPLIT.n_validation)):
+            got = [r for r in rows if r["pair"] == pair and r["role"] == role]
+            assert len(got) == n and len({r["concept_id"] for r in got}) == n
+    # A concept has one role in every pair, and the pair's languages both have it.
+    roles: dict[str, set] = {}
+    for r in rows:
+        roles.setdefault(r["concept_id"], set()).add(r["role"])
+    assert all(len(v) == 1 for v in roles.values())
+    docs = _rows(spark, DOCUMENTS, root / "documents")
+    langs_of: dict[str, set] = {}
+    for d in docs:
+        langs_of.setdefault(d["concept_id"], set()).add(d["lang"])
+    assert all(set(r["pair"].split("-")) <= langs_of[r["concept_id"]] for r in rows)
+
+    # Reproducible from the seed; another seed draws other concepts.
+    again = cfg_for(tmp_path / "again", f"paths.documents={root}/documents")
+    split_stage.run(spark, again, SPLIT)
+    key = lambda r: (r["pair"], r["role"], r["priority"], r["concept_id"])  # noqa: E731
+    assert sorted(map(key, _rows(spark, SPLITS, tmp_path / "again" / "splits"))) == sorted(
+        map(key, rows)
+    )
+    other = cfg_for(tmp_path / "other", f"paths.documents={root}/documents")
+    split_stage.run(spark, other, SplitConfig(n_test=50, n_validation=40, seed=8))
+    assert {r["concept_id"] for r in _rows(spark, SPLITS, tmp_path / "other" / "splits")} != {
+        r["concept_id"] for r in rows
+    }
+
+    # On the data: no split concept in any language's training rows, vocabulary or IDF.
+    held = {r["concept_id"] for r in rows}
+    tfidf = _rows(spark, TFIDF, root / "tfidf")
+    assert tfidf and not {r["concept_id"] for r in tfidf} & held
+    for lang in ("de", "en", "es"):
+        held_docs = sum(1 for d in docs if d["lang"] == lang and d["concept_id"] in held)
+        assert reports["vocabulary"]["heldout_documents"][lang] == held_docs
+    vocab_manifest = read_manifest(spark, VOCABULARY, str(root / "vocabulary"))
+    assert vocab_manifest["report"]["settings"]["heldout_concepts"] == str(root / "splits")
+    n_train = {lang: sum(1 for r in tfidf if r["lang"] == lang) for lang in ("de", "en", "es")}
+    model = Cr5Model.load(root / "model")
+    assert model.meta["training"]["documents"] == n_train
+    assert reports["vocabulary"]["training_documents"] == n_train
+    # IDF is over training documents only: N_l = training documents of l.
+    vocab = _rows(spark, VOCABULARY, root / "vocabulary")
+    en = [v for v in vocab if v["lang"] == "en"]
+    top = max(en, key=lambda v: v["df"])
+    assert top["idf"] == pytest.approx(np.log(n_train["en"] / top["df"]), rel=1e-5)
+
+
+def test_local_and_spark_engines_write_the_same_evaluation(spark, chain):
+    root, cfg, _ = chain
+    results = {}
+    for engine in ("local", "spark"):
+        e = EvaluateConfig(engine=engine, report_dir=str(root / f"reports-{engine}"), plot=False)
+        report = run_evaluation(spark, cfg, e)
+        got = _rows(spark, EVALUATION, report["path"])
+        results[engine] = sorted(
+            (r["query_lang"], r["target_lang"], r["measure"], r["metric"], r["k"] or 0, r["value"])
+            for r in got
+        )
+        assert report["engine"] == engine
+    assert results["local"] == results["spark"]
+
+    # Every direction of every pair, both measures, P@1/5/10 and MRR, with sizes.
+    assert len({(r[0], r[1]) for r in results["local"]}) == 6
+    js = json.loads((root / "reports-spark" / "evaluation.json").read_text())
+    assert js["csls_source"] == "queries" and js["setup"] == "joint" and js["leak_check_rows"] == 0
+    for r in js["results"]:
+        assert r["n_queries"] == SPLIT.n_test
+        n_target = js["candidates"]["per_language"][r["target_lang"]]["documents"]
+        assert r["n_candidates"] == n_target  # all documents (< max_candidates) incl. targets
+    assert set(js["training_documents"]) == {"de", "en", "es"}
+    assert "P@10" in js["table"] and "csls" in js["table"]
+    assert (root / "reports-spark" / "evaluation.md").read_text().count("| de-en |") == 4
+
+
+def test_candidate_sample_and_collection_source(spark, chain):
+    root, cfg, _ = chain
+    e = EvaluateConfig(
+        engine="local",
+        max_candidates=100,
+        csls_source="collection",
+        pairs=["en-es"],
+        report_dir=str(root / "reports-small"),
+    )
+    report = run_evaluation(spark, cfg, e)
+    for r in report["results"]:
+        # 100 sampled documents plus the 50 true targets, minus those sampled already.
+        assert 100 < r["n_candidates"] <= 150
+        if r["measure"] == "csls":
+            assert r["csls_source"] == "collection"
+    assert Path(report["plot"]).stat().st_size > 0
+    spark_report = run_evaluation(
+        spark, cfg, EvaluateConfig(**{**vars(e), "engine": "spark", "plot": False})
+    )
+    key = lambda r: (r["query_lang"], r["measure"], r["mrr"], r["n_candidates"])  # noqa: E731
+    assert sorted(map(key, spark_report["results"])) == sorted(map(key, report["results"]))
+
+
+def test_lambda_selection_records_the_curve(spark, chain):
+    root, cfg, _ = chain
+    e = EvaluateConfig(
+        engine="local",
+        measures=["cosine"],
+        lambda_grid=[0.05, 1.0, 20.0],
+        selection_metric="MRR",
+        report_dir=str(root / "reports-lambda"),
+        plot=False,
+    )
+    report = run_evaluation(spark, cfg, e)
+    sel = report["lambda_selection"]
+    scores = {c["lam"]: c["score"] for c in sel["curve"]}
+    assert list(scores) == [0.05, 1.0, 20.0]
+    assert sel["chosen"] == max(scores, key=scores.get) == report["lam"]
+    # λ = 1 is the train stage's model (same settings): reused, not refitted.
+    assert [c["reused_train_model"] for c in sel["curve"]] == [False, True, False]
+    rows = _rows(spark, EVALUATION, report["path"])
+    val = [r for r in rows if r["split"] == "validation" and r["metric"] == "mrr"]
+    assert {r["lam"] for r in val} == {0.05, 1.0, 20.0}
+    for lam, score in scores.items():
+        mean = np.mean([r["value"] for r in val if r["lam"] == lam])
+        assert mean == pytest.approx(score, abs=1e-6)
+        assert all(r["n_queries"] == SPLIT.n_validation for r in val if r["lam"] == lam)
+    assert Cr5Model.load(report["model"]).meta["lam"] == report["lam"]
+
+
+def test_evaluation_refuses_split_concepts_in_training(spark, chain, tmp_path):
+    root, _cfg, _ = chain
+    train_concept = _rows(spark, TFIDF, root / "tfidf")[0]["concept_id"]
+    bad = spark.createDataFrame(
+        [(train_concept, "de-en", "test", 0, 0)],
+        "concept_id string, pair string, role string, priority long, seed long",
+    )
+    write_dataset(spark, bad, SPLITS, str(tmp_path / "splits"))
+    cfg_bad = cfg_for(root, f"paths.splits={tmp_path / 'splits'}")
+    with pytest.raises(InputDataError, match="training"):
+        run_evaluation(spark, cfg_bad, EvaluateConfig(engine="local", plot=False))
