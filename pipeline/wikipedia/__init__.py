@@ -1,0 +1,8 @@
+"""Wikipedia ingestion: MediaWiki XML dumps and sitelinks to the ``documents`` dataset.
+
+- :mod:`~pipeline.wikipedia.dump`: streaming pages out of (byte ranges of) dumps;
+- :mod:`~pipeline.wikipedia.wikitext`: wikitext to plain text;
+- :mod:`~pipeline.wikipedia.sitelinks`: Wikidata sitelinks and langlinks SQL/JSON dumps;
+- :mod:`~pipeline.wikipedia.stage`: the Spark stage ``ingest_wikipedia``;
+- :mod:`~pipeline.wikipedia.config`: its configuration section ``wikipedia``.
+"""

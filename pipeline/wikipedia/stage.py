@@ -1,0 +1,685 @@
+"""Stage ``ingest_wikipedia``: MediaWiki XML dumps (+ sitelinks) to ``documents``.
+
+Plan (driver): for each language, each dump file becomes one work item, or, with a
+multistream index, many items of whole bz2 streams (:func:`plan_work`); the driver
+reads only headers and index offsets. Parse (executors): each item streams its byte
+range through :func:`pipeline.wikipedia.dump.iter_pages`, classifies every page
+(article / dropped with a reason / malformed) and cleans the articles' wikitext, all
+in one pass that yields one row per page or problem (:data:`PARSED_SCHEMA`). The parsed
+frame is persisted, counted per language and checked against the tolerances; only then
+are concept ids attached (:func:`assign_concepts`) and ``documents`` written atomically.
+Nothing is written when a check fails, and the error names the file and offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from pipeline.errors import InputDataError
+from pipeline.io.datasets import write_dataset
+from pipeline.io.schemas import DOCUMENTS
+from pipeline.wikipedia import dump, sitelinks
+from pipeline.wikipedia.config import WikipediaConfig
+from pipeline.wikipedia.wikitext import DisambiguationDetector, SiteNames, get_cleaner
+
+log = logging.getLogger(__name__)
+
+PARSED_SCHEMA = StructType(
+    [
+        StructField("lang", StringType(), False),
+        # page: an article (status kept) or a page dropped on purpose (status dropped);
+        # problem: something malformed (reason = its kind); broken: markup repaired.
+        StructField("kind", StringType(), False),
+        StructField("status", StringType(), True),
+        StructField("reason", StringType(), True),
+        StructField("page_id", LongType(), True),
+        StructField("title", StringType(), True),
+        StructField("text", StringType(), True),
+        StructField("redirect", StringType(), True),
+        StructField("links", ArrayType(StringType(), False), True),
+        StructField("location", StringType(), True),
+        StructField("detail", StringType(), True),
+    ]
+)
+
+DROP_REASONS = ("namespace", "redirect", "disambiguation", "not_wikitext", "too_short")
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One task's input: ``path[start:end]`` of ``lang``'s dump (``end`` None: to EOF)."""
+
+    lang: str
+    path: str
+    start: int = 0
+    end: int | None = None
+    namespaces: tuple[tuple[int, str], ...] = ()
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def dump_paths(cfg: WikipediaConfig) -> dict[str, list[str]]:
+    """``cfg.dumps`` as lang -> list of files, checked to exist."""
+    if not cfg.dumps:
+        raise InputDataError(
+            "wikipedia.dumps is empty. Fix: map each language to its dump, e.g. "
+            "--set 'wikipedia.dumps={en: /data/enwiki-20240601-pages-articles.xml.bz2}'."
+        )
+    out = {}
+    for lang, spec in sorted(cfg.dumps.items()):
+        paths = [p.strip() for p in str(spec).split(",") if p.strip()]
+        for p in paths:
+            if not os.path.isfile(p):
+                raise InputDataError(
+                    f"wikipedia.dumps.{lang}: {p} does not exist or is not a file. Fix: point "
+                    "it at a *-pages-articles[-multistream].xml.bz2 file (several: "
+                    "comma-separated)."
+                )
+        out[lang] = paths
+    for lang in cfg.multistream_index:
+        if lang not in out:
+            raise InputDataError(
+                f"wikipedia.multistream_index.{lang} is set but wikipedia.dumps has no {lang!r}"
+            )
+    return out
+
+
+def plan_work(cfg: WikipediaConfig) -> list[WorkItem]:
+    """Work items for every dump; a multistream dump with an index splits by streams."""
+    items: list[WorkItem] = []
+    for lang, paths in dump_paths(cfg).items():
+        index = cfg.multistream_index.get(lang)
+        if index and len(paths) != 1:
+            raise InputDataError(
+                f"wikipedia.multistream_index.{lang} needs exactly one dump file in "
+                f"wikipedia.dumps.{lang} (got {len(paths)})"
+            )
+        for path in paths:
+            if not index:
+                items.append(WorkItem(lang, path))
+                continue
+            if not os.path.isfile(index):
+                raise InputDataError(f"wikipedia.multistream_index.{lang}: {index} does not exist")
+            try:
+                info = dump.read_siteinfo(path)
+                offsets = dump.read_index_offsets(index)
+            except dump.DumpError as exc:
+                raise InputDataError(str(exc)) from None
+            size = os.path.getsize(path)
+            bad = [o for o in offsets if o >= size]
+            if bad:
+                raise InputDataError(
+                    f"{index}: stream offset {bad[0]} is beyond the end of {path} ({size} bytes)."
+                    " Fix: use the index published with this dump."
+                )
+            spaces = tuple(sorted(info.namespaces.items()))
+            for start, end in dump.plan_ranges(offsets, size, cfg.split_bytes):
+                items.append(WorkItem(lang, path, start, end, spaces))
+            log.info("%s: %d streams in %d ranges", path, len(offsets), len(items))
+    return items
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _row(lang: str, kind: str, **kw: Any) -> tuple:
+    return (
+        lang,
+        kind,
+        kw.get("status"),
+        kw.get("reason"),
+        kw.get("page_id"),
+        kw.get("title"),
+        kw.get("text"),
+        kw.get("redirect"),
+        kw.get("links"),
+        kw.get("location"),
+        kw.get("detail"),
+    )
+
+
+def parse_item(item: WorkItem, cfg: WikipediaConfig) -> Any:
+    """Rows (:data:`PARSED_SCHEMA`) for every page and problem of one work item."""
+    clean = get_cleaner(cfg.cleaner)
+    is_disambiguation = DisambiguationDetector(cfg.disambiguation_templates)
+    keep_ns = set(cfg.namespaces)
+    spaces = dict(item.namespaces)
+    site = SiteNames.from_namespaces(spaces)
+    lang = item.lang
+    want_links = cfg.inline_langlinks
+    want_redirects = cfg.inline_langlinks or bool(cfg.langlinks)
+    try:
+        pages = dump.iter_pages(item.path, item.start, item.end, spaces)
+        for p in pages:
+            if isinstance(p, dump.SiteInfo):
+                site = SiteNames.from_namespaces(p.namespaces)
+                continue
+            if isinstance(p, dump.Problem):
+                yield _row(
+                    lang,
+                    "problem",
+                    reason=p.kind,
+                    page_id=p.page_id,
+                    title=p.title,
+                    location=str(p.location),
+                    detail=p.detail,
+                )
+                continue
+            loc = str(p.location)
+            if p.ns not in keep_ns:
+                yield _row(lang, "page", status="dropped", reason="namespace", page_id=p.page_id)
+            elif p.redirect is not None and not cfg.keep_redirects:
+                yield _row(
+                    lang,
+                    "page",
+                    status="dropped",
+                    reason="redirect",
+                    page_id=p.page_id,
+                    title=p.title,
+                    redirect=sitelinks.normalize_title(p.redirect) if want_redirects else None,
+                )
+            elif p.model != "wikitext":
+                yield _row(lang, "page", status="dropped", reason="not_wikitext", page_id=p.page_id)
+            elif not cfg.keep_disambiguation and is_disambiguation(p.text):
+                yield _row(
+                    lang, "page", status="dropped", reason="disambiguation", page_id=p.page_id
+                )
+            else:
+                cleaned = clean(p.text, site)
+                if cleaned.broken:
+                    yield _row(
+                        lang,
+                        "broken",
+                        reason="broken_markup",
+                        page_id=p.page_id,
+                        title=p.title,
+                        location=loc,
+                        detail="; ".join(cleaned.broken),
+                    )
+                if len(cleaned.text) < cfg.min_text_chars:
+                    yield _row(
+                        lang, "page", status="dropped", reason="too_short", page_id=p.page_id
+                    )
+                    continue
+                links = None
+                if want_links:
+                    links = sorted(
+                        {f"{k}\t{sitelinks.normalize_title(t)}" for k, t in cleaned.langlinks if t}
+                    )
+                yield _row(
+                    lang,
+                    "page",
+                    status="kept",
+                    page_id=p.page_id,
+                    title=p.title,
+                    text=cleaned.text,
+                    links=links,
+                    location=loc,
+                )
+    except dump.DumpError as exc:
+        yield _row(
+            lang,
+            "problem",
+            reason="not_a_dump",
+            location=f"{item.path} at byte {item.start}",
+            detail=str(exc),
+        )
+
+
+def parse_dumps(spark: SparkSession, cfg: WikipediaConfig, items: list[WorkItem]) -> DataFrame:
+    """The parsed frame (:data:`PARSED_SCHEMA`), computed on the executors."""
+    sc = spark.sparkContext
+    conf = cfg  # a frozen dataclass of plain values: cheap to pickle
+    rdd = sc.parallelize(items, max(1, len(items))).flatMap(lambda it: parse_item(it, conf))
+    return spark.createDataFrame(rdd, PARSED_SCHEMA)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _examples(df: DataFrame, cond, k: int) -> list[dict[str, Any]]:
+    cols = ["lang", "reason", "page_id", "title", "location", "detail"]
+    rows = df.filter(cond).select(*cols).limit(k).collect()
+    return [{c: v for c, v in r.asDict().items() if v is not None} for r in rows]
+
+
+def summarize_parsed(parsed: DataFrame, cfg: WikipediaConfig) -> dict[str, Any]:
+    """Counts per language (read, kept, dropped by reason, malformed by kind) + examples."""
+    counts = parsed.groupBy("lang", "kind", "status", "reason").count().collect()
+    per_lang: dict[str, dict[str, int]] = {}
+    dropped: dict[str, dict[str, int]] = {}
+    malformed: dict[str, dict[str, int]] = {}
+    for r in counts:
+        lang = r["lang"]
+        row = per_lang.setdefault(
+            lang, {"pages_read": 0, "kept": 0, "dropped": 0, "malformed": 0, "broken_markup": 0}
+        )
+        n = r["count"]
+        if r["kind"] == "page":
+            row["pages_read"] += n
+            if r["status"] == "kept":
+                row["kept"] += n
+            else:
+                row["dropped"] += n
+                dropped.setdefault(lang, {})[r["reason"]] = n
+        elif r["kind"] == "problem":
+            row["pages_read"] += n
+            row["malformed"] += n
+            d = malformed.setdefault(lang, {})
+            d[r["reason"]] = d.get(r["reason"], 0) + n
+        elif r["kind"] == "broken":
+            row["broken_markup"] += n
+    k = cfg.max_examples
+    # Up to k examples per language that has any (no job when there is nothing to show).
+    malformed_ex, broken_ex = [], []
+    for lang, row in sorted(per_lang.items()):
+        here = F.col("lang") == lang
+        if row["malformed"]:
+            malformed_ex += _examples(parsed, here & (F.col("kind") == "problem"), k)
+        if row["broken_markup"]:
+            broken_ex += _examples(parsed, here & (F.col("kind") == "broken"), k)
+    return {
+        "per_language": dict(sorted(per_lang.items())),
+        "dropped_by_reason": dict(sorted(dropped.items())),
+        "malformed_by_kind": dict(sorted(malformed.items())),
+        "malformed_examples": malformed_ex,
+        "broken_markup_examples": broken_ex,
+    }
+
+
+def check_tolerance(report: dict[str, Any], cfg: WikipediaConfig) -> None:
+    """Raise :class:`InputDataError` when malformed or broken pages exceed the tolerances."""
+    for lang, row in report["per_language"].items():
+        read = max(1, row["pages_read"])
+        if row["malformed"] and row["malformed"] / read > cfg.max_malformed_fraction:
+            ex = [e for e in report["malformed_examples"] if e["lang"] == lang]
+            raise InputDataError(
+                f"wikipedia {lang}: {row['malformed']} malformed unit(s) in {row['pages_read']} "
+                f"pages read ({report['malformed_by_kind'].get(lang)}), more than "
+                f"wikipedia.max_malformed_fraction={cfg.max_malformed_fraction}; e.g.:\n"
+                + "\n".join(
+                    f"  - {e.get('reason')}: {e.get('location')}: {e.get('detail')}" for e in ex
+                )
+                + "\nFix: re-download the named file(s) (check their published checksums), or "
+                "raise wikipedia.max_malformed_fraction to skip them. Nothing was written."
+            )
+        if row["kept"] and row["broken_markup"] / max(1, row["kept"]) > (
+            cfg.max_broken_markup_fraction
+        ):
+            ex = [e for e in report["broken_markup_examples"] if e["lang"] == lang]
+            raise InputDataError(
+                f"wikipedia {lang}: {row['broken_markup']} article(s) with broken markup of "
+                f"{row['kept']}, more than wikipedia.max_broken_markup_fraction="
+                f"{cfg.max_broken_markup_fraction}; e.g.:\n"
+                + "\n".join(
+                    f"  - {e.get('title')!r} at {e.get('location')}: {e.get('detail')}" for e in ex
+                )
+                + "\nNothing was written."
+            )
+
+
+# --------------------------------------------------------------------------- concepts
+
+
+_SITELINK_SCHEMA = StructType(
+    [
+        StructField("kind", StringType(), False),
+        StructField("file", StringType(), False),
+        StructField("offset", LongType(), True),
+        StructField("a", StringType(), True),
+        StructField("b", StringType(), True),
+        StructField("c", StringType(), True),
+    ]
+)
+
+
+def _records_frame(spark: SparkSession, rdd) -> DataFrame:
+    def cast(t):
+        return (t[0], t[1], int(t[2]), *(None if v is None else str(v) for v in t[3:]))
+
+    return spark.createDataFrame(rdd.map(cast), _SITELINK_SCHEMA)
+
+
+def _check_records(name: str, recs: DataFrame, cfg: WikipediaConfig, report: dict) -> None:
+    """Count rows and problems of a sitelinks/langlinks read; fail beyond the tolerance."""
+    counts = {r["kind"]: r["count"] for r in recs.groupBy("kind").count().collect()}
+    n_rows, n_bad = counts.get("row", 0), counts.get("problem", 0)
+    examples = [
+        {"location": f"{r['file']} at byte {r['offset']}", "kind": r["a"], "detail": r["b"]}
+        for r in (
+            recs.filter("kind = 'problem'").limit(cfg.max_examples).collect() if n_bad else []
+        )
+    ]
+    report[name] = {"rows": n_rows, "malformed": n_bad, "malformed_examples": examples}
+    if n_bad and n_bad / max(1, n_rows + n_bad) > cfg.max_malformed_fraction:
+        raise InputDataError(
+            f"wikipedia {name}: {n_bad} record(s) do not parse ({n_rows} did), more than "
+            f"wikipedia.max_malformed_fraction={cfg.max_malformed_fraction}; e.g.:\n"
+            + "\n".join(f"  - {e['location']}: {e['detail']}" for e in examples)
+            + "\nFix: re-download the file, or raise wikipedia.max_malformed_fraction. "
+            "Nothing was written."
+        )
+
+
+def read_wikidata(
+    spark: SparkSession, cfg: WikipediaConfig, langs: list[str], report: dict
+) -> DataFrame | None:
+    """(lang, title, qid) from the Wikidata sitelinks source, or None when not configured."""
+    if not cfg.wikidata_sitelinks:
+        return None
+    paths = [p.strip() for p in cfg.wikidata_sitelinks.split(",") if p.strip()]
+    for p in paths:
+        if not os.path.isfile(p):
+            raise InputDataError(f"wikipedia.wikidata_sitelinks: {p} does not exist")
+    fmt = cfg.wikidata_format
+    if fmt == "auto":
+        fmt = "json" if ".json" in os.path.basename(paths[0]) else "sql"
+    site_to_lang = {sitelinks.site_of(lang): lang for lang in langs}
+    sites = frozenset(site_to_lang)
+    sc = spark.sparkContext
+    lines = sitelinks.read_lines(sc, paths, sc.defaultParallelism)
+    if fmt == "sql":
+        try:
+            cols = {p: sitelinks.column_positions(p, "wb_items_per_site") for p in paths}
+        except sitelinks.SqlLineError as exc:
+            raise InputDataError(str(exc)) from None
+        recs = lines.flatMap(
+            lambda t: sitelinks.parse_items_per_site(t[0], t[1], t[2], sites, cols[t[0]])
+        )
+    else:
+        recs = lines.flatMap(lambda t: sitelinks.parse_wikidata_json_line(t[0], t[1], t[2], sites))
+    frame = _records_frame(spark, recs).persist(StorageLevel.MEMORY_AND_DISK)
+    _check_records("wikidata_sitelinks", frame, cfg, report)
+    mapping = spark.createDataFrame(list(site_to_lang.items()), "site string, lang string")
+    return (
+        frame.filter("kind = 'row'")
+        .select(F.col("a").alias("site"), F.col("b").alias("title"), F.col("c").alias("qid"))
+        .join(F.broadcast(mapping), "site")
+        .select("lang", "title", "qid")
+        .dropDuplicates(["lang", "title"])
+    )
+
+
+def read_langlinks(
+    spark: SparkSession, cfg: WikipediaConfig, langs: list[str], report: dict
+) -> DataFrame | None:
+    """(lang, page_id, to_lang, to_title) from the langlinks SQL dumps, or None."""
+    if not cfg.langlinks:
+        return None
+    sc = spark.sparkContext
+    wanted = frozenset(langs)
+    frames = []
+    for lang, path in sorted(cfg.langlinks.items()):
+        if not os.path.isfile(path):
+            raise InputDataError(f"wikipedia.langlinks.{lang}: {path} does not exist")
+        try:
+            cols = sitelinks.column_positions(path, "langlinks")
+        except sitelinks.SqlLineError as exc:
+            raise InputDataError(str(exc)) from None
+        lines = sitelinks.read_lines(sc, [path], sc.defaultParallelism)
+        recs = lines.flatMap(
+            lambda t, c=cols: sitelinks.parse_langlinks_line(t[0], t[1], t[2], wanted, c)
+        )
+        frames.append(_records_frame(spark, recs).withColumn("lang", F.lit(lang)))
+    frame = frames[0]
+    for f in frames[1:]:
+        frame = frame.unionByName(f)
+    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    _check_records("langlinks", frame, cfg, report)
+    return frame.filter("kind = 'row'").select(
+        "lang",
+        F.col("a").cast("long").alias("page_id"),
+        F.col("b").alias("to_lang"),
+        F.col("c").alias("to_title"),
+    )
+
+
+def connected_components(edges: DataFrame, max_iter: int) -> tuple[DataFrame, int]:
+    """Min-label propagation over undirected ``(src, dst)`` string edges -> (node, label)."""
+    both = edges.select("src", "dst").union(edges.select(F.col("dst"), F.col("src"))).distinct()
+    both = both.persist(StorageLevel.MEMORY_AND_DISK)
+    labels = (
+        both.groupBy(F.col("src").alias("node"))
+        .agg(F.least(F.min("dst"), F.first("src")).alias("label"))
+        .localCheckpoint()
+    )
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007
+        spread = both.join(labels, both.src == labels.node).select(
+            F.col("dst").alias("node"), F.col("label")
+        )
+        new = (
+            labels.unionByName(spread).groupBy("node").agg(F.min("label").alias("label"))
+        ).localCheckpoint()
+        changed = (
+            new.join(labels.withColumnRenamed("label", "old"), "node")
+            .filter("label != old")
+            .count()
+        )
+        labels = new
+        if changed == 0:
+            break
+    both.unpersist()
+    return labels, n_iter
+
+
+def assign_concepts(
+    spark: SparkSession,
+    docs: DataFrame,
+    parsed: DataFrame,
+    cfg: WikipediaConfig,
+    langs: list[str],
+    report: dict[str, Any],
+) -> DataFrame:
+    """Attach ``concept_id`` to kept pages (lang, page_id, title, text, links).
+
+    Wikidata ids (Q...) come first. Pages joined by interlanguage links (langlinks dumps
+    and/or inline links, redirects followed one hop) form connected components; a page
+    without its own Q takes the single Q of its component, or ``ll:<smallest member>``
+    when the component has none (a page linked to no other has no concept). A component
+    holding several Q ids is a conflict: its pages without a Q get no concept. Each
+    (concept, language) keeps one page.
+    """
+    k = cfg.max_examples
+    concepts: dict[str, Any] = {}
+    nodes = docs.select("lang", "page_id", "title").withColumn(
+        "node", F.concat_ws(":", "lang", F.col("page_id").cast("string"))
+    )
+    wikidata = read_wikidata(spark, cfg, langs, concepts)
+    if wikidata is not None:
+        nodes = nodes.join(wikidata, ["lang", "title"], "left")
+    else:
+        nodes = nodes.withColumn("qid", F.lit(None).cast("string"))
+    nodes = nodes.persist(StorageLevel.MEMORY_AND_DISK)
+
+    link_frames = []
+    ll = read_langlinks(spark, cfg, langs, concepts)
+    if ll is not None:
+        link_frames.append(ll)
+    if cfg.inline_langlinks:
+        inline = (
+            docs.select("lang", "page_id", F.explode("links").alias("l"))
+            .select(
+                "lang",
+                "page_id",
+                F.split("l", "\t").getItem(0).alias("to_lang"),
+                F.split("l", "\t").getItem(1).alias("to_title"),
+            )
+            .filter(F.col("to_lang").isin(langs))
+        )
+        link_frames.append(inline)
+    if link_frames:
+        links = link_frames[0]
+        for f in link_frames[1:]:
+            links = links.unionByName(f)
+        redirects = parsed.filter("reason = 'redirect' AND redirect IS NOT NULL").select(
+            F.col("lang").alias("to_lang"),
+            F.col("title").alias("to_title"),
+            F.col("redirect").alias("target"),
+        )
+        links = (
+            links.join(redirects, ["to_lang", "to_title"], "left")
+            .withColumn("to_title", F.coalesce("target", "to_title"))
+            .drop("target")
+        )
+        targets = nodes.select(
+            F.col("lang").alias("to_lang"),
+            F.col("title").alias("to_title"),
+            F.col("node").alias("dst"),
+        )
+        sources = nodes.select("lang", "page_id", F.col("node").alias("src"))
+        edges = links.join(sources, ["lang", "page_id"]).join(targets, ["to_lang", "to_title"])
+        edges = edges.select("src", "dst").filter("src != dst")
+        labels, n_iter = connected_components(edges, cfg.max_component_iterations)
+        concepts["component_iterations"] = n_iter
+        nodes = (
+            nodes.join(labels, "node", "left")
+            .withColumn("linked", F.col("label").isNotNull())
+            .withColumn("label", F.coalesce("label", "node"))
+        )
+        per_comp = nodes.groupBy("label").agg(
+            F.countDistinct("qid").alias("n_q"), F.min("qid").alias("comp_q")
+        )
+        nodes = nodes.join(per_comp, "label")
+        concept = (
+            F.when(F.col("qid").isNotNull(), F.col("qid"))
+            .when(F.col("n_q") == 1, F.col("comp_q"))
+            .when((F.col("n_q") == 0) & F.col("linked"), F.concat(F.lit("ll:"), F.col("label")))
+        )
+        spans = nodes.filter("n_q > 1 AND qid IS NULL")
+        n_spans = spans.count()
+        if n_spans:
+            concepts.setdefault("conflicts", {})["component_spans_several_items"] = n_spans
+            concepts.setdefault("conflict_examples", []).extend(
+                r.asDict() for r in spans.select("lang", "page_id", "title").limit(k).collect()
+            )
+        nodes = nodes.withColumn("concept_id", concept)
+    else:
+        nodes = nodes.withColumn("concept_id", F.col("qid"))
+
+    missing = nodes.filter(F.col("concept_id").isNull())
+    missing_counts = {r["lang"]: r["count"] for r in missing.groupBy("lang").count().collect()}
+    concepts["without_concept"] = dict(sorted(missing_counts.items()))
+    concepts["without_concept_examples"] = (
+        [r.asDict() for r in missing.select("lang", "page_id", "title").limit(k).collect()]
+        if missing_counts
+        else []
+    )
+    if cfg.on_missing_concept == "own_id":
+        nodes = nodes.withColumn(
+            "concept_id",
+            F.coalesce(
+                "concept_id",
+                F.concat(F.col("lang"), F.lit("wiki:"), F.col("page_id").cast("string")),
+            ),
+        )
+    else:
+        nodes = nodes.filter(F.col("concept_id").isNotNull())
+
+    rank = F.row_number().over(Window.partitionBy("concept_id", "lang").orderBy("page_id"))
+    nodes = nodes.withColumn("_rank", rank).persist(StorageLevel.MEMORY_AND_DISK)
+    dup = nodes.filter("_rank > 1")
+    n_dup = dup.count()
+    if n_dup:
+        ex = [
+            r.asDict()
+            for r in dup.select("lang", "concept_id", "page_id", "title").limit(k).collect()
+        ]
+        if cfg.on_conflict == "error":
+            raise InputDataError(
+                f"wikipedia: {n_dup} article(s) share a concept with another article of the "
+                f"same language, e.g. {ex}. Fix: set wikipedia.on_conflict=keep_first."
+            )
+        concepts.setdefault("conflicts", {})["same_concept_same_language"] = n_dup
+        concepts.setdefault("conflict_examples", []).extend(ex)
+    report["concepts"] = concepts
+    chosen = nodes.filter("_rank = 1").select("lang", "page_id", "concept_id")
+    return docs.join(chosen, ["lang", "page_id"])
+
+
+# --------------------------------------------------------------------------- stage
+
+
+def build_documents(
+    spark: SparkSession, cfg: WikipediaConfig
+) -> tuple[DataFrame, dict[str, Any], list[DataFrame]]:
+    """Parse, check and label the dumps: (documents frame, report, frames to unpersist)."""
+    items = plan_work(cfg)
+    langs = sorted({it.lang for it in items})
+    parsed = parse_dumps(spark, cfg, items).persist(StorageLevel.MEMORY_AND_DISK)
+    report: dict[str, Any] = {
+        "dumps": {lang: [p for p in str(cfg.dumps[lang]).split(",")] for lang in langs},
+        "work_items": len(items),
+        "cleaner": cfg.cleaner,
+    }
+    report.update(summarize_parsed(parsed, cfg))
+    check_tolerance(report, cfg)
+    docs = parsed.filter("kind = 'page' AND status = 'kept'").select(
+        "lang", "page_id", "title", "text", "links"
+    )
+    labelled = assign_concepts(spark, docs, parsed, cfg, langs, report)
+    out = labelled.select(
+        F.concat(F.col("lang"), F.lit("wiki:"), F.col("page_id").cast("string")).alias("doc_id"),
+        "concept_id",
+        "lang",
+        "title",
+        "text",
+    )
+    return out, report, [parsed]
+
+
+def run_wikipedia(
+    spark: SparkSession, cfg: WikipediaConfig, path: str, partitions: int
+) -> dict[str, Any]:
+    """Build ``documents`` from ``cfg`` and write it atomically to ``path``; the report."""
+    docs, report, cached = build_documents(spark, cfg)
+    docs = (
+        docs.repartitionByRange(partitions, "lang", "doc_id")
+        .sortWithinPartitions("lang", "doc_id")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        per_lang = {
+            r["lang"]: r["count"] for r in docs.groupBy("lang").count().orderBy("lang").collect()
+        }
+        if not per_lang:
+            raise InputDataError(
+                f"wikipedia: no documents left (per language: {report['per_language']}, "
+                f"concepts: {report.get('concepts')}). Nothing was written."
+            )
+        for lang, row in report["per_language"].items():
+            row["documents"] = per_lang.get(lang, 0)
+            row["without_concept"] = report["concepts"]["without_concept"].get(lang, 0)
+        report["documents_per_language"] = per_lang
+        report["documents"] = sum(per_lang.values())
+        report["n_concepts"] = docs.select("concept_id").distinct().count()
+        report["config"] = asdict(cfg)
+        write_dataset(spark, docs, DOCUMENTS, path, manifest={"report": report})
+    finally:
+        docs.unpersist()
+        for frame in cached:
+            frame.unpersist()
+    report["path"] = path
+    return report
+
+
+def run(spark: SparkSession, cfg) -> dict[str, Any]:
+    """Stage entry point (``ingest_wikipedia``): ``cfg.wikipedia`` -> ``paths.documents``."""
+    return run_wikipedia(
+        spark, cfg.wikipedia, cfg.paths.dataset("documents"), cfg.spark.shuffle_partitions
+    )
