@@ -464,7 +464,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     ci = corpus.info
     nnz = {lang: v["nnz"] for lang, v in ci["per_language"].items()}
-    b = min(args.r + args.oversampling, corpus.n_concepts)
+    # The eigensolver's block width (the solver's own default rule).
+    from pipeline.linalg.cr5 import default_block_size
+
+    b = min(default_block_size(args.r, args.oversampling), corpus.n_concepts)
     print(f"== corpus (generated in {m_gen.wall:.1f} s, seed {args.seed})")
     print(
         f"  n = {ci['n_train']} training docs, K = {corpus.n_concepts} training concepts, "
