@@ -130,6 +130,11 @@ class TrainConfig:
     (the single source of their defaults and allowed values).
     """
 
+    # cr5, or a baseline of pipeline/baselines trained on the same rows and saved in the
+    # same model format (untranslated needs a sparse model format and is not offered yet).
+    method: Literal["cr5", "cl_lsi", "cca", "opca"] = "cr5"
+    # Regularisation of the CCA and OPCA baselines (covariances are per sample).
+    gamma: float = _bounded(1e-3, lo=0.0)
     # joint: every language; pairwise: only ``pair``; transitive: ``pair`` share no
     # training concept and connect only through the other languages.
     setup: Literal["joint", "pairwise", "transitive"] = "joint"

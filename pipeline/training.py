@@ -147,6 +147,25 @@ def _versions() -> dict[str, str]:
     }
 
 
+def fit_baseline(t, backend):
+    """Fit the baseline ``t.method`` with the train section's shared solver settings."""
+    from pipeline.baselines import FIT_FUNCTIONS
+
+    common = {
+        "r": t.r,
+        "oversampling": t.oversampling,
+        "block_size": t.block_size,
+        "eig_rtol": t.eig_rtol,
+        "eig_maxiter": t.eig_maxiter,
+        "max_basis": t.max_basis,
+        "max_workers": t.max_workers,
+        "seed": t.seed,
+    }
+    if t.method in ("cca", "opca"):
+        common.update(gamma=t.gamma, cg_rtol=t.cg_rtol, cg_maxiter=t.cg_maxiter)
+    return FIT_FUNCTIONS[t.method](backend, **common)
+
+
 def checkpoint_dir(cfg: Config) -> str | None:
     """Where the solver checkpoints: one directory per training configuration."""
     if cfg.train.checkpoint_dir == "":
@@ -176,10 +195,19 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         t.r,
         t.lam,
     )
-    ckpt = checkpoint_dir(cfg)
-    solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
+    ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
     t0 = time.perf_counter()
-    solver.fit(backend)
+    if t.method == "cr5":
+        solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
+        solver.fit(backend)
+        components, means = solver.components_, solver.mean_
+        eigenvalues, history = solver.eigenvalues_, solver.history_
+        n_iter = solver.n_iter_
+    else:
+        fitted = fit_baseline(t, backend)
+        components, eigenvalues, history = fitted.components, fitted.eigenvalues, fitted.history
+        means = fitted.mean or {}
+        n_iter = history.get("eigensolver", {}).get("n_iter")
     fit_seconds = time.perf_counter() - t0
 
     vocab = _vocabulary_maps(spark, cfg, languages)
@@ -195,8 +223,8 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             terms=v["terms"],
             idf=v["idf"],
             df=v["df"],
-            phi=solver.components_[lang],
-            mean=solver.mean_[lang],
+            phi=np.asarray(components[lang], dtype=np.float32),
+            mean=means.get(lang),
         )
     training = {
         "tfidf": tfidf_path,
@@ -210,7 +238,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "passes_over_x": backend.pass_counts,
     }
     meta = {
-        "method": "cr5",
+        "method": t.method,
         "r": t.r,
         "lam": t.lam,
         "preprocessing": {
@@ -220,8 +248,8 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             "row_norm": "l2",
             "center_at_inference": False,
         },
-        "solver": {"params": t.solver_params(), "history": solver.history_},
-        "eigenvalues": [float(x) for x in solver.eigenvalues_],
+        "solver": {"params": t.solver_params(), "history": history},
+        "eigenvalues": [float(x) for x in eigenvalues],
         "training": training,
         "versions": _versions(),
     }
@@ -229,7 +257,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     save_model(model_path, maps, meta)
     if ckpt and Path(ckpt).exists():
         shutil.rmtree(ckpt, ignore_errors=True)  # the model is the durable result now
-    eig = solver.eigenvalues_
+    eig = eigenvalues
     return {
         "path": model_path,
         "languages": languages,
@@ -239,7 +267,8 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "documents": sum(training["documents"].values()),
         "concepts": backend.n_concepts,
         "eigenvalues": {"first": float(eig[0]), "last": float(eig[-1])},
-        "eigensolver_iterations": solver.n_iter_,
+        "method": t.method,
+        "eigensolver_iterations": n_iter,
         "fit_seconds": round(fit_seconds, 2),
         "passes_over_x": backend.pass_counts["passes"],
     }

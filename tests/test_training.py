@@ -205,3 +205,40 @@ def test_spark_backend_trains_the_same_model_as_local(spark, sample_features, tm
         assert m.meta["solver"]["history"]["eigensolver"]["converged"]
         assert m.meta["training"]["backend"] in ("local", "spark")
     assert models["spark"].meta["training"]["backend"] == "spark"
+
+
+@pytest.mark.parametrize("method", ["cl_lsi", "opca"])
+def test_baseline_method_is_trained_by_the_stage_into_the_model_format(
+    spark, sample_features, tmp_path, method
+):
+    """train.method=<baseline>: the stage saves exactly what the fit function computes."""
+    from pipeline.baselines import FIT_FUNCTIONS
+
+    cfg = cfg_for(
+        sample_features,
+        f"train.method={method}",
+        "train.r=8",
+        "train.languages=[en, de]",
+        "train.dtype=float64",
+        f"paths.model={tmp_path}/model",
+    )
+    report = get_stage("train")(spark, cfg)
+    assert report["method"] == method
+    model = Cr5Model.load(tmp_path / "model")
+    assert model.meta["method"] == method and model.dim == 8
+    assert model.languages == ["de", "en"]
+
+    # The same fit, called directly on the same training matrix, gives the same maps.
+    backend = local_backend_from_tfidf(
+        spark, cfg.paths.dataset("tfidf"), languages=["de", "en"], dtype="float64"
+    )
+    extra = {"gamma": cfg.train.gamma} if method == "opca" else {}
+    direct = FIT_FUNCTIONS[method](backend, r=8, seed=cfg.train.seed, **extra)
+    a = np.vstack([model.word_vectors(lang)[1] for lang in model.languages]).astype(np.float64)
+    b = np.vstack([direct.components[lang] for lang in model.languages])
+    assert np.degrees(scipy.linalg.subspace_angles(a, b)).max() < 0.5
+    np.testing.assert_allclose(model.meta["eigenvalues"], direct.eigenvalues, rtol=1e-3)
+
+    # And the model embeds through the public path.
+    vec = model.embed(["the package provides a library"], "en")
+    assert vec.shape == (1, 8) and np.isfinite(vec).all()

@@ -417,7 +417,8 @@ def run_evaluation(
     splits_path = cfg.paths.dataset("splits")
     splits = read_dataset(spark, SPLITS, splits_path)
     split_manifest = read_manifest(spark, SPLITS, splits_path)
-    selecting = len(e.lambda_grid) >= 2
+    # A grid of λ only means something for Cr5; baselines are evaluated as trained.
+    selecting = len(e.lambda_grid) >= 2 and cfg.train.method == "cr5"
     setup, _langs, pairs = _plan(spark, cfg, e, splits, selecting)
     splits_rows = splits.filter(F.col("pair").isin(pairs)).collect()
     heldout = splits.filter(F.col("pair").isin(pairs)).select("concept_id")
