@@ -31,7 +31,13 @@ STAGES: dict[str, str] = {
 
 # What the README's main command runs on the bundled sample.
 DEMO_CHAIN: tuple[str, ...] = (
-    "ingest", "split", "vocabulary", "tfidf", "train", "embed", "evaluate",
+    "ingest",
+    "split",
+    "vocabulary",
+    "tfidf",
+    "train",
+    "embed",
+    "evaluate",
 )
 
 

@@ -139,8 +139,17 @@ class Cr5Result:
 def _problem_fingerprint(
     backend: CorpusBackend, mu: np.ndarray, nu: np.ndarray, params: dict
 ) -> dict:
-    keys = ("lam", "r", "oversampling", "seed", "max_basis", "block_size", "cg_rtol",
-            "cg_maxiter", "w_rtol")
+    keys = (
+        "lam",
+        "r",
+        "oversampling",
+        "seed",
+        "max_basis",
+        "block_size",
+        "cg_rtol",
+        "cg_maxiter",
+        "w_rtol",
+    )
     return {
         "version": CHECKPOINT_VERSION,
         **backend.fingerprint(),
