@@ -131,8 +131,9 @@ class TrainConfig:
     """
 
     # cr5, or a baseline of pipeline/baselines trained on the same rows and saved in the
-    # same model format (untranslated needs a sparse model format and is not offered yet).
-    method: Literal["cr5", "cl_lsi", "cca", "opca"] = "cr5"
+    # same model format (untranslated: a sparse selection model, r = |union vocabulary|;
+    # the λ and solver settings below do not apply to it).
+    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"] = "cr5"
     # Regularisation of the CCA and OPCA baselines (covariances are per sample).
     gamma: float = _bounded(1e-3, lo=0.0)
     # joint: every language; pairwise: only ``pair``; transitive: ``pair`` share no

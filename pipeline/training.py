@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+import scipy.sparse as sp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -147,10 +148,15 @@ def _versions() -> dict[str, str]:
     }
 
 
-def fit_baseline(t, backend):
-    """Fit the baseline ``t.method`` with the train section's shared solver settings."""
+def fit_baseline(t: Any, backend: Any, terms: dict[str, Any] | None = None) -> Any:
+    """Fit the baseline ``t.method`` with the train section's shared solver settings.
+
+    ``terms`` (per-language vocabularies in term_index order) is needed by untranslated.
+    """
     from pipeline.baselines import FIT_FUNCTIONS
 
+    if t.method == "untranslated":
+        return FIT_FUNCTIONS["untranslated"](backend, terms=terms, seed=t.seed)
     common = {
         "r": t.r,
         "oversampling": t.oversampling,
@@ -204,11 +210,20 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         eigenvalues, history = solver.eigenvalues_, solver.history_
         n_iter = solver.n_iter_
     else:
-        fitted = fit_baseline(t, backend)
+        terms = None
+        if t.method == "untranslated":
+            terms = {
+                lang: v["terms"].to_pylist()
+                for lang, v in _vocabulary_maps(spark, cfg, languages).items()
+            }
+        fitted = fit_baseline(t, backend, terms)
         components, eigenvalues, history = fitted.components, fitted.eigenvalues, fitted.history
+        history = {k: v for k, v in history.items() if k != "union_terms"}  # in the maps
         means = fitted.mean or {}
         n_iter = history.get("eigensolver", {}).get("n_iter")
     fit_seconds = time.perf_counter() - t0
+    # r: the embedding dimension (|union vocabulary| for untranslated).
+    r_out = int(next(iter(components.values())).shape[1])
 
     vocab = _vocabulary_maps(spark, cfg, languages)
     maps = {}
@@ -223,7 +238,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             terms=v["terms"],
             idf=v["idf"],
             df=v["df"],
-            phi=np.asarray(components[lang], dtype=np.float32),
+            phi=components[lang].astype(np.float32)
+            if sp.issparse(components[lang])
+            else np.asarray(components[lang], dtype=np.float32),
             mean=means.get(lang),
         )
     training = {
@@ -239,7 +256,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     }
     meta = {
         "method": t.method,
-        "r": t.r,
+        "r": r_out,
         "lam": t.lam,
         "preprocessing": {
             "text": cfg.to_dict()["text"],
@@ -261,12 +278,12 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     return {
         "path": model_path,
         "languages": languages,
-        "r": t.r,
+        "r": r_out,
         "lam": t.lam,
         "setup": t.setup,
         "documents": sum(training["documents"].values()),
         "concepts": backend.n_concepts,
-        "eigenvalues": {"first": float(eig[0]), "last": float(eig[-1])},
+        "eigenvalues": {"first": float(eig[0]), "last": float(eig[-1])} if len(eig) else None,
         "method": t.method,
         "eigensolver_iterations": n_iter,
         "fit_seconds": round(fit_seconds, 2),

@@ -105,6 +105,20 @@ def test_embed_job_errors(spark, model_dir, tmp_path):
     with pytest.raises(ModelError, match="does not exist"):
         get_stage("embed")(spark, bad)
 
+    from tests.test_model import make_selection_model
+
+    make_selection_model(tmp_path / "untranslated")
+    sparse = load_config(
+        [REPO / "conf/local.yaml"],
+        [
+            f"paths.root={tmp_path}/out",
+            f"paths.model={tmp_path}/untranslated",
+            f"embed.input={src}",
+        ],
+    )
+    with pytest.raises(ModelError, match="sparse vectors"):
+        get_stage("embed")(spark, sparse)
+
 
 def test_cli_jsonl_and_npy(model_dir, tmp_path):
     texts = "\n".join(TEXTS["de"]) + "\n"

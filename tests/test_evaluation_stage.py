@@ -210,3 +210,77 @@ def test_evaluation_refuses_split_concepts_in_training(spark, chain, tmp_path):
     cfg_bad = cfg_for(root, f"paths.splits={tmp_path / 'splits'}")
     with pytest.raises(InputDataError, match="training"):
         run_evaluation(spark, cfg_bad, EvaluateConfig(engine="local", plot=False))
+
+
+def _brute_force_untranslated(spark, root, model, query_lang, target_lang, test_concepts):
+    """Cosine over identical term strings, computed from dicts of term -> TF-IDF weight."""
+    docs = read_dataset(spark, DOCUMENTS, str(root / "documents")).toArrow().to_pylist()
+    by_lang = {
+        lang: sorted((d for d in docs if d["lang"] == lang), key=lambda d: d["doc_id"])
+        for lang in (query_lang, target_lang)
+    }
+    queries = sorted(
+        (d for d in by_lang[query_lang] if d["concept_id"] in test_concepts),
+        key=lambda d: d["concept_id"],
+    )
+    cands = by_lang[target_lang]
+
+    def weights(rows, lang):
+        x = model.tfidf([d["text"] for d in rows], lang)
+        terms = model.word_vectors(lang)[0]
+        return [
+            {terms[j]: float(v) for j, v in zip(x[i].indices, x[i].data)} for i in range(len(rows))
+        ]
+
+    wq, wc = weights(queries, query_lang), weights(cands, target_lang)
+    ranks = []
+    for q, wq_i in zip(queries, wq):
+        scores = np.array([sum(v * w.get(t, 0.0) for t, v in wq_i.items()) for w in wc])
+        t = next(i for i, c in enumerate(cands) if c["concept_id"] == q["concept_id"])
+        others = np.delete(scores, t)
+        ranks.append(1 + int(np.count_nonzero(others >= scores[t] - 1e-6)))
+    ranks = np.array(ranks)
+    return float(np.mean(ranks == 1)), float(np.mean(1.0 / ranks))
+
+
+def test_methods_are_evaluated_side_by_side_on_the_same_queries(spark, chain):
+    root, cfg, _ = chain
+    e = EvaluateConfig(
+        engine="local",
+        pairs=["de-en"],
+        methods=["untranslated", "cl_lsi"],
+        report_dir=str(root / "reports-methods"),
+    )
+    report = run_evaluation(spark, cfg, e)
+    assert list(report["methods"]) == ["cr5", "untranslated", "cl_lsi"]
+    assert report["methods"]["cl_lsi"]["r"] == 16
+    untranslated = Cr5Model.load(report["methods"]["untranslated"]["model"])
+    assert untranslated.is_sparse and untranslated.meta["method"] == "untranslated"
+    rows = _rows(spark, EVALUATION, report["path"])
+    assert {r["method"] for r in rows} == {"cr5", "untranslated", "cl_lsi"}
+    for method in ("cr5", "untranslated", "cl_lsi"):
+        sizes = {
+            (r["query_lang"], r["n_queries"], r["n_candidates"])
+            for r in rows
+            if r["method"] == method
+        }
+        assert sizes == {(r["query_lang"], r["n_queries"], r["n_candidates"]) for r in rows}
+
+    # untranslated's numbers equal a brute-force cosine over identical strings.
+    test_concepts = {
+        r["concept_id"]
+        for r in _rows(spark, SPLITS, root / "splits")
+        if r["pair"] == "de-en" and r["role"] == "test"
+    }
+    p1, mrr = _brute_force_untranslated(spark, root, untranslated, "de", "en", test_concepts)
+    [got] = [
+        r
+        for r in report["results"]
+        if r["method"] == "untranslated" and r["query_lang"] == "de" and r["measure"] == "cosine"
+    ]
+    assert got["precision_at"][1] == pytest.approx(p1, abs=1e-9)
+    assert got["mrr"] == pytest.approx(mrr, abs=1e-6)
+
+    md = Path(report["report_md"]).read_text()
+    assert "## Methods" in md and "| untranslated |" in md
+    assert "untranslated" in report["table"] and "cl_lsi" in report["table"]

@@ -110,3 +110,54 @@ def test_shape_validation_on_save(tmp_path):
     with pytest.raises(ModelError, match="phi has shape"):
         save_model(tmp_path / "m", {"en": bad}, {"r": 2})
     assert not (tmp_path / "m").exists()
+
+
+def make_selection_model(path):
+    """An untranslated-style model: one-hot maps into the union vocabulary."""
+    from pipeline.baselines import selection_maps, union_vocabulary
+
+    union, index = union_vocabulary({"en": ["cat", "hotel", "tree"], "de": ["katze", "hotel"]})
+    phis = selection_maps(index, len(union))
+    maps = {
+        lang: LanguageMap(
+            terms=pa.array(terms),
+            idf=np.ones(len(terms), dtype=np.float32),
+            df=np.ones(len(terms), dtype=np.int64),
+            phi=phis[lang],
+        )
+        for lang, terms in (("en", ["cat", "hotel", "tree"]), ("de", ["katze", "hotel"]))
+    }
+    save_model(path, maps, {"r": len(union), "lam": 0.0, "method": "untranslated"})
+    return union
+
+
+def test_selection_model_roundtrip_embeds_sparse_rows_over_the_union(tmp_path):
+    union = make_selection_model(tmp_path / "u")
+    model = Cr5Model.load(tmp_path / "u")
+    assert model.is_sparse and model.meta["phi_format"] == "selection"
+    assert model.dim == len(union) == 4
+    assert sorted(p.name for p in (tmp_path / "u" / "languages" / "de").iterdir()) == [
+        "phi_index.npy",
+        "vocabulary.parquet",
+    ]
+    en = model.embed(["the hotel cat", "nothing known"], "en")
+    de = model.embed(["Hotel hotel"], "de")
+    assert en.shape == (2, 4) and en.dtype == np.float32 and en[1].nnz == 0
+    # Only "hotel" is shared: the cosine is the product of the hotel weights.
+    hotel = union.index("hotel")
+    cos = (en[0] @ de[0].T).toarray()[0, 0]
+    assert cos == pytest.approx(en[0, hotel] * de[0, hotel]) and 0 < cos < 1
+    assert de[0, hotel] == pytest.approx(1.0)  # the only term of that text
+
+
+def test_selection_model_with_bad_index_fails_clearly(tmp_path):
+    make_selection_model(tmp_path / "u")
+    bad = tmp_path / "u" / "languages" / "en" / "phi_index.npy"
+    np.save(bad, np.array([0, 1, 99]))
+    with pytest.raises(ModelError, match="outside"):
+        load_model_files(tmp_path / "u", verify=False, languages=["en"])
+    meta = json.loads((tmp_path / "u" / "model.json").read_text())
+    meta["files"]["languages/en/phi_index.npy"]["bytes"] = bad.stat().st_size
+    (tmp_path / "u" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="SHA-256"):
+        Cr5Model.load(tmp_path / "u").embed(["cat"], "en")

@@ -5,17 +5,16 @@ Executors embed Arrow batches of ``embed.batch_rows`` documents with the same co
 vectors equal the Python API's to the last bit. Each Python worker loads the model
 once, and only the languages it meets (lazily); memory per executor is bounded by
 the batch size plus the loaded languages' Φ_l. On a cluster the model directory is
-shipped with ``SparkContext.addFile``; in local mode executors read it in place.
+shipped as an archive (:mod:`pipeline.model.shipping`); in local mode executors read
+it in place.
 Languages the model does not know are counted, reported and skipped.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,11 +24,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.config import Config
-from pipeline.errors import InputDataError
+from pipeline.errors import InputDataError, ModelError
 from pipeline.io.datasets import HadoopFS, read_dataset, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json, verify_files
+from pipeline.model.shipping import resolve_model_location, ship_model
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,10 @@ OUTPUT_SCHEMA = "doc_id string, lang string, concept_id string, n_terms int, vec
 _MODELS: dict[str, Cr5Model] = {}
 
 
-def _model_at(location: str, shipped: bool) -> Cr5Model:
+def _model_at(location: str) -> Cr5Model:
     if location not in _MODELS:
-        path = location
-        if shipped:
-            from pyspark import SparkFiles
-
-            path = SparkFiles.get(location)
         # The driver verified the checksums; executors check sizes only.
-        _MODELS[location] = Cr5Model.load(path, verify=False, lazy=True)
+        _MODELS[location] = Cr5Model.load(resolve_model_location(location), verify=False, lazy=True)
     return _MODELS[location]
 
 
@@ -83,12 +78,12 @@ def embed_batch(model: Cr5Model, batch: pa.RecordBatch, *, normalize: bool) -> p
 
 
 def embed_fn(
-    location: str, *, shipped: bool, normalize: bool
+    location: str, *, normalize: bool
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function; captures only strings and flags."""
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        model = _model_at(location, shipped)
+        model = _model_at(location)
         for batch in batches:
             yield embed_batch(model, batch, normalize=normalize)
 
@@ -123,6 +118,14 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     e = cfg.embed
     model_path = cfg.paths.dataset("model")
     meta = read_model_json(model_path)
+    if meta.get("phi_format", "dense") == "selection":
+        raise ModelError(
+            f"model {model_path} is a {meta.get('method', 'selection')!r} model: it maps "
+            f"documents to sparse vectors over a union vocabulary of r={meta['r']} terms, which "
+            "the embeddings dataset (dense float vectors) does not hold. Evaluate it with the "
+            "evaluate stage (evaluate.methods) or embed with the Python API (Cr5Model.embed "
+            "returns a scipy.sparse matrix for it)"
+        )
     docs = read_input(spark, cfg).select(
         F.col("doc_id").cast("string"),
         F.lower(F.trim(F.col("lang").cast("string"))).alias("lang"),
@@ -148,17 +151,11 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         )
     verify_files(model_path, meta, wanted, checksums=True)
 
-    master = spark.sparkContext.master
-    shipped = not master.startswith("local")
-    if shipped:
-        spark.sparkContext.addFile(model_path, recursive=True)
-        location = Path(model_path.rstrip("/")).name
-    else:
-        location = os.path.abspath(model_path)
+    location = ship_model(spark.sparkContext, model_path)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(e.batch_rows))
     t0 = time.perf_counter()
     out = docs.filter(F.col("lang").isin(wanted)).mapInArrow(
-        embed_fn(location, shipped=shipped, normalize=e.normalize), OUTPUT_SCHEMA
+        embed_fn(location, normalize=e.normalize), OUTPUT_SCHEMA
     )
     path = cfg.paths.dataset("embeddings")
     out = out.persist()

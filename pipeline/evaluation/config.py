@@ -108,6 +108,18 @@ class EvaluateConfig:
     # Markdown/JSON report and PNG plot (default <paths.root>/reports).
     report_dir: str | None = None
     plot: bool = True
+    # More methods evaluated beside the model, on the same splits and candidates: each is
+    # trained on the same training rows with the model's r (train.method=<m>, saved under
+    # baseline_models_dir/<m>, default <paths.root>/baseline_models) and gets its own rows
+    # in the report and the evaluation dataset. The model's own method is not repeated.
+    methods: list[Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"]] = field(
+        default_factory=list
+    )
+    baseline_models_dir: str | None = None
+    # untranslated embeds into sparse vectors over the union vocabulary; retrieval densifies
+    # the terms a direction's two sides share (exact, pipeline/evaluation/shared_space.py)
+    # up to this size, on the local engine.
+    sparse_dense_limit_mb: int = _bounded(2048, lo=1)
 
 
 def _section(cfg: Any, name: str, cls: type) -> Any:
@@ -157,3 +169,10 @@ def check_evaluate(e: EvaluateConfig) -> None:
         raise ConfigError(f"evaluate.lambda_grid values must be > 0; got {e.lambda_grid}")
     for i, p in enumerate(e.pairs):
         parse_pair(p, key=f"evaluate.pairs[{i}]")
+    if len(set(e.methods)) != len(e.methods):
+        raise ConfigError(f"evaluate.methods repeats a method: {e.methods}")
+    if "untranslated" in e.methods and e.engine == "spark":
+        raise ConfigError(
+            "evaluate.methods has untranslated, whose sparse vectors need the local engine; "
+            "set evaluate.engine=local (or auto) or drop untranslated"
+        )

@@ -33,6 +33,7 @@ def evaluation_rows(setup: str, results: list[dict[str, Any]], split: str) -> li
     for res in results:
         common = {
             "setup": setup,
+            "method": res.get("method", "cr5"),
             "split": split,
             "lam": float(res["lam"]),
             "query_lang": res["query_lang"],
@@ -48,21 +49,67 @@ def evaluation_rows(setup: str, results: list[dict[str, Any]], split: str) -> li
     return rows
 
 
+def _methods_in(results: list[dict[str, Any]]) -> list[str]:
+    """The methods of ``results`` in order of appearance (the evaluated model's first)."""
+    return list(dict.fromkeys(r.get("method", "cr5") for r in results))
+
+
+def _order(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows grouped by direction and measure, methods side by side in appearance order."""
+    rank = {m: i for i, m in enumerate(_methods_in(results))}
+    return sorted(
+        results,
+        key=lambda r: (r["pair"], r["query_lang"], r["measure"], rank[r.get("method", "cr5")]),
+    )
+
+
 def format_table(results: list[dict[str, Any]], ks: tuple[int, ...] = TABLE_KS) -> str:
-    """A fixed-width table: one line per direction × measure."""
+    """A fixed-width table: one line per direction × measure (× method when several)."""
+    several = len(_methods_in(results)) > 1
+    width = max([len(m) for m in _methods_in(results)] + [6]) + 2
     head = (
         f"{'pair':<7}{'direction':<10}{'measure':<8}"
+        + (f"{'method':<{width}}" if several else "")
         + "".join(f"{'P@' + str(k):>8}" for k in ks)
         + f"{'MRR':>8}{'queries':>9}{'candidates':>12}"
     )
     lines = [head, "-" * len(head)]
-    for r in sorted(results, key=lambda r: (r["pair"], r["query_lang"], r["measure"])):
+    for r in _order(results):
         lines.append(
             f"{r['pair']:<7}{r['query_lang'] + '->' + r['target_lang']:<10}{r['measure']:<8}"
+            + (f"{r.get('method', 'cr5'):<{width}}" if several else "")
             + "".join(f"{r['precision_at'].get(k, float('nan')):>8.3f}" for k in ks)
             + f"{r['mrr']:>8.3f}{r['n_queries']:>9}{r['n_candidates']:>12}"
         )
     return "\n".join(lines)
+
+
+def _methods_section(report: dict[str, Any]) -> list[str]:
+    methods = report.get("methods") or {}
+    if len(methods) < 2:
+        return []
+    out = [
+        "",
+        "## Methods",
+        "",
+        "Trained on the same rows and evaluated on the same queries and candidates.",
+        "",
+        "| method | r | λ | fit (s) | test (s) | mean P@1 (cosine) | mean MRR (cosine) | model |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, info in methods.items():
+        rows = [
+            r
+            for r in report["results"]
+            if r.get("method", "cr5") == name and r["measure"] == "cosine"
+        ]
+        p1 = sum(r["precision_at"].get(1, 0.0) for r in rows) / len(rows) if rows else float("nan")
+        mrr = sum(r["mrr"] for r in rows) / len(rows) if rows else float("nan")
+        out.append(
+            f"| {name} | {info['r']} | {info['lam']:g} | {info.get('fit_seconds')} | "
+            f"{info.get('test_seconds')} | {p1:.3f} | {mrr:.3f} | `{info['model']}` |"
+        )
+    return out
 
 
 def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
@@ -70,7 +117,8 @@ def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
     out = [
         "# Crosslingual retrieval evaluation",
         "",
-        f"- setup: **{report['setup']}**; model: `{report['model']}`",
+        f"- setup: **{report['setup']}**; method: **{report.get('method', 'cr5')}**; "
+        f"model: `{report['model']}`",
         f"- λ = {report['lam']:g}; r = {report['r']}",
         f"- measures: {', '.join(report['measures'])}; CSLS k = {report['csls_k']}, "
         f"r_S neighbourhoods over the **{report['csls_source']}**",
@@ -82,17 +130,19 @@ def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
         "",
         "## Test results",
         "",
-        "| pair | direction | measure | "
+        "| pair | direction | measure | method | "
         + " | ".join(f"P@{k}" for k in ks)
         + " | MRR | queries | candidates |",
-        "|---|---|---|" + "---:|" * (len(ks) + 3),
+        "|---|---|---|---|" + "---:|" * (len(ks) + 3),
     ]
-    for r in sorted(report["results"], key=lambda r: (r["pair"], r["query_lang"], r["measure"])):
+    for r in _order(report["results"]):
         out.append(
             f"| {r['pair']} | {r['query_lang']}→{r['target_lang']} | {r['measure']} | "
+            f"{r.get('method', 'cr5')} | "
             + " | ".join(f"{r['precision_at'].get(k, float('nan')):.3f}" for k in ks)
             + f" | {r['mrr']:.3f} | {r['n_queries']} | {r['n_candidates']} |"
         )
+    out += _methods_section(report)
     out += ["", "## Sizes", "", "| language | training documents | documents | candidate sample |"]
     out.append("|---|---:|---:|---:|")
     per_lang = report["candidates"]["per_language"]
@@ -146,22 +196,28 @@ def _plot(report: dict[str, Any], path: Path) -> bool:
         log.warning("matplotlib is not installed: no precision-at-k plot (pip install matplotlib)")
         return False
     pairs = report["pairs"]
+    methods = _methods_in(report["results"])
+    several = len(methods) > 1
+    styles = ["-", "--", ":", "-."]
     cols = min(3, len(pairs))
     rows = -(-len(pairs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, pair in zip(axes.flat, pairs):
         for r in report["results"]:
-            if r["pair"] != pair:
+            if r["pair"] != pair or (several and r["measure"] != "cosine"):
                 continue
             ks = sorted(r["precision_at"])
             style = "-" if r["measure"] == "cosine" else "--"
+            if several:  # one line style per method; cosine only, to stay readable
+                style = styles[methods.index(r.get("method", "cr5")) % len(styles)]
             ax.plot(
                 ks,
                 [r["precision_at"][k] for k in ks],
                 style,
                 marker="o",
                 markersize=3,
-                label=f"{r['query_lang']}→{r['target_lang']} {r['measure']}",
+                label=f"{r['query_lang']}→{r['target_lang']} "
+                + (r.get("method", "cr5") if several else r["measure"]),
             )
         ax.set_title(pair)
         ax.set_xlabel("k")
@@ -171,7 +227,8 @@ def _plot(report: dict[str, Any], path: Path) -> bool:
         ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[len(pairs) :]:
         ax.axis("off")
-    fig.suptitle(f"Cr5 {report['setup']}, λ={report['lam']:g}, r={report['r']}", fontsize=10)
+    title = ", ".join(methods) + " (cosine)" if several else report.get("method", "cr5")
+    fig.suptitle(f"{title}; {report['setup']}, λ={report['lam']:g}, r={report['r']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -16,17 +16,17 @@ JSON report and the precision-at-k plot (:mod:`.report`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import scipy.sparse as sp
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -42,12 +42,14 @@ from pipeline.evaluation.config import (
     parse_pair,
 )
 from pipeline.evaluation.report import evaluation_rows, write_reports
+from pipeline.evaluation.shared_space import densify_cross_sides
 from pipeline.evaluation.spark_retrieval import retrieve_spark
 from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json
+from pipeline.model.shipping import resolve_model_location, ship_model
 
 log = logging.getLogger(__name__)
 
@@ -121,17 +123,13 @@ def _pool_frame(
 _WORKER_MODELS: dict[str, Cr5Model] = {}
 
 
-def _pool_embed_fn(path: str, key: str, shipped: bool):
+def _pool_embed_fn(location: str, key: str):
     """``mapInArrow``: the embed job's :func:`embed_batch` (the public path) + pool columns."""
     from pipeline.embedding.job import embed_batch
 
     def fn(batches):
         if key not in _WORKER_MODELS:
-            where = path
-            if shipped:
-                from pyspark import SparkFiles
-
-                where = SparkFiles.get(path)
+            where = resolve_model_location(location)
             _WORKER_MODELS[key] = Cr5Model.load(where, verify=False, lazy=True)
         model = _WORKER_MODELS[key]
         for batch in batches:
@@ -196,15 +194,22 @@ class _LocalEngine:
         where = {c: i for i, c in enumerate(tgt.concept_id[cand]) if t_mask[cand[i]]}
         targets = np.array([where.get(c, -1) for c in src.concept_id[q_sel]], dtype=np.int64)
         queries, candidates = src.vectors[q_sel], tgt.vectors[cand]
+        source = None
+        if "csls" in measures and e.csls_source == "collection":
+            collection = src.in_sample.copy()
+            collection[q_sel] = True
+            source = src.vectors[collection]
+        if sp.issparse(queries):
+            queries, candidates, source = densify_cross_sides(
+                queries, candidates, source, max_bytes=e.sparse_dense_limit_mb * 2**20
+            )
         results = {}
         for m in measures:
             kw: dict[str, Any] = {"block_q": e.block_q, "block_c": e.block_c}
             if m == "csls":
                 kw.update(csls_k=e.csls_k, source=e.csls_source)
-                if e.csls_source == "collection":
-                    collection = src.in_sample.copy()
-                    collection[q_sel] = True
-                    kw["source_embeddings"] = src.vectors[collection]
+                if source is not None:
+                    kw["source_embeddings"] = source
             results[m] = retrieve(m, queries, candidates, targets, **kw)
         sizes = {
             "n_queries": int(q_sel.size),
@@ -231,17 +236,17 @@ class _SparkEngine:
     def use_model(self, path: str) -> None:
         sc = self.spark.sparkContext
         meta = read_model_json(path)
-        shipped = not sc.master.startswith("local")
-        if shipped:
-            sc.addFile(path, recursive=True)
-            location = Path(path.rstrip("/")).name
-        else:
-            location = os.path.abspath(path)
+        if meta.get("phi_format", "dense") == "selection":
+            raise ConfigError(
+                f"model {path} embeds into sparse vectors ({meta.get('method')}), which the "
+                "spark evaluation engine does not handle; set evaluate.engine=local"
+            )
+        location = ship_model(sc, path)
         key = f"{location}@{meta.get('created_utc')}"
         if self.embedded is not None:
             self.embedded.unpersist()
         self.embedded = self.pool.mapInArrow(
-            _pool_embed_fn(location, key, shipped), _EMBEDDED_SCHEMA
+            _pool_embed_fn(location, key), _EMBEDDED_SCHEMA
         ).persist(StorageLevel.MEMORY_AND_DISK)
 
     def run(
@@ -405,6 +410,53 @@ def _evaluate_role(
     return out
 
 
+def _train_and_evaluate(
+    spark: SparkSession,
+    cfg: Config,
+    e: EvaluateConfig,
+    engine: Any,
+    directions: list[Direction],
+    splits_rows: list,
+    meta: dict[str, Any],
+    method: str,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train ``method`` on the model's training rows and evaluate it on the test concepts.
+
+    Same training rows (train.* selection), same r as the evaluated model (its λ for cr5),
+    same splits, candidates and engine: only the method differs.
+    """
+    from pipeline import training
+
+    base = e.baseline_models_dir or (cfg.paths.root.rstrip("/") + "/baseline_models")
+    path = f"{base.rstrip('/')}/{method}"
+    r = cfg.train.r if meta.get("phi_format") == "selection" else int(meta["r"])
+    sub = dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(cfg.train, method=method, r=r, lam=float(meta["lam"])),
+        paths=dataclasses.replace(cfg.paths, model=path),
+    )
+    log.info("evaluate: training %s (r=%d) for the comparison into %s", method, r, path)
+    t0 = time.perf_counter()
+    trained = training.run(spark, sub)
+    train_wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine.use_model(path)
+    rows = _evaluate_role(engine, directions, splits_rows, "test", list(e.measures), e)
+    test_seconds = time.perf_counter() - t0
+    lam = float(read_model_json(path)["lam"])
+    for row in rows:
+        row["lam"] = lam
+        row["method"] = method
+    return rows, {
+        "model": path,
+        "r": int(trained["r"]),
+        "lam": lam,
+        "fit_seconds": trained["fit_seconds"],
+        "train_wall_seconds": round(train_wall, 2),
+        "test_seconds": round(test_seconds, 2),
+    }
+
+
 def run_evaluation(
     spark: SparkSession, cfg: Config, e: EvaluateConfig | None = None
 ) -> dict[str, Any]:
@@ -440,6 +492,14 @@ def run_evaluation(
     engine_name = e.engine
     if engine_name == "auto":
         engine_name = "spark" if largest > e.local_max_candidates else "local"
+        if engine_name == "spark" and "untranslated" in e.methods:
+            log.warning(
+                "evaluate: local engine for all methods (untranslated's sparse vectors need it), "
+                "although %d candidates exceed evaluate.local_max_candidates=%d",
+                largest,
+                e.local_max_candidates,
+            )
+            engine_name = "local"
     engine = _LocalEngine(pool, eval_langs) if engine_name == "local" else _SparkEngine(pool, e)
     log.info("evaluate: %s engine, pairs %s, setup %s", engine_name, pairs, setup)
 
@@ -484,22 +544,42 @@ def run_evaluation(
                     lam_model,
                 )
     meta = read_model_json(model_path)
+    main_method = str(meta.get("method", "cr5"))
     t_eval = time.perf_counter()
     engine.use_model(model_path)
     test = _evaluate_role(engine, directions, splits_rows, "test", list(e.measures), e)
     eval_seconds = time.perf_counter() - t_eval
-    if hasattr(engine, "close"):
-        engine.close()
     lam = float(meta["lam"])
     for row in test:
         row["lam"] = lam
+        row["method"] = main_method
+    methods = {
+        main_method: {
+            "model": str(model_path),
+            "r": int(meta["r"]),
+            "lam": lam,
+            "fit_seconds": meta.get("training", {}).get("fit_seconds"),
+            "test_seconds": round(eval_seconds, 2),
+        }
+    }
+    try:
+        for method in [m for m in e.methods if m != main_method]:
+            rows_m, methods[method] = _train_and_evaluate(
+                spark, cfg, e, engine, directions, splits_rows, meta, method
+            )
+            test += rows_m
+    finally:
+        if hasattr(engine, "close"):
+            engine.close()
 
+    for row in validation:
+        row["method"] = main_method
     rows = evaluation_rows(setup, test, "test") + evaluation_rows(setup, validation, "validation")
     df = spark.createDataFrame(
         rows,
-        "setup string, split string, lam double, query_lang string, target_lang string, "
-        "measure string, csls_source string, k int, metric string, value float, "
-        "n_queries long, n_candidates long",
+        "setup string, method string, split string, lam double, query_lang string, "
+        "target_lang string, measure string, csls_source string, k int, metric string, "
+        "value float, n_queries long, n_candidates long",
     )
     path = cfg.paths.dataset("evaluation")
     training = meta.get("training", {})
@@ -536,6 +616,8 @@ def run_evaluation(
             "curve": [{k: v for k, v in c.items()} for c in selection["curve"]],
             "backend_load_seconds": selection["backend_load_seconds"],
         },
+        "method": main_method,
+        "methods": methods,
         "results": test,
         "test_seconds": round(eval_seconds, 2),
     }

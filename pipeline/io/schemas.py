@@ -127,6 +127,7 @@ EVALUATION = DatasetSpec(
     "evaluation",
     _s(
         ("setup", StringType(), False),
+        ("method", StringType(), False),
         ("split", StringType(), False),
         ("lam", DoubleType(), False),
         ("query_lang", StringType(), False),

@@ -5,6 +5,11 @@ tokenise with the model's tokeniser settings, count in-vocabulary terms, weight 
 model's IDF, L2-normalise, multiply by Φ_lᵀ. A text with no in-vocabulary word embeds
 as the zero vector; :meth:`Cr5Model.embed_with_counts` also returns how many known
 terms each text had, so callers can flag those rows.
+
+A model with ``phi_format == "selection"`` (the untranslated baseline) maps into the union
+vocabulary of its languages (r = |U|, often 10⁵–10⁶) and embeds into sparse rows: its
+``embed``/``embed_with_counts`` return a scipy.sparse csr_matrix instead of an ndarray
+(:attr:`Cr5Model.is_sparse`).
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ class Cr5Model:
         return list(self.meta["languages"])
 
     @property
+    def is_sparse(self) -> bool:
+        """True for selection models (untranslated): ``embed`` returns a csr_matrix."""
+        return self.meta.get("phi_format", "dense") == "selection"
+
+    @property
     def dim(self) -> int:
         """r, the embedding dimension."""
         return int(self.meta["r"])
@@ -109,16 +119,24 @@ class Cr5Model:
         Returns
         -------
         vectors : ndarray of float32, shape (n_texts, r); zero rows where counts == 0
+            (a csr_matrix of float32 of the same shape for sparse models)
         counts : ndarray of int64, shape (n_texts,)
         """
         if isinstance(texts, str):
             raise TypeError("embed takes a sequence of texts; wrap a single text in a list")
         x = self.tfidf(texts, lang)
-        vectors = np.asarray(x @ self._map(lang).phi, dtype=np.float32)
+        phi = self._map(lang).phi
+        if sp.issparse(phi):
+            vectors = sp.csr_matrix(x @ phi, dtype=np.float32)
+        else:
+            vectors = np.asarray(x @ phi, dtype=np.float32)
         return vectors, np.diff(x.indptr).astype(np.int64)
 
     def embed(self, texts: Sequence[str | None], lang: str) -> np.ndarray:
-        """Embed texts in language ``lang``: ndarray of float32, shape (n_texts, r)."""
+        """Embed texts in language ``lang``: ndarray of float32, shape (n_texts, r).
+
+        (csr_matrix for sparse models, see :attr:`is_sparse`.)
+        """
         return self.embed_with_counts(texts, lang)[0]
 
     def word_vectors(self, lang: str) -> tuple[list[str], np.ndarray]:

@@ -5,9 +5,17 @@ Layout::
     model/
       model.json                       schema version, languages, r, λ, preprocessing,
                                        solver history, provenance, file sizes and SHA-256
-      languages/<lang>/phi.npy         Φ_lᵀ, float32, shape (p_l, r)
+      languages/<lang>/phi.npy         Φ_lᵀ, float32, shape (p_l, r)   (phi_format "dense")
+      languages/<lang>/phi_index.npy   int64, shape (p_l,)               (phi_format "selection")
       languages/<lang>/mean.npy        μ_l, float32, shape (p_l,) (global mean, block l)
       languages/<lang>/vocabulary.parquet   term, term_index, df, idf (term_index order)
+
+``phi_format`` in ``model.json`` says which: ``"dense"`` (Cr5, CL-LSI, CCA, OPCA) or
+``"selection"`` (the untranslated baseline, whose map is a one-hot re-indexing of the
+language's terms into the union vocabulary: row i of Φ_lᵀ has a single 1 in column
+``phi_index[i]``, and r is the size of the union vocabulary; such a model embeds into
+sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`). Models written
+before the key existed are dense.
 
 Arrays are ``.npy`` loaded with ``allow_pickle=False``; the vocabulary is Parquet.
 Every file's size and SHA-256 are recorded in ``model.json`` and checked on load, so a
@@ -30,6 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import scipy.sparse as sp
 
 from pipeline import __version__
 from pipeline.errors import ModelError
@@ -47,15 +56,21 @@ class LanguageMap:
     terms : pyarrow string array of shape (p_l,), in term_index order
     idf : ndarray of float32, shape (p_l,)
     df : ndarray of int64, shape (p_l,) (document frequencies; -1 when unknown)
-    phi : ndarray of float32, shape (p_l, r): Φ_lᵀ (embed a TF-IDF row x as ``x @ phi``)
+    phi : ndarray of float32, shape (p_l, r): Φ_lᵀ (embed a TF-IDF row x as ``x @ phi``);
+        or a scipy.sparse csr_matrix of float32, shape (p_l, r), with exactly one 1 per row
+        (a selection map, ``phi_format`` "selection")
     mean : ndarray of float32, shape (p_l,) or None
     """
 
     terms: pa.Array
     idf: np.ndarray
     df: np.ndarray
-    phi: np.ndarray
+    phi: np.ndarray | sp.csr_matrix
     mean: np.ndarray | None = None
+
+    @property
+    def is_selection(self) -> bool:
+        return sp.issparse(self.phi)
 
     def validate(self, lang: str, r: int | None = None) -> None:
         p = len(self.terms)
@@ -64,6 +79,12 @@ class LanguageMap:
             problems.append(f"idf has shape {self.idf.shape}, expected ({p},)")
         if self.df.shape != (p,):
             problems.append(f"df has shape {self.df.shape}, expected ({p},)")
+        if self.is_selection:
+            phi = self.phi
+            if phi.nnz != p or not np.array_equal(np.diff(phi.indptr), np.ones(p)):
+                problems.append("a selection phi must have exactly one entry per row")
+            elif not np.all(phi.data == 1):
+                problems.append("a selection phi must hold ones only")
         if self.phi.ndim != 2 or self.phi.shape[0] != p:
             problems.append(f"phi has shape {self.phi.shape}, expected ({p}, r)")
         elif r is not None and self.phi.shape[1] != r:
@@ -96,6 +117,10 @@ def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta:
     r = int(meta["r"])
     for lang, lm in languages.items():
         lm.validate(lang, r)
+    kinds = {lm.is_selection for lm in languages.values()}
+    if len(kinds) > 1:
+        raise ModelError("a model's languages must all be dense or all be selection maps")
+    phi_format = "selection" if kinds == {True} else "dense"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
     try:
@@ -103,7 +128,10 @@ def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta:
         for lang, lm in languages.items():
             d = tmp / "languages" / lang
             d.mkdir(parents=True)
-            np.save(d / "phi.npy", np.ascontiguousarray(lm.phi, dtype=np.float32))
+            if lm.is_selection:
+                np.save(d / "phi_index.npy", np.asarray(lm.phi.indices, dtype=np.int64))
+            else:
+                np.save(d / "phi.npy", np.ascontiguousarray(lm.phi, dtype=np.float32))
             if lm.mean is not None:
                 np.save(d / "mean.npy", np.asarray(lm.mean, dtype=np.float32))
             table = pa.table(
@@ -126,6 +154,7 @@ def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta:
             "library_version": __version__,
             "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             **meta,
+            "phi_format": phi_format,
             "languages": list(languages),
             "vocabulary_sizes": {lang: len(lm.terms) for lang, lm in languages.items()},
             "files": files,
@@ -191,7 +220,10 @@ def load_model_files(
     for lang in languages:
         d = path / "languages" / lang
         try:
-            phi = np.load(d / "phi.npy", allow_pickle=False)
+            if meta.get("phi_format", "dense") == "selection":
+                phi = _selection_map(np.load(d / "phi_index.npy", allow_pickle=False), meta)
+            else:
+                phi = np.load(d / "phi.npy", allow_pickle=False)
             mean = (
                 np.load(d / "mean.npy", allow_pickle=False) if (d / "mean.npy").exists() else None
             )
@@ -210,6 +242,21 @@ def load_model_files(
         lm.validate(lang, int(meta["r"]))
         out[lang] = lm
     return meta, out
+
+
+def _selection_map(index: np.ndarray, meta: dict) -> sp.csr_matrix:
+    """The one-hot Φ_lᵀ (CSR, float32, shape (p_l, r)) from its column indices."""
+    r = int(meta["r"])
+    if index.ndim != 1 or index.dtype.kind not in "iu":
+        raise ModelError(
+            f"phi_index has shape {index.shape} and dtype {index.dtype}; expected integers (p,)"
+        )
+    if index.size and (index.min() < 0 or index.max() >= r):
+        raise ModelError(f"phi_index has columns outside 0..r-1 (r={r}); the model is corrupted")
+    p = index.shape[0]
+    return sp.csr_matrix(
+        (np.ones(p, dtype=np.float32), index.astype(np.int64), np.arange(p + 1)), shape=(p, r)
+    )
 
 
 def verify_files(

@@ -1,0 +1,79 @@
+"""Making a model directory readable by the executors that embed with it.
+
+The driver writes models to its own disk. In local mode the executors share that disk
+and read the directory in place. On a cluster they do not, and Spark will not ship a
+local *directory* (``addFile(dir, recursive=True)`` is refused outside local mode), so
+the directory is zipped once per model version (uncompressed: ``.npy`` arrays barely
+compress) and shipped with ``SparkContext.addArchive``, which unpacks it on every
+executor. A model on shared storage (``hdfs://``, ``s3a://``) is shipped with
+``addFile(recursive=True)``, which Spark supports for remote directories.
+
+The archive name carries the SHA-256 of ``model.json`` (which holds every file's
+checksum), so a retrained model never collides with a version shipped earlier in the
+same Spark application.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["resolve_model_location", "ship_model"]
+
+_ARCHIVE = "sparkarchive:"
+_FILES = "sparkfiles:"
+
+
+def _zip_model(path: Path, out: Path) -> None:
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+        for f in sorted(path.rglob("*")):
+            if f.is_file():
+                z.write(f, f.relative_to(path).as_posix())
+    os.replace(tmp, out)
+
+
+def ship_model(sc: Any, path: str) -> str:
+    """Make the model at ``path`` reachable from executors; return its location token.
+
+    Parameters
+    ----------
+    sc : pyspark.SparkContext
+    path : str
+        The model directory (local path, ``file:`` URI, or a URI on shared storage).
+
+    Returns
+    -------
+    str
+        A token for :func:`resolve_model_location` (a plain path in local mode).
+    """
+    if sc.master.startswith("local"):
+        return os.path.abspath(path.removeprefix("file://"))
+    if "://" in path and not path.startswith("file:"):
+        sc.addFile(path, recursive=True)
+        return _FILES + path.rstrip("/").rsplit("/", 1)[-1]
+    from pyspark import SparkFiles
+
+    local = Path(path.removeprefix("file://"))
+    digest = hashlib.sha256((local / "model.json").read_bytes()).hexdigest()[:16]
+    name = f"cr5-model-{digest}.zip"
+    # Spark's per-application file directory on the driver: removed when the app ends.
+    staging = Path(SparkFiles.getRootDirectory()) / "cr5-model-staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    archive = staging / name
+    if not archive.exists():
+        _zip_model(local, archive)
+        sc.addArchive(str(archive))
+    return _ARCHIVE + name
+
+
+def resolve_model_location(location: str) -> str:
+    """On an executor: the local directory of a model shipped by :func:`ship_model`."""
+    if location.startswith((_ARCHIVE, _FILES)):
+        from pyspark import SparkFiles
+
+        return SparkFiles.get(location.split(":", 1)[1])
+    return location
