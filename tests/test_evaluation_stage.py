@@ -284,3 +284,27 @@ def test_methods_are_evaluated_side_by_side_on_the_same_queries(spark, chain):
     md = Path(report["report_md"]).read_text()
     assert "## Methods" in md and "| untranslated |" in md
     assert "untranslated" in report["table"] and "cl_lsi" in report["table"]
+
+
+def test_gamma_of_opca_is_chosen_on_validation(spark, chain):
+    root, cfg, _ = chain
+    e = EvaluateConfig(
+        engine="local",
+        measures=["cosine"],
+        pairs=["de-en"],
+        methods=["opca"],
+        gamma_grid=[1e-4, 1.0],
+        report_dir=str(root / "reports-gamma"),
+        plot=False,
+    )
+    report = run_evaluation(spark, cfg, e)
+    info = report["methods"]["opca"]
+    sel = info["gamma_selection"]
+    scores = {c["gamma"]: c["score"] for c in sel["curve"]}
+    assert list(scores) == [1e-4, 1.0]
+    assert sel["chosen"] == max(scores, key=scores.get)
+    assert info["model"].endswith(f"gamma={sel['chosen']:g}")
+    assert info["params"] == {"γ": sel["chosen"]}
+    # γ = 1 turns OPCA into per-language PCA: no crosslingual signal on validation.
+    assert scores[1.0] < scores[1e-4]
+    assert "γ chosen on the validation concepts" in Path(report["report_md"]).read_text()

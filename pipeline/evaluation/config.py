@@ -116,6 +116,11 @@ class EvaluateConfig:
         default_factory=list
     )
     baseline_models_dir: str | None = None
+    # γ of CCA and OPCA, chosen on the validation concepts (selection_metric/measure) when
+    # two or more values are given; else train.gamma. Their best γ differs by data size
+    # and method (on the bundled sample: CCA 1e-3, OPCA 1e-4; a larger γ turns both
+    # into per-language PCA, which cannot retrieve across languages).
+    gamma_grid: list[float] = field(default_factory=list)
     # untranslated embeds into sparse vectors over the union vocabulary; retrieval densifies
     # the terms a direction's two sides share (exact, pipeline/evaluation/shared_space.py)
     # up to this size, on the local engine.
@@ -169,6 +174,8 @@ def check_evaluate(e: EvaluateConfig) -> None:
         raise ConfigError(f"evaluate.lambda_grid values must be > 0; got {e.lambda_grid}")
     for i, p in enumerate(e.pairs):
         parse_pair(p, key=f"evaluate.pairs[{i}]")
+    if any(not g > 0 for g in e.gamma_grid):
+        raise ConfigError(f"evaluate.gamma_grid values must be > 0; got {e.gamma_grid}")
     if len(set(e.methods)) != len(e.methods):
         raise ConfigError(f"evaluate.methods repeats a method: {e.methods}")
     if "untranslated" in e.methods and e.engine == "spark":

@@ -94,7 +94,8 @@ def _methods_section(report: dict[str, Any]) -> list[str]:
         "",
         "Trained on the same rows and evaluated on the same queries and candidates.",
         "",
-        "| method | r | λ | fit (s) | test (s) | mean P@1 (cosine) | mean MRR (cosine) | model |",
+        "| method | r | regularisation | fit (s) | test (s) | mean P@1 (cosine) "
+        "| mean MRR (cosine) | model |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, info in methods.items():
@@ -105,10 +106,24 @@ def _methods_section(report: dict[str, Any]) -> list[str]:
         ]
         p1 = sum(r["precision_at"].get(1, 0.0) for r in rows) / len(rows) if rows else float("nan")
         mrr = sum(r["mrr"] for r in rows) / len(rows) if rows else float("nan")
+        reg = ", ".join(f"{k} = {v:g}" for k, v in info.get("params", {}).items())
         out.append(
-            f"| {name} | {info['r']} | {info['lam']:g} | {info.get('fit_seconds')} | "
+            f"| {name} | {info['r']} | {reg or '–'} | {info.get('fit_seconds')} | "
             f"{info.get('test_seconds')} | {p1:.3f} | {mrr:.3f} | `{info['model']}` |"
         )
+    for name, info in methods.items():
+        sel = info.get("gamma_selection")
+        if sel:
+            points = ", ".join(
+                f"γ = {c['gamma']:g}: {c['score']:.4f}"
+                + (" ←" if c["gamma"] == sel["chosen"] else "")
+                for c in sel["curve"]
+            )
+            out.append("")
+            out.append(
+                f"{name}: γ chosen on the validation concepts by mean {sel['metric']} "
+                f"({sel['measure']}): {points}."
+            )
     return out
 
 

@@ -173,7 +173,14 @@ def run(spark: SparkSession, cfg: Config, split_cfg: SplitConfig | None = None) 
         "n_validation": s.n_validation,
     }
     path = cfg.paths.dataset("splits")
-    write_dataset(spark, splits, SPLITS, path, manifest={"report": report, "settings": vars(s)})
+    write_dataset(
+        spark,
+        splits,
+        SPLITS,
+        path,
+        manifest={"report": report, "settings": vars(s)},
+        format=cfg.paths.format,
+    )
     splits.unpersist()
     if cfg.heldout_path() != path:
         log.warning(

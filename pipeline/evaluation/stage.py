@@ -410,6 +410,32 @@ def _evaluate_role(
     return out
 
 
+def _method_params(method: str, lam: float, gamma: float) -> dict[str, float]:
+    """The regularisation that applies to ``method`` (for the report)."""
+    if method == "cr5":
+        return {"λ": lam}
+    if method in ("cca", "opca"):
+        return {"γ": gamma}
+    return {}
+
+
+def _validation_score(
+    engine: Any, directions: list[Direction], splits_rows: list, e: EvaluateConfig
+) -> tuple[float, list[dict[str, Any]]]:
+    """Mean ``selection_metric`` (``selection_measure``) over all directions, and the rows."""
+    res = _evaluate_role(engine, directions, splits_rows, "validation", [e.selection_measure], e)
+    if not res:
+        raise InputDataError(
+            "selection needs validation concepts; the splits have none for the evaluated "
+            "pairs (split.n_validation=0?)"
+        )
+    key = e.selection_metric
+    vals = [row["mrr"] if key == "MRR" else row["precision_at"][int(key[2:])] for row in res]
+    for row, v in zip(res, vals):
+        row["score"] = v
+    return float(np.mean(vals)), res
+
+
 def _train_and_evaluate(
     spark: SparkSession,
     cfg: Config,
@@ -423,37 +449,72 @@ def _train_and_evaluate(
     """Train ``method`` on the model's training rows and evaluate it on the test concepts.
 
     Same training rows (train.* selection), same r as the evaluated model (its λ for cr5),
-    same splits, candidates and engine: only the method differs.
+    same splits, candidates and engine: only the method differs. CCA and OPCA take γ from
+    ``evaluate.gamma_grid`` when it has two or more values, chosen on the validation
+    concepts like λ (otherwise ``train.gamma``).
     """
     from pipeline import training
 
     base = e.baseline_models_dir or (cfg.paths.root.rstrip("/") + "/baseline_models")
-    path = f"{base.rstrip('/')}/{method}"
     r = cfg.train.r if meta.get("phi_format") == "selection" else int(meta["r"])
-    sub = dataclasses.replace(
-        cfg,
-        train=dataclasses.replace(cfg.train, method=method, r=r, lam=float(meta["lam"])),
-        paths=dataclasses.replace(cfg.paths, model=path),
-    )
-    log.info("evaluate: training %s (r=%d) for the comparison into %s", method, r, path)
+    lam = float(meta["lam"])
+    gammas = [cfg.train.gamma]
+    if method in ("cca", "opca") and len(e.gamma_grid) >= 2:
+        gammas = list(e.gamma_grid)
+    curve: list[dict[str, Any]] = []
+    best: dict[str, Any] | None = None
     t0 = time.perf_counter()
-    trained = training.run(spark, sub)
+    for gamma in gammas:
+        path = f"{base.rstrip('/')}/{method}"
+        if len(gammas) > 1:
+            path += f"/gamma={gamma:g}"
+        sub = dataclasses.replace(
+            cfg,
+            train=dataclasses.replace(cfg.train, method=method, r=r, lam=lam, gamma=gamma),
+            paths=dataclasses.replace(cfg.paths, model=path),
+        )
+        log.info("evaluate: training %s (r=%d, γ=%g) into %s", method, r, gamma, path)
+        trained = training.run(spark, sub)
+        point = {"gamma": gamma, "model": path, "fit_seconds": trained["fit_seconds"]}
+        if len(gammas) > 1:
+            engine.use_model(path)
+            point["score"], _ = _validation_score(engine, directions, splits_rows, e)
+            log.info(
+                "evaluate: %s γ=%g validation %s %.4f",
+                method,
+                gamma,
+                e.selection_metric,
+                point["score"],
+            )
+        curve.append(point)
+        if best is None or point.get("score", 0.0) > best.get("score", 0.0):
+            best = point
     train_wall = time.perf_counter() - t0
+    assert best is not None
+    path = best["model"]
     t0 = time.perf_counter()
     engine.use_model(path)
     rows = _evaluate_role(engine, directions, splits_rows, "test", list(e.measures), e)
     test_seconds = time.perf_counter() - t0
-    lam = float(read_model_json(path)["lam"])
     for row in rows:
         row["lam"] = lam
         row["method"] = method
     return rows, {
         "model": path,
-        "r": int(trained["r"]),
+        "r": int(read_model_json(path)["r"]),
         "lam": lam,
-        "fit_seconds": trained["fit_seconds"],
+        "params": _method_params(method, lam, best["gamma"]),
+        "fit_seconds": best["fit_seconds"],
         "train_wall_seconds": round(train_wall, 2),
         "test_seconds": round(test_seconds, 2),
+        "gamma_selection": None
+        if len(gammas) < 2
+        else {
+            "metric": e.selection_metric,
+            "measure": e.selection_measure,
+            "curve": curve,
+            "chosen": best["gamma"],
+        },
     }
 
 
@@ -509,23 +570,12 @@ def run_evaluation(
 
         def score_fn(model_path: str, lam: float) -> tuple[float, dict[str, Any]]:
             engine.use_model(model_path)
-            res = _evaluate_role(
-                engine, directions, splits_rows, "validation", [e.selection_measure], e
-            )
-            if not res:
-                raise InputDataError(
-                    "λ selection needs validation concepts; the splits have none for "
-                    f"{pairs} (split.n_validation=0?)"
-                )
+            score, res = _validation_score(engine, directions, splits_rows, e)
             for row in res:
                 row["lam"] = lam
             validation.extend(res)
-            key = e.selection_metric
-            vals = [
-                row["mrr"] if key == "MRR" else row["precision_at"][int(key[2:])] for row in res
-            ]
-            details = {f"{row['query_lang']}->{row['target_lang']}": v for row, v in zip(res, vals)}
-            return float(np.mean(vals)), details
+            details = {f"{row['query_lang']}->{row['target_lang']}": row["score"] for row in res}
+            return score, details
 
         selection = select_lambda(
             spark, cfg, list(e.lambda_grid), models_dir=e.lambda_models_dir, score_fn=score_fn
@@ -558,6 +608,7 @@ def run_evaluation(
             "model": str(model_path),
             "r": int(meta["r"]),
             "lam": lam,
+            "params": _method_params(main_method, lam, cfg.train.gamma),
             "fit_seconds": meta.get("training", {}).get("fit_seconds"),
             "test_seconds": round(eval_seconds, 2),
         }
@@ -621,7 +672,7 @@ def run_evaluation(
         "results": test,
         "test_seconds": round(eval_seconds, 2),
     }
-    write_dataset(spark, df, EVALUATION, path, manifest={"report": report})
+    write_dataset(spark, df, EVALUATION, path, manifest={"report": report}, format=cfg.paths.format)
     report["path"] = path
     report["total_seconds"] = round(time.perf_counter() - t_start, 2)
     files = write_reports(cfg, e, report)
