@@ -58,6 +58,17 @@ class PathsConfig:
     """Where datasets live. Each dataset defaults to ``<root>/<name>``."""
 
     root: str = "./out"
+    # How every stage writes its datasets (pipeline/io/datasets.py). "parquet": a directory
+    # with a _manifest.json, replaced atomically by rename. "delta": a Delta Lake table; each
+    # write is one commit, a new table version (overwrite mode, history kept), with the
+    # manifest in the commit's userMetadata. With Delta's jars on the Spark classpath
+    # (cluster: spark-submit --packages io.delta:delta-spark_2.13:<version matching Spark>
+    # --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension --conf
+    # spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog) Spark's
+    # own Delta writer is used; otherwise Spark writes the Parquet files and delta-rs commits
+    # them (pip install 'cr5-on-spark[delta]'). Readers read any path holding a _delta_log/
+    # as Delta, whatever this says. See deploy/README.md, "Delta Lake output".
+    format: Literal["parquet", "delta"] = "parquet"
     documents: str | None = None
     vocabulary: str | None = None
     tfidf: str | None = None

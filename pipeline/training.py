@@ -109,7 +109,7 @@ def select_training_rows(
         "source": tfidf_path,
     }
     path = cfg.paths.root.rstrip("/") + "/train_rows"
-    write_dataset(spark, df, TFIDF, path, manifest={"report": sub})
+    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, format=cfg.paths.format)
     df.unpersist()
     report["rows_path"] = path
     return path, report

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import InputDataError, ModelError
-from pipeline.io.datasets import HadoopFS, read_dataset, write_dataset
+from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json, verify_files
@@ -102,7 +102,7 @@ def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
         fmt = (
             "jsonl" if e.input.rstrip("/").endswith((".jsonl", ".json", ".ndjson")) else ("parquet")
         )
-    df = spark.read.json(e.input) if fmt == "jsonl" else spark.read.parquet(e.input)
+    df = spark.read.json(e.input) if fmt == "jsonl" else read_table(spark, e.input)
     missing = [c for c in ("doc_id", "lang", "text") if c not in df.columns]
     if missing:
         raise InputDataError(
@@ -179,7 +179,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "dim": int(meta["r"]),
         "embed_seconds": round(seconds, 2),
     }
-    write_dataset(spark, out, EMBEDDINGS, path, manifest={"report": report})
+    write_dataset(
+        spark, out, EMBEDDINGS, path, manifest={"report": report}, format=cfg.paths.format
+    )
     out.unpersist()
     report["path"] = path
     return report

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import InputDataError
-from pipeline.io.datasets import HadoopFS
+from pipeline.io.datasets import HadoopFS, read_table
 from pipeline.text.tokenizer import Tokenizer, distinct_tokens_per_doc
 
 KEYS = ("doc_id", "concept_id", "lang")
@@ -61,7 +61,7 @@ def heldout_concepts(spark: SparkSession, path: str | None) -> DataFrame | None:
             f"features.heldout_concepts {path} does not exist. Fix: run the split stage first "
             "or unset features.heldout_concepts."
         )
-    df = spark.read.parquet(path)
+    df = read_table(spark, path)  # Parquet, or a Delta table's current version
     if "concept_id" not in df.columns:
         raise InputDataError(
             f"features.heldout_concepts {path} has no concept_id column (columns: {df.columns})"

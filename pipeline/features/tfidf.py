@@ -176,8 +176,11 @@ def build_tfidf(spark: SparkSession, cfg: Config) -> tuple[DataFrame, DataFrame,
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     tfidf, concepts, report = build_tfidf(spark, cfg)
     manifest = {"report": report}
-    write_dataset(spark, concepts, CONCEPTS, cfg.paths.dataset("concepts"), manifest=manifest)
-    write_dataset(spark, tfidf, TFIDF, cfg.paths.dataset("tfidf"), manifest=manifest)
+    fmt = cfg.paths.format
+    write_dataset(
+        spark, concepts, CONCEPTS, cfg.paths.dataset("concepts"), manifest=manifest, format=fmt
+    )
+    write_dataset(spark, tfidf, TFIDF, cfg.paths.dataset("tfidf"), manifest=manifest, format=fmt)
     tfidf.unpersist()
     concepts.unpersist()
     report["path"] = cfg.paths.dataset("tfidf")

@@ -100,7 +100,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "idf": "ln(N_l / df)",
     }
     path = cfg.paths.dataset("vocabulary")
-    write_dataset(spark, vocab, VOCABULARY, path, manifest={"report": report})
+    write_dataset(
+        spark, vocab, VOCABULARY, path, manifest={"report": report}, format=cfg.paths.format
+    )
     vocab.unpersist()
     tokenized.unpersist()
     report["path"] = path

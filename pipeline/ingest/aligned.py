@@ -325,7 +325,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     report["documents"] = sum(per_lang.values())
     report["concepts"] = docs.select("concept_id").distinct().count()
     path = cfg.paths.dataset("documents")
-    write_dataset(spark, docs, DOCUMENTS, path, manifest={"report": report})
+    write_dataset(
+        spark, docs, DOCUMENTS, path, manifest={"report": report}, format=cfg.paths.format
+    )
     docs.unpersist()
     report["path"] = path
     return report

@@ -14,6 +14,14 @@ previous version under ``.old-``; the next write or read restores it. Readers
 require the manifest, so a half-written directory is never read as a dataset.
 Renames go through Hadoop's FileSystem, so this works on local disks and HDFS;
 object stores without atomic rename should use the Delta output format.
+
+With ``paths.format: delta`` (``format="delta"`` here) a dataset is a Delta Lake
+table instead, written by :mod:`pipeline.io.delta`: each write is one atomic Delta
+commit (a new table version; overwrite mode, so earlier versions stay in the
+history) and the manifest is stored in that commit. Only a table replacing a
+Parquet dataset is built in a temporary sibling and renamed into place as above.
+Readers do not care about the format: a directory with a ``_delta_log/`` is read as
+a Delta table, whatever the configuration says.
 """
 
 from __future__ import annotations
@@ -22,64 +30,23 @@ import datetime as _dt
 import json
 import logging
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import __version__
-from pipeline.errors import DatasetNotFoundError, InputDataError
+from pipeline.errors import ConfigError, DatasetNotFoundError, InputDataError
+from pipeline.io import delta
+from pipeline.io.hadoop import HadoopFS as HadoopFS  # re-exported: stages import it here
 from pipeline.io.schemas import DatasetSpec
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "_manifest.json"
-
-
-class HadoopFS:
-    """The few Hadoop FileSystem operations the atomic commit needs."""
-
-    def __init__(self, spark: SparkSession, path: str) -> None:
-        jvm = spark.sparkContext._jvm
-        self._jvm = jvm
-        self._Path = jvm.org.apache.hadoop.fs.Path
-        self.fs = self._Path(path).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-    def path(self, p: str):
-        return self._Path(p)
-
-    def exists(self, p: str) -> bool:
-        return bool(self.fs.exists(self._Path(p)))
-
-    def rename(self, src: str, dst: str) -> None:
-        if not self.fs.rename(self._Path(src), self._Path(dst)):
-            raise OSError(f"could not rename {src} to {dst}")
-
-    def delete(self, p: str) -> None:
-        self.fs.delete(self._Path(p), True)
-
-    def mkdirs(self, p: str) -> None:
-        self.fs.mkdirs(self._Path(p))
-
-    def list_names(self, p: str) -> list[str]:
-        if not self.exists(p):
-            return []
-        return [s.getPath().getName() for s in self.fs.listStatus(self._Path(p))]
-
-    def write_text(self, p: str, text: str) -> None:
-        out = self.fs.create(self._Path(p), True)
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
-
-    def read_text(self, p: str) -> str:
-        stream = self.fs.open(self._Path(p))
-        try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+FORMATS = ("parquet", "delta")
+Format = Literal["parquet", "delta"]
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -127,28 +94,79 @@ def write_dataset(
     path: str,
     *,
     manifest: Mapping[str, Any] | None = None,
+    format: Format = "parquet",
 ) -> dict[str, Any]:
-    """Write ``df`` as dataset ``spec`` at ``path`` atomically; return the manifest."""
+    """Write ``df`` as dataset ``spec`` at ``path`` atomically; return the manifest.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    df : DataFrame
+        Must have ``spec``'s columns (extra columns are dropped, types cast).
+    spec : DatasetSpec
+    path : str
+        The dataset's directory (any Hadoop file system).
+    manifest : mapping, optional
+        Extra manifest entries (typically ``{"report": ...}``).
+    format : {"parquet", "delta"}
+        ``paths.format`` of the configuration: a Parquet directory with a
+        ``_manifest.json``, or a new version of a Delta table (module docstring).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown format, or ``delta`` without Delta's jars or ``deltalake``.
+    """
+    if format not in FORMATS:
+        raise ConfigError(f"dataset format {format!r} is not one of {', '.join(FORMATS)}")
+    full = {
+        "dataset": spec.name,
+        "producer": spec.producer,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "library_version": __version__,
+        "format": format,
+        "schema": json.loads(spec.schema.json()),
+        **(manifest or {}),
+    }
+    data = conform(df, spec)
     fs = HadoopFS(spark, path)
     _recover(fs, path)
+    if format == "delta":
+        if delta.is_delta_table(fs, path) or not fs.exists(path):
+            # A commit is atomic by itself: no temporary copy needed.
+            delta.write_delta(spark, data, spec, path, full)
+        else:
+            log.info("replacing the Parquet dataset at %s with a Delta table", path)
+            _publish(fs, path, lambda tmp: delta.write_delta(spark, data, spec, tmp, full))
+    else:
+        if delta.is_delta_table(fs, path):
+            log.warning(
+                "paths.format=parquet: replacing the Delta table at %s, and its history, "
+                "with a Parquet dataset",
+                path,
+            )
+
+        def write_parquet(tmp: str) -> None:
+            writer = data.write.mode("errorifexists")
+            if spec.partition_by:
+                writer = writer.partitionBy(*spec.partition_by)
+            writer.parquet(tmp)
+            text = json.dumps(full, indent=2, sort_keys=True, default=str)
+            fs.write_text(f"{tmp}/{MANIFEST}", text)
+
+        _publish(fs, path, write_parquet)
+    log.info("wrote dataset %s to %s (%s)", spec.name, path, format)
+    return full
+
+
+def _publish(fs: HadoopFS, path: str, write: Callable[[str], None]) -> None:
+    """Run ``write(tmp)`` on a hidden sibling, then rename it to ``path`` (steps 1-3)."""
     parent, name = _split(path)
     fs.mkdirs(parent)
     token = uuid.uuid4().hex[:12]
     tmp = f"{parent}/.{name}.tmp-{token}"
-    writer = conform(df, spec).write.mode("errorifexists")
-    if spec.partition_by:
-        writer = writer.partitionBy(*spec.partition_by)
     try:
-        writer.parquet(tmp)
-        full = {
-            "dataset": spec.name,
-            "producer": spec.producer,
-            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "library_version": __version__,
-            "schema": json.loads(spec.schema.json()),
-            **(manifest or {}),
-        }
-        fs.write_text(f"{tmp}/{MANIFEST}", json.dumps(full, indent=2, sort_keys=True, default=str))
+        write(tmp)
         old = f"{parent}/.{name}.old-{token}"
         if fs.exists(path):
             fs.rename(path, old)
@@ -160,26 +178,53 @@ def write_dataset(
         if fs.exists(tmp):
             fs.delete(tmp)
         raise
-    log.info("wrote dataset %s to %s", spec.name, path)
-    return full
 
 
 def read_manifest(spark: SparkSession, spec: DatasetSpec, path: str) -> dict[str, Any]:
-    """Return the manifest of dataset ``spec`` at ``path``; error clearly if absent."""
-    fs = HadoopFS(spark, path)
-    if not fs.exists(f"{path.rstrip('/')}/{MANIFEST}"):
+    """Return the manifest of dataset ``spec`` at ``path``; error clearly if absent.
+
+    For a Delta table it is the manifest stored in its newest cr5 commit, with
+    ``delta_version`` added (:func:`pipeline.io.delta.read_delta_manifest`).
+    """
+    return _manifest_of(HadoopFS(spark, path), spec, path)
+
+
+def _manifest_of(fs: HadoopFS, spec: DatasetSpec, path: str) -> dict[str, Any]:
+    root = path.rstrip("/")
+    if not (fs.exists(f"{root}/{MANIFEST}") or delta.is_delta_table(fs, root)):
         _recover(fs, path)
-    if not fs.exists(f"{path.rstrip('/')}/{MANIFEST}"):
+    if delta.is_delta_table(fs, root):
+        found = delta.read_delta_manifest(fs, root)
+        if found is not None:
+            return found
+        what = "is a Delta table without a cr5 manifest in its commits"
+    elif fs.exists(f"{root}/{MANIFEST}"):
+        return json.loads(fs.read_text(f"{root}/{MANIFEST}"))
+    else:
         what = "does not exist" if not fs.exists(path) else f"is incomplete (no {MANIFEST})"
-        raise DatasetNotFoundError(
-            f"dataset {spec.name!r} at {path} {what}. Fix: run the {spec.producer!r} stage first "
-            f"(python jobs/{spec.producer}.py --conf conf/<profile>.yaml), or point "
-            f"paths.{spec.name} at an existing dataset."
-        )
-    return json.loads(fs.read_text(f"{path.rstrip('/')}/{MANIFEST}"))
+    raise DatasetNotFoundError(
+        f"dataset {spec.name!r} at {path} {what}. Fix: run the {spec.producer!r} stage first "
+        f"(python jobs/{spec.producer}.py --conf conf/<profile>.yaml), or point "
+        f"paths.{spec.name} at an existing dataset."
+    )
 
 
 def read_dataset(spark: SparkSession, spec: DatasetSpec, path: str) -> DataFrame:
-    """Read dataset ``spec`` from ``path`` with its declared schema and column order."""
-    read_manifest(spark, spec, path)
-    return conform(spark.read.parquet(path), spec)
+    """Read dataset ``spec`` from ``path`` with its declared schema and column order.
+
+    A Delta table is read as such (its current version) whatever ``paths.format`` says.
+    """
+    fs = HadoopFS(spark, path)
+    _manifest_of(fs, spec, path)
+    return conform(read_table(spark, path, fs=fs), spec)
+
+
+def read_table(spark: SparkSession, path: str, *, fs: HadoopFS | None = None) -> DataFrame:
+    """Read the Parquet file(s) or the Delta table (current version) at ``path``.
+
+    For inputs that need not be datasets of this pipeline (no manifest required).
+    """
+    fs = fs or HadoopFS(spark, path)
+    if delta.is_delta_table(fs, path):
+        return delta.read_delta(spark, path)
+    return spark.read.parquet(path)

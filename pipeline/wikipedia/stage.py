@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -644,9 +644,14 @@ def build_documents(
 
 
 def run_wikipedia(
-    spark: SparkSession, cfg: WikipediaConfig, path: str, partitions: int
+    spark: SparkSession,
+    cfg: WikipediaConfig,
+    path: str,
+    partitions: int,
+    fmt: Literal["parquet", "delta"] = "parquet",
 ) -> dict[str, Any]:
-    """Build ``documents`` from ``cfg`` and write it atomically to ``path``; the report."""
+    """Build ``documents`` from ``cfg`` and write it atomically to ``path`` (as ``fmt``,
+    ``paths.format``); the report."""
     docs, report, cached = build_documents(spark, cfg)
     docs = (
         docs.repartitionByRange(partitions, "lang", "doc_id")
@@ -669,7 +674,7 @@ def run_wikipedia(
         report["documents"] = sum(per_lang.values())
         report["n_concepts"] = docs.select("concept_id").distinct().count()
         report["config"] = asdict(cfg)
-        write_dataset(spark, docs, DOCUMENTS, path, manifest={"report": report})
+        write_dataset(spark, docs, DOCUMENTS, path, manifest={"report": report}, format=fmt)
     finally:
         docs.unpersist()
         for frame in cached:
@@ -681,5 +686,9 @@ def run_wikipedia(
 def run(spark: SparkSession, cfg) -> dict[str, Any]:
     """Stage entry point (``ingest_wikipedia``): ``cfg.wikipedia`` -> ``paths.documents``."""
     return run_wikipedia(
-        spark, cfg.wikipedia, cfg.paths.dataset("documents"), cfg.spark.shuffle_partitions
+        spark,
+        cfg.wikipedia,
+        cfg.paths.dataset("documents"),
+        cfg.spark.shuffle_partitions,
+        cfg.paths.format,
     )

@@ -1,0 +1,63 @@
+"""The few Hadoop FileSystem operations dataset commits need, called from the driver.
+
+Going through Hadoop's FileSystem (over py4j) rather than Python's ``os`` makes the
+same code work on local disks, HDFS and every store Spark itself can write to.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+
+class HadoopFS:
+    """The Hadoop FileSystem of ``path``, with the operations the dataset commits use."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self.fs = self._Path(path).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def path(self, p: str):
+        return self._Path(p)
+
+    def exists(self, p: str) -> bool:
+        return bool(self.fs.exists(self._Path(p)))
+
+    def rename(self, src: str, dst: str) -> None:
+        if not self.fs.rename(self._Path(src), self._Path(dst)):
+            raise OSError(f"could not rename {src} to {dst}")
+
+    def delete(self, p: str) -> None:
+        self.fs.delete(self._Path(p), True)
+
+    def mkdirs(self, p: str) -> None:
+        self.fs.mkdirs(self._Path(p))
+
+    def list_names(self, p: str) -> list[str]:
+        if not self.exists(p):
+            return []
+        return [s.getPath().getName() for s in self.fs.listStatus(self._Path(p))]
+
+    def write_text(self, p: str, text: str) -> None:
+        out = self.fs.create(self._Path(p), True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+
+    def read_text(self, p: str) -> str:
+        stream = self.fs.open(self._Path(p))
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def qualify(self, p: str) -> tuple[str, str, str]:
+        """``p`` made absolute: ``(scheme, decoded path, Hadoop path string)``.
+
+        For ``./out/x`` on a local disk: ``("file", "/cwd/out/x", "file:/cwd/out/x")``.
+        """
+        q = self.fs.makeQualified(self._Path(p))
+        uri = q.toUri()
+        return str(uri.getScheme() or ""), str(uri.getPath()).rstrip("/"), str(q.toString())
