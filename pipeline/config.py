@@ -154,6 +154,11 @@ class TrainConfig:
     # Restrict training to these languages (empty: all languages of the tfidf dataset).
     languages: list[str] = field(default_factory=list)
     backend: Literal["local", "spark"] = "local"
+    # spark backend: row partitions per language of X (each cached on an executor as one
+    # CSR block, ~8 bytes per nonzero in float32). None: max(defaultParallelism,
+    # ceil(nnz_l / 2M)), i.e. ~16 MB blocks.
+    partitions_per_language: int | None = None
+
     dtype: Literal["float32", "float64"] = "float32"
     lam: float = 1.0
     r: int = _solver_default("r")
@@ -170,6 +175,12 @@ class TrainConfig:
     # Resumable checkpoints (default: <paths.root>/checkpoints/train); "" disables them.
     checkpoint_dir: str | None = None
     checkpoint_every: int = _solver_default("checkpoint_every")
+
+    def backend_options(self) -> dict[str, Any]:
+        """Keyword options of :func:`pipeline.linalg.backends.make_backend`."""
+        if self.backend == "spark" and self.partitions_per_language is not None:
+            return {"partitions_per_language": self.partitions_per_language}
+        return {}
 
     def solver_params(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~pipeline.linalg.cr5.Cr5Solver`."""

@@ -188,7 +188,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     tfidf_path = cfg.paths.dataset("tfidf")
     rows_path, selection = select_training_rows(spark, cfg, tfidf_path)
     t0 = time.perf_counter()
-    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype)
+    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options())
     load_seconds = time.perf_counter() - t0
     languages = list(backend.languages)
     log.info(

@@ -4,5 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
+# Airflow for tests/test_airflow.py, in ./.venv-airflow (idempotent; CR5_SKIP_AIRFLOW=1 skips
+# both the install and those tests).
+if [ "${CR5_SKIP_AIRFLOW:-0}" != 1 ]; then bash scripts/setup_airflow.sh; fi
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 exec .venv/bin/python -m pytest "$@"

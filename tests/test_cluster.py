@@ -25,7 +25,7 @@ from tests.conftest import REPO, SAMPLE
 
 SUBMIT = REPO / "deploy" / "submit.sh"
 
-# The demo chain, kept fast: r = 20 and one λ (no selection; train.lam = 1.0).
+# The demo chain, kept fast: r = 20, one λ (no selection; train.lam = 1.0), no baselines.
 SAMPLE_ARGS = [
     "--conf", str(REPO / "conf" / "local.yaml"),
     "--conf", str(REPO / "conf" / "short-docs.yaml"),
@@ -33,6 +33,7 @@ SAMPLE_ARGS = [
     "--set", f"ingest.input={SAMPLE}",
     "--set", "train.r=20",
     "--set", "evaluate.lambda_grid=[1.0]",
+    "--set", "evaluate.methods=[]",
 ]  # fmt: skip
 
 

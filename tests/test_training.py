@@ -187,7 +187,11 @@ def test_spark_backend_trains_the_same_model_as_local(spark, sample_features, tm
     models = {}
     for kind in ("local", "spark"):
         cfg = cfg_for(
-            sample_features, *common, f"train.backend={kind}", f"paths.model={tmp_path}/{kind}"
+            sample_features,
+            *common,
+            f"train.backend={kind}",
+            f"paths.model={tmp_path}/{kind}",
+            "train.partitions_per_language=3",  # ignored by the local backend
         )
         get_stage("train")(spark, cfg)
         models[kind] = Cr5Model.load(tmp_path / kind)

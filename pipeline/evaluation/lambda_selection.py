@@ -97,7 +97,9 @@ def select_lambda(
             if backend is None:
                 t0 = time.perf_counter()
                 rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
-                backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype)
+                backend = make_backend(
+                    t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options()
+                )
                 vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
                 load_seconds = time.perf_counter() - t0
             params = {**t.solver_params(), "lam": float(lam)}

@@ -1,0 +1,397 @@
+"""Airflow DAG ``cr5_retrain``: the Cr5 chain, one spark-submit per stage.
+
+``ingest → split → vocabulary → tfidf → train → embed → evaluate`` (pipeline/stages.py's
+DEMO_CHAIN), each a :class:`Cr5StageOperator` (a ``SparkSubmitOperator`` from
+``apache-airflow-providers-apache-spark``) submitting ``jobs/<stage>.py`` in client mode
+to the master of the Airflow connection ``spark_default`` (``CR5_SPARK_CONN_ID`` to
+change it). See deploy/airflow/README.md and the README's "Schedule with Airflow".
+
+Parameters (trigger with ``--conf '{...}'`` or the UI form):
+
+- ``corpus``: the aligned corpus (``ingest.input``); null keeps the profiles'.
+- ``languages``: keep only these languages (``ingest.languages``); [] keeps the profiles'.
+- ``lambda_grid``: λ values; two or more are selected on the validation concepts
+  (``evaluate.lambda_grid``); a single value is the λ trained (``train.lam``).
+- ``profiles``: configuration profiles, relative to ``repo`` or absolute.
+- ``root``: where runs write; each DAG run writes under ``<root>/<run key>`` (its logical
+  date, else the time it was due, as ``20250103T030000``), so runs never overwrite each
+  other and every task of a run (and every retry) sees the same paths.
+- ``driver_root``: a directory on the drivers' disk for what the driver writes itself
+  (the model, training checkpoints, per-λ and baseline models, reports), per run key; needed
+  when ``root`` is a URI (``hdfs://``, ``s3a://``); null: under ``root``. In client mode
+  the drivers run on the Airflow workers: give a directory they all share, or run the
+  DAG on one worker.
+- ``overrides``: more ``section.key=value`` settings (``--set``, applied last).
+- ``executor_python``: the executors' Python (``spark.pyspark.python``); null: the
+  project's venv for a master on this machine (``local[...]``, 127.0.0.1, localhost),
+  else the cluster's default (installed on every node, or a packed environment given
+  through ``spark_conf``).
+- ``spark_conf``: more Spark properties for every stage; ``driver_memory``: spark-submit's.
+- ``repo`` / ``venv``: the checkout with ``jobs/``, ``conf/`` and ``pipeline/``, and the
+  project's virtual environment whose ``bin/`` holds ``spark-submit`` and the driver's
+  Python (the Spark provider installs only Spark Connect's client, not ``spark-submit``).
+
+``corpus``, ``root``, ``driver_root`` and ``overrides`` are Jinja templates rendered with the task's
+context plus ``run_key``, e.g. ``"corpus": "/data/dumps/{{ run_key }}/documents"``.
+Relative paths (in parameters and in profiles) are relative to ``repo``: spark-submit
+runs there.
+
+Retries and idempotence: every stage writes its dataset atomically (a hidden temporary
+sibling, renamed into place) and a rerun with the same inputs writes the same data, so a
+retried or cleared task rewrites the same outputs of the same run and never leaves half a
+dataset; training resumes from its checkpoint (under the run's root). The library is
+zipped from ``repo`` by each task (``deploy/submit.sh --package-only``) and shipped with
+``--py-files``. Retries: ``CR5_RETRIES`` (default 2), 5-10 minutes after
+the first failure, 10-20 after the second (exponential backoff, jittered).
+
+Schedule: ``CR5_SCHEDULE`` (a cron expression, or "none" for manual runs only), by default
+03:00 UTC on the 3rd and 22nd of the month, two days after Wikimedia's twice-monthly dumps.
+Scheduled runs use the parameters' defaults: set them for a deployment with ``CR5_PARAMS``
+(a JSON object, e.g. ``{"corpus": "...", "root": "...", "driver_root": "..."}``) in the
+environment of Airflow's DAG processor and workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, BaseHook, Param
+from airflow.sdk.exceptions import AirflowFailException
+
+REPO = Path(os.environ.get("CR5_REPO") or Path(__file__).resolve().parents[2])
+CHAIN: tuple[str, ...] = ("ingest", "split", "vocabulary", "tfidf", "train", "embed", "evaluate")
+CONN_ID = os.environ.get("CR5_SPARK_CONN_ID", "spark_default")
+SCHEDULE = os.environ.get("CR5_SCHEDULE", "0 3 3,22 * *")
+RETRIES = int(os.environ.get("CR5_RETRIES", "2"))
+# What the driver writes with plain file I/O (never to hdfs:// and the like): the setting,
+# and its directory under the run's driver_root.
+DRIVER_LOCAL: tuple[tuple[str, str], ...] = (
+    ("paths.model", "model"),
+    ("train.checkpoint_dir", "checkpoints"),
+    ("evaluate.lambda_models_dir", "lambda_models"),
+    ("evaluate.baseline_models_dir", "baseline_models"),
+    ("evaluate.report_dir", "reports"),
+)
+
+
+# This deployment's parameter defaults (what scheduled runs use), over the built-in ones.
+DEFAULTS: dict[str, Any] = json.loads(os.environ.get("CR5_PARAMS") or "{}")
+
+
+def _param(name: str, default: Any, **schema: Any) -> Param:
+    """A parameter whose default ``CR5_PARAMS`` may replace."""
+    return Param(DEFAULTS.get(name, default), **schema)
+
+
+PARAMS = {
+    "corpus": _param(
+        "corpus", None, type=["null", "string"], description="ingest.input (null: the profiles')"
+    ),
+    "languages": _param(
+        "languages",
+        [],
+        type="array",
+        items={"type": "string", "pattern": "^[A-Za-z0-9_-]+$"},
+        description="ingest.languages ([]: the profiles')",
+    ),
+    "lambda_grid": _param(
+        "lambda_grid",
+        [0.1, 1.0, 10.0],
+        type="array",
+        minItems=1,
+        items={"type": "number", "exclusiveMinimum": 0},
+        description="evaluate.lambda_grid (one value: train.lam, no selection)",
+    ),
+    "profiles": _param(
+        "profiles",
+        ["conf/cluster.yaml"],
+        type="array",
+        minItems=1,
+        items={"type": "string", "minLength": 1},
+        description="--conf profiles, relative to repo or absolute",
+    ),
+    "root": _param(
+        "root",
+        "hdfs:///data/cr5/runs",
+        type="string",
+        minLength=1,
+        description="each run writes under <root>/<run key>",
+    ),
+    "overrides": _param(
+        "overrides",
+        [],
+        type="array",
+        items={"type": "string", "pattern": "^[^=]+=.*$"},
+        description="more --set section.key=value, applied last",
+    ),
+    "driver_root": _param(
+        "driver_root",
+        None,
+        type=["null", "string"],
+        description="driver-local directory for model, checkpoints, reports (null: root)",
+    ),
+    "executor_python": _param(
+        "executor_python", None, type=["null", "string"], description="spark.pyspark.python"
+    ),
+    "spark_conf": _param(
+        "spark_conf",
+        {},
+        type="object",
+        additionalProperties={"type": ["string", "number", "boolean"]},
+    ),
+    "driver_memory": _param("driver_memory", "4g", type="string", pattern="^[0-9]+[kmgtKMGT]?$"),
+    "repo": _param("repo", str(REPO), type="string", minLength=1),
+    "venv": _param("venv", None, type=["null", "string"], description="null: <repo>/.venv"),
+}
+if set(DEFAULTS) - set(PARAMS):
+    raise ValueError(
+        f"CR5_PARAMS names unknown parameters {sorted(set(DEFAULTS) - set(PARAMS))}; "
+        f"parameters are {sorted(PARAMS)}"
+    )
+
+
+def run_key(context: Any) -> str:
+    """A path-safe name for this DAG run: its logical date, else when it was due (UTC)."""
+    when = context.get("logical_date") or context["dag_run"].run_after
+    return when.astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+
+
+def is_uri(path: str) -> bool:
+    """``hdfs://...``, ``s3a://...``: not a path on the driver's own disk."""
+    return "://" in path and not path.startswith("file:")
+
+
+def run_paths(params: dict[str, Any], key: str) -> tuple[str, str | None]:
+    """This run's root (``<root>/<key>``) and driver-local directory (None: the root)."""
+    root = f"{params['root'].rstrip('/')}/{key}"
+    driver_root = params.get("driver_root")
+    if driver_root:
+        if is_uri(driver_root):
+            raise AirflowFailException(
+                f"driver_root must be a directory on the driver's disk: {driver_root!r}"
+            )
+        return root, f"{driver_root.rstrip('/')}/{key}"
+    if is_uri(root):
+        raise AirflowFailException(
+            f"root {params['root']!r} is not on the driver's disk, where the driver writes the "
+            "model, training checkpoints and reports: set the parameter driver_root to a local "
+            "directory (shared by the Airflow workers that run this DAG)"
+        )
+    return root, None
+
+
+def stage_arguments(params: dict[str, Any], root: str, driver_dir: str | None = None) -> list[str]:
+    """jobs/<stage>.py's arguments: the profiles, then ``--set`` from the parameters.
+
+    Values are written as JSON, which the jobs parse as YAML: strings stay strings
+    whatever they contain. ``params``' templates must be rendered already.
+    """
+    repo = Path(params["repo"])
+    args: list[str] = []
+    for profile in params["profiles"]:
+        args += ["--conf", str(repo / profile)]  # an absolute profile stays absolute
+    settings = [f"paths.root={json.dumps(root)}"]
+    if driver_dir:  # what the driver writes with plain file I/O
+        for key, name in DRIVER_LOCAL:
+            settings.append(f"{key}={json.dumps(driver_dir + '/' + name)}")
+    if params.get("corpus"):
+        settings.append(f"ingest.input={json.dumps(params['corpus'])}")
+    if params.get("languages"):
+        settings.append(f"ingest.languages={json.dumps(list(params['languages']))}")
+    grid = [float(x) for x in params["lambda_grid"]]
+    settings.append(f"evaluate.lambda_grid={json.dumps(grid)}")
+    if len(grid) == 1:  # no selection: the one λ is the model's
+        settings.append(f"train.lam={json.dumps(grid[0])}")
+    settings += list(params.get("overrides") or [])
+    for item in settings:
+        args += ["--set", item]
+    return args
+
+
+def is_on_this_machine(master: str) -> bool:
+    """A local[...] master, or a standalone master on the loopback interface."""
+    if master.startswith("local"):
+        return True
+    return master.startswith("spark://") and all(
+        re.fullmatch(r"(127\.0\.0\.1|localhost)(:\d+)?", host.strip())
+        for host in master[len("spark://") :].split(",")
+    )
+
+
+class Cr5StageOperator(SparkSubmitOperator):
+    """``spark-submit jobs/<stage>.py`` with the DAG run's parameters.
+
+    The arguments, the library zip, the Spark properties and spark-submit's environment
+    are resolved at run time from the parameters, so one DAG serves every corpus and
+    profile. spark-submit runs in ``repo`` with ``<venv>/bin`` first on PATH.
+    """
+
+    def __init__(self, *, stage: str, conn_id: str = CONN_ID, **kwargs: Any) -> None:
+        kwargs.setdefault("task_id", stage)
+        kwargs.setdefault("name", f"cr5-{stage}")
+        super().__init__(application=f"jobs/{stage}.py", conn_id=conn_id, **kwargs)
+        self.stage = stage
+        self.cr5_conn_id = conn_id
+
+    def execute(self, context: Any) -> dict[str, str]:
+        key = run_key(context)
+        params = dict(context["params"])
+        extra = {"run_key": key}
+        for name in ("corpus", "root", "driver_root", "overrides"):
+            if params.get(name):
+                params[name] = self.render_template(params[name], {**context, **extra})
+        repo = Path(params["repo"])
+        venv = Path(params.get("venv") or repo / ".venv")
+        python = venv / "bin" / "python"
+        master = _master(self.cr5_conn_id)
+        local_master = is_on_this_machine(master)
+        root, driver_dir = run_paths(params, key)
+
+        self.application = str(repo / "jobs" / f"{self.stage}.py")
+        self.application_args = stage_arguments(params, root, driver_dir)
+        self.py_files = package_library(repo, python)
+        self._driver_memory = params["driver_memory"]
+        conf = {
+            "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
+            "spark.executorEnv.OMP_NUM_THREADS": "1",
+        }
+        executor_python = params.get("executor_python")
+        if not executor_python and local_master and python.exists():
+            executor_python = str(python)
+        if executor_python:
+            conf["spark.pyspark.python"] = executor_python
+        if local_master:  # keep the driver on loopback, like the cluster it talks to
+            conf["spark.driver.host"] = "127.0.0.1"
+            conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf.update({str(k): str(v) for k, v in (params.get("spark_conf") or {}).items()})
+        self.conf = conf
+
+        env: dict[str, str] = {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+        if (venv / "bin").is_dir():
+            env["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+        if python.exists():
+            env["PYSPARK_DRIVER_PYTHON"] = str(python)
+            env.update(_java_home(python, repo))
+        if local_master:
+            env["SPARK_LOCAL_IP"] = "127.0.0.1"
+        self.log.info(
+            "cr5 stage %s on %s, run root %s: %s",
+            self.stage,
+            master or self.cr5_conn_id,
+            root,
+            " ".join(self.application_args),
+        )
+        # spark-submit's environment and working directory, for this task only. Not
+        # through env_vars: on YARN and Kubernetes the hook forwards those to the remote
+        # driver, where this machine's PATH and JAVA_HOME mean nothing.
+        with _process_environment(env, repo):
+            super().execute(context)
+        return {"root": root, "driver_dir": driver_dir or root}
+
+
+def package_library(repo: Path, python: Path) -> str:
+    """Zip ``repo``/pipeline (deploy/submit.sh --package-only); return the zip's path."""
+    env = dict(os.environ)
+    if python.exists():
+        env["PYTHON"] = str(python)
+    proc = subprocess.run(
+        ["bash", str(repo / "deploy" / "submit.sh"), "--package-only"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"packaging the library failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _master(conn_id: str) -> str:
+    """The connection's master URL as far as it can be told (empty if unknown)."""
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception:  # no such connection: the hook falls back to yarn
+        return ""
+    # As SparkSubmitHook reads it: a URI's scheme is the conn_type ("spark://h:7077"),
+    # a form's host may be a whole master URL ("local[2]", "yarn", "k8s://https://h").
+    host = conn.host or ""
+    if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
+        master = host
+    else:
+        master = f"{conn.conn_type}://{host}"
+    return f"{master}:{conn.port}" if conn.port else master
+
+
+def _java_home(python: Path, repo: Path) -> dict[str, str]:
+    """JAVA_HOME from the project's Java finder when the machine has no Java 17+."""
+    if os.environ.get("JAVA_HOME"):
+        return {}
+    out = subprocess.run(
+        [str(python), "-m", "pipeline.java", "--export"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=repo,
+    ).stdout
+    for line in out.splitlines():
+        if line.startswith("export JAVA_HOME="):
+            return {"JAVA_HOME": line.split("=", 1)[1].strip().strip("'\"")}
+    return {}
+
+
+@contextlib.contextmanager
+def _process_environment(env: dict[str, str], cwd: Path) -> Iterator[None]:
+    """Set environment variables and the working directory; restore both afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    old_cwd = os.getcwd()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def build_dag(dag_id: str = "cr5_retrain", stages: Sequence[str] = CHAIN) -> DAG:
+    with DAG(
+        dag_id=dag_id,
+        description="Cr5 crosslingual embeddings: ingest, split, features, train, embed, evaluate",
+        schedule=None if SCHEDULE.strip().lower() in ("", "none") else SCHEDULE,
+        start_date=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        params=PARAMS,
+        tags=["cr5", "spark"],
+        default_args={
+            "retries": RETRIES,
+            "retry_delay": dt.timedelta(minutes=5),
+            "retry_exponential_backoff": 2.0,
+            "max_retry_delay": dt.timedelta(hours=1),
+            "execution_timeout": dt.timedelta(hours=24),
+        },
+        doc_md=__doc__,
+    ) as dag:
+        previous = None
+        for stage in stages:
+            task = Cr5StageOperator(stage=stage)
+            if previous is not None:
+                previous >> task
+            previous = task
+    return dag
+
+
+dag = build_dag()
