@@ -55,10 +55,11 @@ from pipeline.baselines.common import (
     pass_delta,
     pencil_eigsh,
     per_language,
+    stacked_components,
 )
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import block_cg
-from pipeline.linalg.cr5 import default_block_size
+from pipeline.linalg.cr5 import resolve_block_size
 from pipeline.linalg.operator import CallableOperator
 
 __all__ = ["ConceptViews", "fit_cca"]
@@ -261,7 +262,7 @@ def fit_cca(
         cg_records.append(record)
         return out
 
-    b = min(default_block_size(r, oversampling) if block_size is None else block_size, p)
+    b = resolve_block_size(r, oversampling, block_size, p)
     eig = pencil_eigsh(
         apply_pair,
         solve_d,
@@ -297,10 +298,7 @@ def fit_cca(
         seconds,
     )
     return BaselineResult(
-        components={
-            lang: np.ascontiguousarray(part, dtype=np.float32)
-            for lang, part in layout.split(eig.eigenvectors).items()
-        },
+        components=stacked_components(layout, eig.eigenvectors),
         eigenvalues=eig.eigenvalues.copy(),
         history=history,
         mean={lang: m.copy() for lang, m in views.mean.items()},

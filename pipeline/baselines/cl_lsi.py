@@ -37,11 +37,12 @@ from pipeline.baselines.common import (
     is_int,
     is_pos,
     pass_delta,
+    stacked_components,
 )
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_lanczos import block_lanczos
-from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies, default_block_size
+from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies, resolve_block_size
 from pipeline.linalg.operator import CallableOperator
 from pipeline.linalg.woodbury import global_mean
 
@@ -141,7 +142,7 @@ def fit_cl_lsi(
         gram = CallableOperator((k, k), lambda q: dt.rmatmat(dt.matmat(q)))
     else:
         gram = CallableOperator((p, p), lambda v: dt.matmat(dt.rmatmat(v)))
-    b = min(default_block_size(r, oversampling) if block_size is None else block_size, dim)
+    b = resolve_block_size(r, oversampling, block_size, dim)
     eig = block_lanczos(
         gram,
         r,
@@ -168,16 +169,7 @@ def fit_cl_lsi(
         "params": params,
         "side": chosen,
         "block_size": b,
-        "eigensolver": {
-            "n_iter": eig.n_iter,
-            "converged": eig.converged,
-            "n_restarts": eig.n_restarts,
-            "eigenvalues": eig.eigenvalues.tolist(),
-            "ritz_values": eig.ritz_values.tolist(),
-            "residual_norms": np.where(
-                np.isfinite(eig.residual_norms), eig.residual_norms, -1.0
-            ).tolist(),
-        },
+        "eigensolver": eig.to_history(),
         "passes": pass_delta(passes0, backend.pass_counts),
         "timings": {"total": round(seconds, 4)},
     }
@@ -190,10 +182,7 @@ def fit_cl_lsi(
         seconds,
     )
     return BaselineResult(
-        components={
-            lang: np.ascontiguousarray(part, dtype=np.float32)
-            for lang, part in layout.split(vecs).items()
-        },
+        components=stacked_components(layout, vecs),
         eigenvalues=sigma2.copy(),
         history=history,
         mean={lang: m.copy() for lang, m in layout.split(mu).items()} if center else None,

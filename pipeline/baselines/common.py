@@ -40,7 +40,8 @@ import numpy as np
 import scipy.linalg as sla
 
 from pipeline.errors import BreakdownError, ConvergenceWarning
-from pipeline.linalg.backend import CorpusBackend
+from pipeline.linalg.backend import CorpusBackend, TermLayout, pass_delta
+from pipeline.linalg.block_lanczos import LanczosResult
 
 __all__ = [
     "BaselineResult",
@@ -49,6 +50,7 @@ __all__ = [
     "pass_delta",
     "pencil_eigsh",
     "per_language",
+    "stacked_components",
 ]
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,14 @@ def is_nonneg(v: object) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and v >= 0
 
 
+def stacked_components(layout: TermLayout, vectors: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-language float32 maps (p_l, r) from vectors over the stacked vocabularies (p, r)."""
+    return {
+        lang: np.ascontiguousarray(part, dtype=np.float32)
+        for lang, part in layout.split(vectors).items()
+    }
+
+
 def per_language(
     backend: CorpusBackend, fn: Callable[[str], np.ndarray], max_workers: int | None = None
 ) -> dict[str, np.ndarray]:
@@ -110,17 +120,9 @@ def per_language(
         return dict(zip(langs, pool.map(fn, langs), strict=True))
 
 
-def pass_delta(before: dict, after: dict) -> dict:
-    """Difference of two ``backend.pass_counts`` snapshots."""
-    return {
-        kind: {m: after[kind].get(m, 0) - before[kind].get(m, 0) for m in after[kind]}
-        for kind in ("passes", "column_passes")
-    }
-
-
 @dataclass
-class PencilResult:
-    """Result of :func:`pencil_eigsh`.
+class PencilResult(LanczosResult):
+    """Result of :func:`pencil_eigsh` (the fields and ``to_history`` of LanczosResult).
 
     Attributes
     ----------
@@ -135,26 +137,6 @@ class PencilResult:
         History (row 0: the start block).
     n_restarts : int
     """
-
-    eigenvalues: np.ndarray
-    eigenvectors: np.ndarray
-    n_iter: int
-    converged: bool
-    ritz_values: np.ndarray
-    residual_norms: np.ndarray
-    n_restarts: int = 0
-
-    def to_history(self) -> dict:
-        return {
-            "n_iter": self.n_iter,
-            "converged": self.converged,
-            "n_restarts": self.n_restarts,
-            "eigenvalues": self.eigenvalues.tolist(),
-            "ritz_values": np.where(np.isfinite(self.ritz_values), self.ritz_values, -1.0).tolist(),
-            "residual_norms": np.where(
-                np.isfinite(self.residual_norms), self.residual_norms, -1.0
-            ).tolist(),
-        }
 
 
 def _orthonormal_extension(

@@ -234,3 +234,11 @@ class TermLayout:
     def join(self, parts: dict[str, np.ndarray]) -> np.ndarray:
         """Stack per-language blocks (shape (p_l, b)) into one (p, b) block."""
         return np.concatenate([parts[lang] for lang in self.languages], axis=0)
+
+
+def pass_delta(before: dict, after: dict) -> dict:
+    """Difference of two :attr:`CorpusBackend.pass_counts` snapshots (``after - before``)."""
+    return {
+        kind: {m: after[kind].get(m, 0) - before[kind].get(m, 0) for m in after[kind]}
+        for kind in ("passes", "column_passes")
+    }

@@ -128,6 +128,20 @@ class LanczosResult:
     residual_norms: np.ndarray
     n_restarts: int = 0
 
+    def to_history(self) -> dict:
+        """JSON-ready summary; Ritz values and residuals not available yet (NaN/inf while the
+        basis is narrower than r) are recorded as -1, so the history is strict JSON."""
+        return {
+            "n_iter": self.n_iter,
+            "converged": self.converged,
+            "n_restarts": self.n_restarts,
+            "eigenvalues": self.eigenvalues.tolist(),
+            "ritz_values": np.where(np.isfinite(self.ritz_values), self.ritz_values, -1.0).tolist(),
+            "residual_norms": np.where(
+                np.isfinite(self.residual_norms), self.residual_norms, -1.0
+            ).tolist(),
+        }
+
 
 def initial_state(n: int, block_size: int, seed: int) -> LanczosState:
     """Seeded start: an orthonormal random block of shape (n, block_size)."""

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.errors import BreakdownError
-from pipeline.linalg.backend import CorpusBackend, TermLayout
+from pipeline.linalg.backend import CorpusBackend, TermLayout, pass_delta
 from pipeline.linalg.block_lanczos import LanczosState, block_lanczos, initial_state
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.operator import BlockOperator
@@ -171,6 +171,12 @@ def default_block_size(r: int, oversampling: int) -> int:
     return min(r + oversampling, max(32, r // 6))
 
 
+def resolve_block_size(r: int, oversampling: int, block_size: int | None, limit: int) -> int:
+    """The block width used: ``block_size`` or :func:`default_block_size`, at most ``limit``
+    (the operator's dimension)."""
+    return min(default_block_size(r, oversampling) if block_size is None else block_size, limit)
+
+
 def solve_cr5(
     backend: CorpusBackend,
     *,
@@ -214,7 +220,7 @@ def solve_cr5(
     t_start = time.perf_counter()
     k = backend.n_concepts
     layout = TermLayout.of(backend)
-    b = min(default_block_size(r, oversampling) if block_size is None else block_size, k)
+    b = resolve_block_size(r, oversampling, block_size, k)
 
     t0 = time.perf_counter()
     backend.describe("cr5/mean", None)
@@ -310,22 +316,9 @@ def solve_cr5(
         "n_terms": list(layout.sizes),
         "block_size": b,
         "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(mu @ ainv.w)},
-        "eigensolver": {
-            "n_iter": eig.n_iter,
-            "converged": eig.converged,
-            "n_restarts": eig.n_restarts,
-            "resumed_from_iteration": resumed_from,
-            "eigenvalues": eig.eigenvalues.tolist(),
-            "ritz_values": eig.ritz_values.tolist(),
-            "residual_norms": np.where(
-                np.isfinite(eig.residual_norms), eig.residual_norms, -1.0
-            ).tolist(),
-        },
+        "eigensolver": {**eig.to_history(), "resumed_from_iteration": resumed_from},
         "solves": [rec.to_dict() for rec in ainv.records],
-        "passes": {
-            kind: {m: passes1[kind].get(m, 0) - passes0[kind].get(m, 0) for m in passes1[kind]}
-            for kind in ("passes", "column_passes")
-        },
+        "passes": pass_delta(passes0, passes1),
         "timings": {key: round(v, 4) for key, v in timings.items()},
     }
     logger.info(
