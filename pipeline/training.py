@@ -20,6 +20,7 @@ import logging
 import platform
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from pipeline.errors import ConfigError
 from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import TFIDF, VOCABULARY
+from pipeline.linalg.backend import pass_delta
 from pipeline.model.format import LanguageMap, save_model
 
 log = logging.getLogger(__name__)
@@ -180,19 +182,81 @@ def checkpoint_dir(cfg: Config) -> str | None:
     return f"{base}/train-{cfg.fingerprint('train', 'features', 'text')}"
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def model_preprocessing(cfg: Config) -> dict[str, Any]:
+    """``model.json``'s preprocessing section: what inference must repeat."""
+    settings = cfg.to_dict()
+    return {
+        "text": settings["text"],
+        "features": settings["features"],
+        "idf": "ln(N_l / df)",
+        "row_norm": "l2",
+        "center_at_inference": False,
+    }
+
+
+@dataclass
+class TrainingData:
+    """The training rows loaded into a corpus backend, reusable by several fits.
+
+    Attributes
+    ----------
+    backend : CorpusBackend
+    selection : dict
+        The row selection (setup, pair, rows) recorded in ``model.json``.
+    vocabulary : dict of str to dict
+        Per language: ``terms`` (pyarrow array), ``idf``, ``df`` in term_index order.
+    load_seconds : float
+    """
+
+    backend: Any
+    selection: dict[str, Any]
+    vocabulary: dict[str, dict]
+    load_seconds: float
+
+    def close(self) -> None:
+        """Release the backend's cached data (the Spark backend unpersists X)."""
+        if hasattr(self.backend, "close"):
+            self.backend.close()
+
+
+def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
+    """Select the training rows (train.* keys), load them into the configured backend."""
     from pipeline.linalg.backends import make_backend
+
+    t = cfg.train
+    t0 = time.perf_counter()
+    rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
+    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options())
+    vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
+    return TrainingData(backend, selection, vocab, time.perf_counter() - t0)
+
+
+def run(spark: SparkSession, cfg: Config, data: TrainingData | None = None) -> dict[str, Any]:
+    """The registered stage: train ``train.method`` and write the model to ``paths.model``.
+
+    ``data`` (from :func:`load_training_data` with the same train, features and paths
+    settings) lets a caller fit several models on one loaded backend; without it the rows
+    are loaded here and released afterwards.
+    """
+    if data is not None:
+        return _train(cfg, data)
+    data = load_training_data(spark, cfg)
+    try:
+        return _train(cfg, data)
+    finally:
+        data.close()
+
+
+def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
     from pipeline.linalg.cr5 import Cr5Solver
 
     t = cfg.train
-    tfidf_path = cfg.paths.dataset("tfidf")
-    rows_path, selection = select_training_rows(spark, cfg, tfidf_path)
-    t0 = time.perf_counter()
-    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options())
-    load_seconds = time.perf_counter() - t0
+    backend, vocab = data.backend, data.vocabulary
+    passes0 = backend.pass_counts
     languages = list(backend.languages)
     log.info(
-        "training Cr5 (%s backend, %s) on %s: %s documents, K=%d, r=%d, lambda=%g",
+        "training %s (%s backend, %s) on %s: %s documents, K=%d, r=%d, lambda=%g",
+        t.method,
         t.backend,
         t.dtype,
         languages,
@@ -212,10 +276,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     else:
         terms = None
         if t.method == "untranslated":
-            terms = {
-                lang: v["terms"].to_pylist()
-                for lang, v in _vocabulary_maps(spark, cfg, languages).items()
-            }
+            terms = {lang: vocab[lang]["terms"].to_pylist() for lang in languages}
         fitted = fit_baseline(t, backend, terms)
         components, eigenvalues, history = fitted.components, fitted.eigenvalues, fitted.history
         history = {k: v for k, v in history.items() if k != "union_terms"}  # in the maps
@@ -225,7 +286,6 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     # r: the embedding dimension (|union vocabulary| for untranslated).
     r_out = int(next(iter(components.values())).shape[1])
 
-    vocab = _vocabulary_maps(spark, cfg, languages)
     maps = {}
     for lang in languages:
         v = vocab[lang]
@@ -243,28 +303,23 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             else np.asarray(components[lang], dtype=np.float32),
             mean=means.get(lang),
         )
+    passes = pass_delta(passes0, backend.pass_counts)
     training = {
-        "tfidf": tfidf_path,
-        "selection": selection,
+        "tfidf": cfg.paths.dataset("tfidf"),
+        "selection": data.selection,
         "documents": {lang: backend.n_docs(lang) for lang in languages},
         "concepts": backend.n_concepts,
         "backend": t.backend,
         "dtype": t.dtype,
-        "load_seconds": round(load_seconds, 3),
+        "load_seconds": round(data.load_seconds, 3),
         "fit_seconds": round(fit_seconds, 3),
-        "passes_over_x": backend.pass_counts,
+        "passes_over_x": passes,
     }
     meta = {
         "method": t.method,
         "r": r_out,
         "lam": t.lam,
-        "preprocessing": {
-            "text": cfg.to_dict()["text"],
-            "features": cfg.to_dict()["features"],
-            "idf": "ln(N_l / df)",
-            "row_norm": "l2",
-            "center_at_inference": False,
-        },
+        "preprocessing": model_preprocessing(cfg),
         "solver": {"params": t.solver_params(), "history": history},
         "eigenvalues": [float(x) for x in eigenvalues],
         "training": training,
@@ -287,5 +342,5 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "method": t.method,
         "eigensolver_iterations": n_iter,
         "fit_seconds": round(fit_seconds, 2),
-        "passes_over_x": backend.pass_counts["passes"],
+        "passes_over_x": passes["passes"],
     }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,17 @@ DATA = Path(__file__).resolve().parent / "data"
 SAMPLE = REPO / "data" / "sample" / "ddtp_en_de_fr_es.parquet"
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def load_standalone():
+    """deploy/standalone.py as a module (deploy/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "cr5_deploy_standalone", REPO / "deploy" / "standalone.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -13,17 +13,15 @@ them instead.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SAMPLE
+from tests.conftest import REPO, SAMPLE, load_standalone
 
 AIRFLOW_VENV = REPO / ".venv-airflow"
 DAG_FOLDER = REPO / "deploy" / "airflow"
@@ -376,17 +374,6 @@ with create_session() as s:
            for r in runs]
 print("CR5-JSON " + json.dumps(out, default=str))
 """
-
-
-def load_standalone():
-    """deploy/standalone.py as a module (deploy/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "cr5_deploy_standalone", REPO / "deploy" / "standalone.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def embeddings(path: Path):

@@ -8,7 +8,6 @@ it started by PID. The fast tests check submit.sh's command lines (``--dry-run``
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import subprocess
@@ -21,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, SAMPLE
+from tests.conftest import REPO, SAMPLE, load_standalone
 
 SUBMIT = REPO / "deploy" / "submit.sh"
 
@@ -35,17 +34,6 @@ SAMPLE_ARGS = [
     "--set", "evaluate.lambda_grid=[1.0]",
     "--set", "evaluate.methods=[]",
 ]  # fmt: skip
-
-
-def load_standalone():
-    """deploy/standalone.py as a module (deploy/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "cr5_deploy_standalone", REPO / "deploy" / "standalone.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def submit(

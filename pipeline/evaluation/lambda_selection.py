@@ -14,8 +14,8 @@ model stays available for reuse.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pipeline.config import Config
-from pipeline.model.format import LanguageMap, read_model_json, save_model
+from pipeline.model.format import read_model_json
 
 log = logging.getLogger(__name__)
 
@@ -79,90 +79,45 @@ def select_lambda(
         ``chosen_lam``, ``chosen_model``, ``curve`` (one entry per λ: lam, score, model,
         fit_seconds, reused, details) and ``backend_load_seconds``.
     """
-    from pipeline.linalg.backends import make_backend
-    from pipeline.linalg.cr5 import Cr5Solver
-    from pipeline.training import _versions, _vocabulary_maps, select_training_rows
+    from pipeline import training
 
     t = cfg.train
     curve: list[dict[str, Any]] = []
-    backend = None
-    vocab = None
-    selection: dict[str, Any] = {}
-    load_seconds = 0.0
-    for lam in grid:
-        path = reusable_model(cfg, lam)
-        fit_seconds = 0.0
-        reused = path is not None
-        if path is None:
-            if backend is None:
-                t0 = time.perf_counter()
-                rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
-                backend = make_backend(
-                    t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options()
+    data: training.TrainingData | None = None
+    try:
+        for lam in grid:
+            path = reusable_model(cfg, lam)
+            fit_seconds = 0.0
+            reused = path is not None
+            if path is None:
+                if data is None:
+                    data = training.load_training_data(spark, cfg)
+                path = lambda_model_dir(cfg, models_dir, lam)
+                sub = dataclasses.replace(
+                    cfg,
+                    train=dataclasses.replace(t, method="cr5", lam=float(lam), checkpoint_dir=""),
+                    paths=dataclasses.replace(cfg.paths, model=path),
                 )
-                vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
-                load_seconds = time.perf_counter() - t0
-            params = {**t.solver_params(), "lam": float(lam)}
-            solver = Cr5Solver(**params, checkpoint_dir=None)
-            t0 = time.perf_counter()
-            solver.fit(backend)
-            fit_seconds = time.perf_counter() - t0
-            languages = list(backend.languages)
-            maps = {
-                lang: LanguageMap(
-                    terms=vocab[lang]["terms"],
-                    idf=vocab[lang]["idf"],
-                    df=vocab[lang]["df"],
-                    phi=solver.components_[lang],
-                    mean=solver.mean_[lang],
-                )
-                for lang in languages
-            }
-            meta = {
-                "method": "cr5",
-                "r": t.r,
-                "lam": float(lam),
-                "preprocessing": {
-                    "text": cfg.to_dict()["text"],
-                    "features": cfg.to_dict()["features"],
-                    "idf": "ln(N_l / df)",
-                    "row_norm": "l2",
-                    "center_at_inference": False,
-                },
-                "solver": {"params": params, "history": solver.history_},
-                "eigenvalues": [float(x) for x in solver.eigenvalues_],
-                "training": {
-                    "tfidf": cfg.paths.dataset("tfidf"),
-                    "selection": selection,
-                    "documents": {lang: backend.n_docs(lang) for lang in languages},
-                    "concepts": backend.n_concepts,
-                    "backend": t.backend,
-                    "dtype": t.dtype,
-                    "fit_seconds": round(fit_seconds, 3),
-                    "lambda_selection": True,
-                },
-                "versions": _versions(),
-            }
-            path = lambda_model_dir(cfg, models_dir, lam)
-            save_model(path, maps, meta)
-        score, details = score_fn(path, lam)
-        log.info("lambda %g: validation score %.4f (fit %.1f s)", lam, score, fit_seconds)
-        curve.append(
-            {
-                "lam": float(lam),
-                "score": float(score),
-                "model": str(Path(path)),
-                "fit_seconds": round(fit_seconds, 2),
-                "reused_train_model": reused,
-                "details": details,
-            }
-        )
-    if backend is not None and hasattr(backend, "close"):
-        backend.close()
+                fit_seconds = training.run(spark, sub, data)["fit_seconds"]
+            score, details = score_fn(path, lam)
+            log.info("lambda %g: validation score %.4f (fit %.1f s)", lam, score, fit_seconds)
+            curve.append(
+                {
+                    "lam": float(lam),
+                    "score": float(score),
+                    "model": str(Path(path)),
+                    "fit_seconds": round(fit_seconds, 2),
+                    "reused_train_model": reused,
+                    "details": details,
+                }
+            )
+    finally:
+        if data is not None:
+            data.close()
     best = max(range(len(curve)), key=lambda i: (curve[i]["score"], -i))
     return {
         "chosen_lam": curve[best]["lam"],
         "chosen_model": curve[best]["model"],
         "curve": curve,
-        "backend_load_seconds": round(load_seconds, 2),
+        "backend_load_seconds": round(data.load_seconds, 2) if data is not None else 0.0,
     }

@@ -445,13 +445,15 @@ def _train_and_evaluate(
     splits_rows: list,
     meta: dict[str, Any],
     method: str,
+    data: Any,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Train ``method`` on the model's training rows and evaluate it on the test concepts.
 
     Same training rows (train.* selection), same r as the evaluated model (its λ for cr5),
     same splits, candidates and engine: only the method differs. CCA and OPCA take γ from
     ``evaluate.gamma_grid`` when it has two or more values, chosen on the validation
-    concepts like λ (otherwise ``train.gamma``).
+    concepts like λ (otherwise ``train.gamma``). ``data`` is the loaded training rows
+    (:func:`pipeline.training.load_training_data`), shared by every fit.
     """
     from pipeline import training
 
@@ -474,7 +476,7 @@ def _train_and_evaluate(
             paths=dataclasses.replace(cfg.paths, model=path),
         )
         log.info("evaluate: training %s (r=%d, γ=%g) into %s", method, r, gamma, path)
-        trained = training.run(spark, sub)
+        trained = training.run(spark, sub, data)
         point = {"gamma": gamma, "model": path, "fit_seconds": trained["fit_seconds"]}
         if len(gammas) > 1:
             engine.use_model(path)
@@ -522,6 +524,7 @@ def run_evaluation(
     spark: SparkSession, cfg: Config, e: EvaluateConfig | None = None
 ) -> dict[str, Any]:
     """Run the evaluation; write the ``evaluation`` dataset and the reports; return a report."""
+    from pipeline import training
     from pipeline.evaluation.lambda_selection import select_lambda
 
     e = e or evaluate_config(cfg)
@@ -613,13 +616,18 @@ def run_evaluation(
             "test_seconds": round(eval_seconds, 2),
         }
     }
+    data = None
     try:
         for method in [m for m in e.methods if m != main_method]:
+            if data is None:  # loaded once for every method and γ
+                data = training.load_training_data(spark, cfg)
             rows_m, methods[method] = _train_and_evaluate(
-                spark, cfg, e, engine, directions, splits_rows, meta, method
+                spark, cfg, e, engine, directions, splits_rows, meta, method, data
             )
             test += rows_m
     finally:
+        if data is not None:
+            data.close()
         if hasattr(engine, "close"):
             engine.close()
 
