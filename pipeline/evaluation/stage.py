@@ -464,7 +464,6 @@ def _train_and_evaluate(
     if method in ("cca", "opca") and len(e.gamma_grid) >= 2:
         gammas = list(e.gamma_grid)
     curve: list[dict[str, Any]] = []
-    best: dict[str, Any] | None = None
     t0 = time.perf_counter()
     for gamma in gammas:
         path = f"{base.rstrip('/')}/{method}"
@@ -489,10 +488,9 @@ def _train_and_evaluate(
                 point["score"],
             )
         curve.append(point)
-        if best is None or point.get("score", 0.0) > best.get("score", 0.0):
-            best = point
     train_wall = time.perf_counter() - t0
-    assert best is not None
+    # The highest validation score; ties (and a single γ, unscored) keep the first.
+    best = max(curve, key=lambda c: c.get("score", 0.0))
     path = best["model"]
     t0 = time.perf_counter()
     engine.use_model(path)
