@@ -418,6 +418,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--test", type=int, default=1_000, help="held-out concepts")
     ap.add_argument("--r", type=int, default=50)
     ap.add_argument("--oversampling", type=int, default=20)
+    ap.add_argument(
+        "--block-size", type=int, default=None, help="eigensolver block (default: solver rule)"
+    )
+    ap.add_argument(
+        "--start-steps", type=int, default=3, help="warm-start steps (0: random start block)"
+    )
+    ap.add_argument(
+        "--no-reuse-solves",
+        action="store_true",
+        help="form Phi by a final solve instead of from the eigensolver's solves",
+    )
     ap.add_argument("--lam", type=float, default=1.0)
     ap.add_argument("--backend", choices=("local", "spark"), default="local")
     ap.add_argument("--spark-master", default="local[2]")
@@ -467,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     # The eigensolver's block width (the solver's own default rule).
     from pipeline.linalg.cr5 import default_block_size
 
-    b = min(default_block_size(args.r, args.oversampling), corpus.n_concepts)
+    b = args.block_size or default_block_size(args.r, args.oversampling, warm=args.start_steps > 0)
+    b = min(b, corpus.n_concepts)
     print(f"== corpus (generated in {m_gen.wall:.1f} s, seed {args.seed})")
     print(
         f"  n = {ci['n_train']} training docs, K = {corpus.n_concepts} training concepts, "
@@ -478,7 +490,10 @@ def main(argv: list[str] | None = None) -> int:
             f"  {lang}: n_l = {v['n_train']:>7}  p_l = {v['p']:>6}  nnz_l = {v['nnz']:>9}  "
             f"coverage = {v['coverage']:.2f}  test docs = {v['n_test']}"
         )
-    print(f"  r = {args.r}, oversampling = {args.oversampling}, b = {b}, lambda = {args.lam}")
+    print(
+        f"  r = {args.r}, oversampling = {args.oversampling}, b = {b}, lambda = {args.lam}, "
+        f"warm-start steps = {args.start_steps}, reuse solves = {not args.no_reuse_solves}"
+    )
     print(
         "  tolerances: CG rtol 0.01 / maxiter 500, eigensolver rtol 0.1 (ours: maxiter 250; "
         "w = B^-1 mu solved to 1e-6)"
@@ -522,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
                         eig_rtol=0.1,
                         eig_maxiter=250,
                         seed=args.seed,
+                        block_size=b,
+                        start_steps=args.start_steps,
+                        reuse_solves=not args.no_reuse_solves,
                     )
             finally:
                 if close is not None:

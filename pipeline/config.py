@@ -171,6 +171,8 @@ class TrainConfig:
     seed: int = _solver_default("seed")
     max_basis: int | None = _solver_default("max_basis")
     block_size: int | None = _solver_default("block_size")
+    start_steps: int = _solver_default("start_steps")
+    reuse_solves: bool = _solver_default("reuse_solves")
     max_workers: int | None = _solver_default("max_workers")
     # Resumable checkpoints (default: <paths.root>/checkpoints/train); "" disables them.
     checkpoint_dir: str | None = None

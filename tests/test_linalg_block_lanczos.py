@@ -7,7 +7,12 @@ import pytest
 import scipy.linalg as sla
 
 from pipeline.errors import BreakdownError, ConvergenceWarning
-from pipeline.linalg.block_lanczos import block_lanczos
+from pipeline.linalg.block_lanczos import (
+    LanczosState,
+    block_lanczos,
+    initial_state,
+    orthonormal_columns,
+)
 from pipeline.linalg.operator import CallableOperator, DenseOperator
 
 
@@ -92,3 +97,106 @@ def test_lanczos_tolerates_slightly_asymmetric_operator():
     noise = 1e-6 * np.random.default_rng(3).standard_normal(a.shape)
     res = block_lanczos(DenseOperator(a + noise), 5, block_size=8, rtol=1e-4, seed=0)
     np.testing.assert_allclose(res.eigenvalues, np.linalg.eigvalsh(a)[::-1][:5], rtol=1e-5)
+
+
+class _Factored(DenseOperator):
+    """A = Gᵀ F with dense G, F; ``matmat_with_image`` returns (A V, F V) like Cr5's M."""
+
+    def __init__(self, g: np.ndarray, f: np.ndarray) -> None:
+        super().__init__(g.T @ f)
+        self.g, self.f = g, f
+
+    def matmat_with_image(self, v):
+        image = self.f @ v
+        return self.g.T @ image, image
+
+
+@pytest.mark.parametrize("max_basis", [None, 30])
+def test_tracked_images_are_f_of_the_eigenvectors(max_basis):
+    # symmetric A = Gᵀ F with F = S G, S SPD (the Cr5 shape: M = Cᵀ Â⁻¹ C)
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((40, 90)) * (0.9 ** np.arange(90))
+    s = _psd("decaying", n=40, seed=2) + np.eye(40)
+    op = _Factored(g, s @ g)
+    res = block_lanczos(
+        op,
+        5,
+        block_size=6,
+        rtol=1e-9,
+        maxiter=200,
+        seed=0,
+        max_basis=max_basis,
+        track_images=True,
+    )
+    assert res.converged
+    if max_basis is not None:
+        assert res.n_restarts > 0
+    # an independent application of F to the returned eigenvectors
+    np.testing.assert_allclose(res.images, op.f @ res.eigenvectors, atol=1e-9)
+
+
+def test_tracked_images_survive_a_checkpoint_round_trip():
+    rng = np.random.default_rng(6)
+    g = rng.standard_normal((30, 60)) * (0.85 ** np.arange(60))
+    op = _Factored(g, g.copy())
+    saved = []
+    full = block_lanczos(op, 4, block_size=5, rtol=1e-8, seed=3, track_images=True)
+    with pytest.warns(ConvergenceWarning):
+        block_lanczos(
+            op,
+            4,
+            block_size=5,
+            rtol=1e-8,
+            seed=3,
+            maxiter=2,
+            track_images=True,
+            checkpoint=lambda st: saved.append(
+                LanczosState.from_parts(
+                    {k: v.copy() for k, v in st.arrays().items()}, dict(st.meta())
+                )
+            ),
+        )
+    resumed = block_lanczos(
+        op, 4, block_size=5, rtol=1e-8, seed=3, state=saved[-1], track_images=True
+    )
+    np.testing.assert_allclose(resumed.eigenvalues, full.eigenvalues, rtol=1e-10)
+    np.testing.assert_allclose(resumed.images, op.f @ resumed.eigenvectors, atol=1e-9)
+    # a state without images cannot resume a tracking run
+    bare = LanczosState.from_parts(
+        {k: v for k, v in saved[-1].arrays().items() if k != "images"}, saved[-1].meta()
+    )
+    with pytest.raises(ValueError, match="no tracked images"):
+        block_lanczos(op, 4, block_size=5, state=bare, track_images=True)
+    with pytest.raises(TypeError, match="matmat_with_image"):
+        block_lanczos(DenseOperator(op.g.T @ op.f), 4, track_images=True)
+
+
+def test_warm_start_block_is_orthonormal_and_used():
+    a = _psd("decaying")
+    want = np.linalg.eigh(a)[1][:, ::-1][:, :4]
+
+    # warm map = three steps of subspace iteration on A itself
+    def warm(q):
+        for _ in range(3):
+            q = a @ q
+        return q
+
+    cold = block_lanczos(DenseOperator(a), 4, block_size=6, rtol=1e-8, seed=0)
+    st = initial_state(a.shape[0], 6, seed=0, warm=warm)
+    np.testing.assert_allclose(st.basis.T @ st.basis, np.eye(6), atol=1e-12)
+    hot = block_lanczos(DenseOperator(a), 4, block_size=6, rtol=1e-8, seed=0, state=st)
+    assert hot.n_iter < cold.n_iter
+    assert np.rad2deg(sla.subspace_angles(hot.eigenvectors, want).max()) < 1e-3
+
+
+@pytest.mark.parametrize("cond", [1.0, 1e4, 1e9, 1e15])
+def test_orthonormal_columns_spans_the_input(cond):
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.standard_normal((500, 12)))
+    v, _ = np.linalg.qr(rng.standard_normal((12, 12)))
+    q = (u * np.geomspace(1.0, 1.0 / cond, 12)) @ v.T
+    o = orthonormal_columns(q)
+    np.testing.assert_allclose(o.T @ o, np.eye(12), atol=1e-12)
+    # same span as Householder QR (the fallback handles the ill-conditioned cases)
+    ref = np.linalg.qr(q)[0]
+    assert np.linalg.norm(ref - o @ (o.T @ ref)) < 1e-8

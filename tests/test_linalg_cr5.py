@@ -29,13 +29,21 @@ def dense_cr5(corpus, k, lam, r):
     return s[:r] ** 2, phi_star_t
 
 
+# (warm start steps, Φ from the eigensolver's solves): the default and the plain method
+VARIANTS = {"warm+reuse": (3, True), "random+final_solve": (0, False)}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
-def test_cr5_matches_dense_reference(name):
+def test_cr5_matches_dense_reference(name, variant):
     problem = PROBLEMS[name]
     corpus = problem.corpus()
     k, lam, r = problem.n_concepts, 0.3, 5
     be = LocalCorpusBackend(corpus, k, dtype="float64")
-    res = solve_cr5(be, lam=lam, r=r, oversampling=4, seed=0, **TIGHT)
+    steps, reuse = VARIANTS[variant]
+    res = solve_cr5(
+        be, lam=lam, r=r, oversampling=4, seed=0, start_steps=steps, reuse_solves=reuse, **TIGHT
+    )
     want_ev, want_phi_t = dense_cr5(corpus, k, lam, r)
     np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-6)
     phi_t = np.vstack([res.components[lang] for lang in problem.sizes]).astype(np.float64)
@@ -121,4 +129,11 @@ def test_describe_hook_names_stages():
     assert any(s.startswith("cr5/w/cg[") for s in seen)
     assert any(s == "cr5/eig1/C[xx]" for s in seen)
     assert any(s == "cr5/eig2/cg[en]" for s in seen)
+    assert any(s == "cr5/start1/C[xx]" for s in seen)
+    assert any(s == "cr5/start3/Ct[en]" for s in seen)
+    # Φ comes from the eigensolver's own solves: no pass after it
+    assert not any(s.startswith("cr5/phi") for s in seen)
+    seen.clear()
+    solve_cr5(be, lam=0.5, r=3, oversampling=2, eig_rtol=1e-3, reuse_solves=False, start_steps=0)
     assert any(s.startswith("cr5/phi/Ct[") or s.startswith("cr5/phi/C[") for s in seen)
+    assert not any(s.startswith("cr5/start") for s in seen)

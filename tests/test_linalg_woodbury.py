@@ -13,22 +13,41 @@ from pipeline.linalg.testing import PROBLEMS, dense_centred
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 
 
+@pytest.mark.parametrize("background", [False, True])
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 @pytest.mark.parametrize("lam", [0.05, 1.0])
-def test_woodbury_equals_dense_inverse(name, lam):
+def test_woodbury_equals_dense_inverse(name, lam, background):
     problem = PROBLEMS[name]
     corpus = problem.corpus()
     be = LocalCorpusBackend(corpus, problem.n_concepts, dtype="float64")
     xh, _ = dense_centred(corpus, problem.n_concepts)
     a_hat = xh.T @ xh + lam * np.eye(xh.shape[1])
-    op = WoodburyInverse(be, lam, rtol=1e-13, w_rtol=1e-13, maxiter=5000).prepare()
-    assert op.c > 0
+    op = WoodburyInverse(be, lam, rtol=1e-13, w_rtol=1e-13, maxiter=5000)
+    # a background w solve is awaited by the first product, after that product's own solve
+    op.prepare(background=background)
     u = np.random.default_rng(0).standard_normal((xh.shape[1], 4))
     got = op.matmat(u)
     want = np.linalg.solve(a_hat, u)
     assert np.linalg.norm(got - want) <= 1e-8 * np.linalg.norm(want)
+    assert op.c > 0
     assert len(op.records) == 2  # w solve + one block solve, all languages per record
-    assert set(op.records[-1].n_iter) == set(problem.sizes)
+    assert {rec.n_rhs for rec in op.records} == {1, 4}
+    assert all(set(rec.n_iter) == set(problem.sizes) for rec in op.records)
+
+
+def test_background_w_solve_error_reaches_the_caller():
+    problem = PROBLEMS["tiny_language"]
+
+    class Failing(LocalCorpusBackend):
+        def _gram(self, lang, v):
+            if v.shape[1] == 1:  # only the single-column w solve fails
+                raise RuntimeError("executor lost")
+            return super()._gram(lang, v)
+
+    be = Failing(problem.corpus(), problem.n_concepts, dtype="float64")
+    op = WoodburyInverse(be, 0.5).prepare(background=True)
+    with pytest.raises(RuntimeError, match="executor lost"):
+        op.matmat(np.ones((op.shape[0], 2)))
 
 
 def test_global_mean_is_over_all_documents():

@@ -10,6 +10,12 @@ tolerance. Rank-deficient blocks (invariant subspaces, null space of A) are comp
 seeded random directions. With ``max_basis`` set, the basis is thick-restarted from the
 leading Ritz vectors (Krylov–Schur style), bounding memory to ``n · max_basis`` doubles.
 
+Tracked images. When the operator factors as ``A = Gᵀ F`` and ``F`` of the eigenvectors is
+wanted too (Cr5: ``F = Â⁻¹C``, whose image of the eigenvectors is Φ*ᵀ), an operator with
+``matmat_with_image(V) -> (A V, F V)`` and ``track_images=True`` keep ``F V`` for every applied
+column, transformed with the basis at restarts. Ritz vectors are ``V S``, so their images are
+``(F V) S``: no further application of F (which for Cr5 would be r more inner solves).
+
 Stopping rule. With Ritz pairs ``(θ_i, y_i = V s_i)``, θ_1 ≥ θ_2 ≥ …, the residual satisfies
 ``A y_i − θ_i y_i = Q_new (R s_i)`` (up to the operator's asymmetry), so the solver stops at
 the first iteration where
@@ -34,7 +40,13 @@ from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.progress import ProgressClock, format_seconds
 
-__all__ = ["LanczosResult", "LanczosState", "block_lanczos", "initial_state"]
+__all__ = [
+    "LanczosResult",
+    "LanczosState",
+    "block_lanczos",
+    "initial_state",
+    "orthonormal_columns",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +68,9 @@ class LanczosState:
     ritz_history, residual_history : list of ndarray of shape (r,)
     rng_state : dict
         State of the numpy ``PCG64`` generator (JSON-serialisable).
+    images : list of ndarray, shapes (n_img, b_i) with sum(b_i) = n_applied
+        ``F V[:, :n_applied]`` in column blocks when images are tracked (module docstring),
+        kept as a list so that an iteration appends instead of copying them all.
     """
 
     basis: np.ndarray
@@ -66,16 +81,20 @@ class LanczosState:
     ritz_history: list[np.ndarray] = field(default_factory=list)
     residual_history: list[np.ndarray] = field(default_factory=list)
     rng_state: dict = field(default_factory=dict)
+    images: list[np.ndarray] = field(default_factory=list)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The array part (for ``.npy`` files)."""
         r = len(self.ritz_history[0]) if self.ritz_history else 0
-        return {
+        out = {
             "basis": self.basis,
             "h": self.h,
             "ritz_history": np.array(self.ritz_history).reshape(-1, r),
             "residual_history": np.array(self.residual_history).reshape(-1, r),
         }
+        if self.images:
+            out["images"] = np.hstack(self.images)
+        return out
 
     def meta(self) -> dict:
         """The scalar part (for JSON)."""
@@ -97,6 +116,7 @@ class LanczosState:
             ritz_history=list(arrays["ritz_history"]),
             residual_history=list(arrays["residual_history"]),
             rng_state=meta["rng_state"],
+            images=[arrays["images"]] if "images" in arrays else [],
         )
 
 
@@ -118,6 +138,8 @@ class LanczosResult:
     residual_norms : ndarray of shape (n_iter, r)
         Relative residual estimates ρ_i after each iteration.
     n_restarts : int
+    images : ndarray of shape (n_img, r) or None
+        ``F`` of the eigenvectors when images were tracked.
     """
 
     eigenvalues: np.ndarray
@@ -127,6 +149,7 @@ class LanczosResult:
     ritz_values: np.ndarray
     residual_norms: np.ndarray
     n_restarts: int = 0
+    images: np.ndarray | None = None
 
     def to_history(self) -> dict:
         """JSON-ready summary; Ritz values and residuals not available yet (NaN/inf while the
@@ -143,10 +166,47 @@ class LanczosResult:
         }
 
 
-def initial_state(n: int, block_size: int, seed: int) -> LanczosState:
-    """Seeded start: an orthonormal random block of shape (n, block_size)."""
+def orthonormal_columns(q: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of span(q) (shape of q, full column rank assumed).
+
+    CholeskyQR2 (two passes of ``Q ← Q L⁻ᵀ`` with ``L Lᵀ = QᵀQ``): two GEMMs and two
+    triangular solves, 4-8x faster than Householder QR on tall blocks (95k × 120: 0.8 s for
+    ``np.linalg.qr`` on this machine), and as accurate when QᵀQ is not near-singular; falls
+    back to Householder QR when Cholesky fails or the block is ill-conditioned.
+    """
+    for _ in range(2):
+        g = q.T @ q
+        d = np.sqrt(np.diag(g))
+        if not np.all(d > 0):
+            return np.linalg.qr(q)[0]
+        # scaled Gram matrix: its condition number decides whether CholeskyQR is safe
+        gs = g / np.outer(d, d)
+        try:
+            chol = np.linalg.cholesky(gs)
+        except np.linalg.LinAlgError:
+            return np.linalg.qr(q)[0]
+        if np.min(np.diag(chol)) < 1e-6:  # cond(gs) > ~1e12: CholeskyQR loses orthogonality
+            return np.linalg.qr(q)[0]
+        q = sla.solve_triangular(chol, (q / d).T, lower=True, check_finite=False).T
+    return q
+
+
+def initial_state(
+    n: int,
+    block_size: int,
+    seed: int,
+    warm: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> LanczosState:
+    """Seeded start: an orthonormal block of shape (n, block_size).
+
+    The block is random; ``warm(Q)`` (shape-preserving, e.g. a few steps of subspace
+    iteration on a cheap approximation of the operator) is applied to it before the final
+    orthonormalisation. The generator state after drawing is kept in the state.
+    """
     rng = np.random.default_rng(seed)
-    q, _ = np.linalg.qr(rng.standard_normal((n, block_size)))
+    q = orthonormal_columns(rng.standard_normal((n, block_size)))
+    if warm is not None:
+        q = orthonormal_columns(np.asarray(warm(q), dtype=np.float64))
     return LanczosState(
         basis=q, h=np.zeros((block_size, 0)), n_applied=0, rng_state=rng.bit_generator.state
     )
@@ -218,6 +278,7 @@ def block_lanczos(
     checkpoint: Callable[[LanczosState], None] | None = None,
     checkpoint_every: int = 1,
     callback: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
+    track_images: bool = False,
     name: str = "lanczos",
 ) -> LanczosResult:
     """Leading ``r`` eigenpairs of a symmetric positive semi-definite operator.
@@ -247,6 +308,9 @@ def block_lanczos(
     checkpoint_every : int
     callback : callable, optional
         ``callback(iteration, ritz_values, residuals)`` each iteration (shapes (r,)); may raise.
+    track_images : bool
+        Keep ``F V`` from ``a.matmat_with_image`` (module docstring); the result's ``images``
+        are then F of the eigenvectors.
     name : str
         Label for log lines.
 
@@ -274,10 +338,14 @@ def block_lanczos(
         )
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1; got {checkpoint_every}")
+    if track_images and not hasattr(a, "matmat_with_image"):
+        raise TypeError(f"track_images needs an operator with matmat_with_image; got {a!r}")
     if state is None:
         state = initial_state(n, b, seed)
     elif state.basis.shape[0] != n:
         raise ValueError(f"resume state has {state.basis.shape[0]} rows; operator has {n}")
+    if track_images and state.n_applied > 0 and not state.images:
+        raise ValueError("resume state has no tracked images; start afresh or track none")
     # the state object is updated in place: after return it holds the final state
     rng = np.random.default_rng()
     rng.bit_generator.state = state.rng_state
@@ -294,7 +362,12 @@ def block_lanczos(
         if q_a.shape[1] == 0:  # the basis spans the whole space: Ritz pairs are exact
             converged = True
             break
-        w = np.asarray(a.matmat(q_a), dtype=np.float64)
+        if track_images:
+            w, image = a.matmat_with_image(q_a)
+            w = np.asarray(w, dtype=np.float64)
+            state.images.append(image)
+        else:
+            w = np.asarray(a.matmat(q_a), dtype=np.float64)
         if not np.all(np.isfinite(w)):
             raise BreakdownError(
                 f"{name}: NaN/Inf from the operator at iteration {state.n_iter + 1}"
@@ -369,7 +442,19 @@ def block_lanczos(
         ritz_values=np.array(state.ritz_history).reshape(-1, r),
         residual_norms=np.array(state.residual_history).reshape(-1, r),
         n_restarts=state.n_restarts,
+        images=_combine(state.images, s[:, :rr]) if state.images else None,
     )
+
+
+def _combine(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:
+    """``hstack(blocks) @ coef`` without concatenating the blocks."""
+    out = None
+    start = 0
+    for block in blocks:
+        part = block @ coef[start : start + block.shape[1]].astype(block.dtype)
+        out = part if out is None else out + part
+        start += block.shape[1]
+    return out
 
 
 def _thick_restart(state: LanczosState, theta: np.ndarray, s: np.ndarray, keep: int) -> None:
@@ -383,6 +468,8 @@ def _thick_restart(state: LanczosState, theta: np.ndarray, s: np.ndarray, keep: 
     h[:keep, :keep] = np.diag(theta[:keep])
     h[keep:, :] = coupling
     state.basis = np.hstack([y, q_new])
+    if state.images:
+        state.images = [_combine(state.images, s[:, :keep])]
     state.h = h
     state.n_applied = keep
     state.n_restarts += 1

@@ -9,8 +9,13 @@ Given the backend's X (block-diagonal by language) and concept labels Y, with gl
    implicit, X̂ and Y are never formed;
 2. ``M = Cᵀ Â⁻¹ C`` (K × K) is applied through one Woodbury solve per block
    (:class:`~pipeline.linalg.woodbury.WoodburyInverse`); its top-r eigenvectors P come from
-   :func:`~pipeline.linalg.block_lanczos.block_lanczos` with block ``b = r + oversampling``;
-3. ``Φ*ᵀ = Â⁻¹ C P`` (one more solve with r right-hand sides);
+   :func:`~pipeline.linalg.block_lanczos.block_lanczos` with block width
+   :func:`default_block_size`, started from a **warm block**: ``start_steps`` steps of
+   subspace iteration on the surrogate ``M₀ = Cᵀ D⁻¹ C`` (D = diag(B), the CG's Jacobi
+   diagonal), two cheap passes per step instead of ~15 CG passes per application of M;
+3. ``Φ*ᵀ = Â⁻¹ C P``: with ``reuse_solves`` (default) the eigensolver keeps ``Â⁻¹ C V`` of its
+   basis V, which it computes anyway, and P = V S gives ``Φ*ᵀ = (Â⁻¹ C V) S`` for free;
+   otherwise one more solve with r right-hand sides;
 4. Eq. 15: ``Φ*Φ*ᵀ = QΛQᵀ``, ``Φ = Λ^{-1/2} Qᵀ Φ*`` — orthonormal rows spanning the same space.
 
 Storage convention: the per-language map is returned **transposed**, ``components[l]`` =
@@ -20,8 +25,10 @@ Storage convention: the per-language map is returned **transposed**, ``component
 Progress: block Lanczos logs one line per iteration (Ritz values, residuals, elapsed, ETA).
 Before every pass the backend's ``describe(stage, iteration)`` is called from the thread that
 runs it (the Spark backend turns it into a job description), with stages
-``"cr5/mean"``, ``"cr5/w/cg[<lang>]"``, ``"cr5/eig<i>/C[<lang>]"``, ``"cr5/eig<i>/cg[<lang>]"``,
-``"cr5/eig<i>/Ct[<lang>]"``, ``"cr5/phi/..."``; for CG stages ``iteration`` is the CG iteration.
+``"cr5/mean"``, ``"cr5/w/cg[<lang>]"``, ``"cr5/start<i>/C[<lang>]"`` and ``.../Ct[<lang>]``
+(warm start), ``"cr5/eig<i>/C[<lang>]"``, ``"cr5/eig<i>/cg[<lang>]"``, ``"cr5/eig<i>/Ct[<lang>]"``,
+``"cr5/phi/..."`` (only without ``reuse_solves``); for CG stages ``iteration`` is the CG
+iteration.
 """
 
 from __future__ import annotations
@@ -39,16 +46,29 @@ import numpy as np
 
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, pass_delta
-from pipeline.linalg.block_lanczos import LanczosState, block_lanczos, initial_state
+from pipeline.linalg.block_lanczos import (
+    LanczosState,
+    block_lanczos,
+    initial_state,
+    orthonormal_columns,
+)
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 
-__all__ = ["Cr5Result", "Cr5Solver", "CrossCovariance", "concept_frequencies", "solve_cr5"]
+__all__ = [
+    "Cr5Result",
+    "Cr5Solver",
+    "CrossCovariance",
+    "CrossSolve",
+    "concept_frequencies",
+    "solve_cr5",
+    "surrogate_warm_start",
+]
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 ProgressCallback = Callable[[str, int, dict], None]
 
 
@@ -113,6 +133,59 @@ class CrossCovariance(BlockOperator):
         return out
 
 
+class CrossSolve(BlockOperator):
+    """``M = Cᵀ Â⁻¹ C`` (K × K) that also hands out the image ``Â⁻¹ C V`` of each block.
+
+    :meth:`matmat_with_image` is what block Lanczos calls with ``track_images``; the image
+    becomes Φ*ᵀ. It is kept in the backend's pass dtype (float32 by default: the passes
+    that produced it were float32 already, and it halves the memory of the kept images).
+    """
+
+    def __init__(self, cmat: CrossCovariance, ainv: WoodburyInverse) -> None:
+        k = cmat.shape[1]
+        super().__init__((k, k), np.float64)
+        self.cmat, self.ainv = cmat, ainv
+        self.image_dtype = np.dtype(cmat.backend.dtype)
+
+    def matmat_with_image(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(M V, Â⁻¹ C V)`` of shapes (K, b) and (p, b)."""
+        z = self.ainv.matmat(self.cmat.matmat(v))
+        return self.cmat.rmatmat(z), z.astype(self.image_dtype)
+
+    def _matmat(self, v: np.ndarray) -> np.ndarray:
+        return self.cmat.rmatmat(self.ainv.matmat(self.cmat.matmat(v)))
+
+    _rmatmat = _matmat
+
+
+def surrogate_warm_start(
+    cmat: CrossCovariance, jacobi: np.ndarray, steps: int
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The start-block map for :func:`~pipeline.linalg.block_lanczos.initial_state`.
+
+    ``steps`` steps of subspace iteration ``Q ← orth(Cᵀ D⁻¹ C Q)`` on the surrogate of M with
+    ``Â⁻¹`` replaced by ``D⁻¹ = jacobi`` (shape (p,)): each step is one C- and one Cᵀ-product
+    (a pass per language each), against ~15 CG passes for one application of M. The
+    surrogate shares M's cross-covariance structure, so its leading subspace is a far better
+    start than a random block. Measured on the synthetic 200k-document corpus (r = 50, b = 70,
+    bench/README.md): 2 eigensolver iterations instead of 5 and higher held-out P@1
+    (0.719 vs 0.679 at b = 32 from a random block); 3 steps were as good as 5 or 8.
+    """
+    d = np.asarray(jacobi, dtype=np.float64)[:, None]
+    stage = cmat.stage
+
+    def warm(q: np.ndarray) -> np.ndarray:
+        for step in range(steps):
+            cmat.stage = f"cr5/start{step + 1}"
+            if step:
+                q = orthonormal_columns(q)
+            q = cmat.rmatmat(d * cmat.matmat(q))
+        cmat.stage = stage
+        return q
+
+    return warm
+
+
 @dataclass
 class Cr5Result:
     """Output of :func:`solve_cr5`.
@@ -149,6 +222,8 @@ def _problem_fingerprint(
         "cg_rtol",
         "cg_maxiter",
         "w_rtol",
+        "start_steps",
+        "reuse_solves",
     )
     return {
         "version": CHECKPOINT_VERSION,
@@ -158,23 +233,38 @@ def _problem_fingerprint(
     }
 
 
-def default_block_size(r: int, oversampling: int) -> int:
-    """Eigensolver block width when none is given: ``min(r + oversampling, max(32, r // 6))``.
+def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
+    """Eigensolver block width when none is given.
 
-    A block of r + oversampling columns needs few iterations, but its Krylov space is
-    poor per column (polynomial degree = iterations), so it applies M to several times
-    more columns than needed. Measured on the synthetic 20k-document corpus
-    (bench/synthetic.py, r = 300, paper tolerances, 1 BLAS thread): b = 320: 24.7 s,
-    78k column-passes; b = 100: 13.3 s; b = 50: 10.1 s, 44k column-passes, same P@1;
-    b = 20: 15.3 s (too many sequential iterations). For r = 50: b = 70: 3.4 s, b = 32: 2.2 s.
+    Random start (``warm=False``): ``min(r + oversampling, max(32, r // 6))``. A block of
+    r + oversampling columns needs few iterations, but its Krylov space is poor per column
+    (polynomial degree = iterations), so it applies M to several times more columns than
+    needed. Measured on the synthetic 20k-document corpus (bench/synthetic.py, r = 300, paper
+    tolerances, 1 BLAS thread): b = 320: 24.7 s, 78k column-passes; b = 100: 13.3 s; b = 50:
+    10.1 s, 44k column-passes, same P@1; b = 20: 15.3 s. For r = 50: b = 70: 3.4 s, b = 32: 2.2 s.
+
+    Warm start (:func:`surrogate_warm_start`): the start block already holds most of the
+    leading subspace, so a block of ``r + oversampling`` columns converges in two iterations
+    — while it is at most 128 wide; wider, the narrow rule wins again. Measured on the 200k
+    corpus: r = 50: b = 64: 2 iterations, 5.5k gram column-passes, 9.3 s; b = 48: 5
+    iterations, 10k, 15.0 s; b = 32: 6 iterations, 8.3k, 11.2 s. r = 100: b = 120: 10.3k,
+    19.8 s; b = 64: 16.7k, 24.6 s. r = 300 (20k corpus): b = 50: 28k, 7.6 s; b = 64: 31k;
+    b = 100: 37k, 10.7 s.
     """
-    return min(r + oversampling, max(32, r // 6))
+    wide = r + oversampling
+    if warm and wide <= 128:
+        return wide
+    return min(wide, max(32, r // 6))
 
 
-def resolve_block_size(r: int, oversampling: int, block_size: int | None, limit: int) -> int:
+def resolve_block_size(
+    r: int, oversampling: int, block_size: int | None, limit: int, *, warm: bool = False
+) -> int:
     """The block width used: ``block_size`` or :func:`default_block_size`, at most ``limit``
     (the operator's dimension)."""
-    return min(default_block_size(r, oversampling) if block_size is None else block_size, limit)
+    if block_size is None:
+        block_size = default_block_size(r, oversampling, warm=warm)
+    return min(block_size, limit)
 
 
 def solve_cr5(
@@ -191,6 +281,8 @@ def solve_cr5(
     seed: int = 0,
     max_basis: int | None = None,
     block_size: int | None = None,
+    start_steps: int = 3,
+    reuse_solves: bool = True,
     max_workers: int | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 1,
@@ -214,13 +306,15 @@ def solve_cr5(
         "seed": seed,
         "max_basis": max_basis,
         "block_size": block_size,
+        "start_steps": int(start_steps),
+        "reuse_solves": bool(reuse_solves),
     }
     timings: dict[str, float] = {}
     passes0 = backend.pass_counts
     t_start = time.perf_counter()
     k = backend.n_concepts
     layout = TermLayout.of(backend)
-    b = resolve_block_size(r, oversampling, block_size, k)
+    b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
 
     t0 = time.perf_counter()
     backend.describe("cr5/mean", None)
@@ -246,17 +340,31 @@ def solve_cr5(
         w=None if saved_w is None else saved_w[0]["w"],
     )
     ainv.stage = "cr5"
-    ainv.prepare()
-    if store and saved_w is None:
-        store.save("woodbury", {"w": ainv.w}, {"c": ainv.c})
-    timings["woodbury_w"] = time.perf_counter() - t0
+    # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
+    # first eigensolver solve, which needs w only after its own B⁻¹ solve
+    ainv.prepare(background=True)
+    w_saved = saved_w is not None
+
+    def save_woodbury() -> None:
+        nonlocal w_saved
+        if store and not w_saved:
+            ainv.wait()
+            store.save("woodbury", {"w": ainv.w}, {"c": ainv.c})
+            w_saved = True
+
+    timings["woodbury_setup"] = time.perf_counter() - t0
 
     # --- top-r eigenvectors of M = Cᵀ Â⁻¹ C ------------------------------------------------------
     t0 = time.perf_counter()
     cmat = CrossCovariance(backend, mu, nu, max_workers=max_workers)
-    m_op = cmat.H @ ainv @ cmat
+    m_op = CrossSolve(cmat, ainv)
     saved = store.load("lanczos") if store else None
-    state = initial_state(k, b, seed) if saved is None else LanczosState.from_parts(*saved)
+    if saved is None:
+        warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps) if start_steps else None
+        state = initial_state(k, b, seed, warm=warm)
+        timings["warm_start"] = time.perf_counter() - t0
+    else:
+        state = LanczosState.from_parts(*saved)
     resumed_from = None if saved is None else state.n_iter
     if resumed_from is not None:
         logger.info("cr5: resuming the eigensolver from iteration %d", resumed_from)
@@ -265,6 +373,7 @@ def solve_cr5(
         ainv.stage = cmat.stage = f"cr5/eig{iteration}"
 
     def save_state(st: LanczosState) -> None:
+        save_woodbury()
         store.save("lanczos", st.arrays(), st.meta())
 
     def on_iteration(it: int, ritz: np.ndarray, res: np.ndarray) -> None:
@@ -285,8 +394,10 @@ def solve_cr5(
         checkpoint=save_state if store else None,
         checkpoint_every=checkpoint_every,
         callback=on_iteration,
+        track_images=reuse_solves,
         name="cr5/eigensolver",
     )
+    ainv.wait()
     if store:
         save_state(state)
     timings["eigensolver"] = time.perf_counter() - t0
@@ -294,7 +405,10 @@ def solve_cr5(
     # --- Φ*ᵀ = Â⁻¹ C P, then orthonormal rows (Eq. 15) -------------------------------------------
     t0 = time.perf_counter()
     ainv.stage = cmat.stage = "cr5/phi"
-    phi_star_t = ainv.matmat(cmat.matmat(eig.eigenvectors))
+    if reuse_solves:
+        phi_star_t = np.asarray(eig.images, dtype=np.float64)
+    else:
+        phi_star_t = ainv.matmat(cmat.matmat(eig.eigenvectors))
     gram = phi_star_t.T @ phi_star_t
     lam_g, q = np.linalg.eigh(0.5 * (gram + gram.T))
     lam_g, q = lam_g[::-1], q[:, ::-1]
@@ -367,8 +481,13 @@ class Cr5Solver:
     oversampling : int, default 20
         Extra eigensolver columns beyond r (caps the block width at r + oversampling).
     block_size : int or None, default None
-        Eigensolver block width b; None: :func:`default_block_size` (min(r + oversampling,
-        max(32, r // 6))), capped at K.
+        Eigensolver block width b; None: :func:`default_block_size`, capped at K.
+    start_steps : int, default 3
+        Subspace-iteration steps on the cheap surrogate ``Cᵀ D⁻¹ C`` that warm the
+        eigensolver's start block (:func:`surrogate_warm_start`); 0: random start block.
+    reuse_solves : bool, default True
+        Form Φ*ᵀ from the eigensolver's own solves ``Â⁻¹ C V`` (kept in float32:
+        ``p * basis`` floats of memory) instead of r further right-hand sides at the end.
     cg_rtol, cg_maxiter : float, int, default 0.01, 500
         Per-language block CG relative residual tolerance and cap (paper's ε, T).
     w_rtol : float, default 1e-6
@@ -415,6 +534,8 @@ class Cr5Solver:
         "seed": (0, "an int >= 0", _int(0)),
         "max_basis": (None, "None or an int >= 3", _optional(_int(3))),
         "block_size": (None, "None or an int >= 1", _optional(_int(1))),
+        "start_steps": (3, "an int >= 0", _int(0)),
+        "reuse_solves": (True, "a bool", lambda v: isinstance(v, bool)),
         "max_workers": (None, "None or an int >= 1", _optional(_int(1))),
         "checkpoint_dir": (
             None,
