@@ -158,6 +158,11 @@ class TrainConfig:
     # CSR block, ~8 bytes per nonzero in float32). None: max(defaultParallelism,
     # ceil(nnz_l / 2M)), i.e. ~16 MB blocks.
     partitions_per_language: int | None = None
+    # spark backend, when partitions_per_language is None: a language with at most this many
+    # nonzeros is cached as ONE block and each of its CG solves runs inside that block's task
+    # (one Spark job per solve instead of one per CG iteration; bench/README.md); bigger
+    # languages are row-partitioned as above. 0: always row-partitioned.
+    solve_in_task_max_nnz: int = _bounded(8_000_000, lo=0)
 
     dtype: Literal["float32", "float64"] = "float32"
     lam: float = 1.0
@@ -180,9 +185,12 @@ class TrainConfig:
 
     def backend_options(self) -> dict[str, Any]:
         """Keyword options of :func:`pipeline.linalg.backends.make_backend`."""
-        if self.backend == "spark" and self.partitions_per_language is not None:
-            return {"partitions_per_language": self.partitions_per_language}
-        return {}
+        if self.backend != "spark":
+            return {}
+        opts: dict[str, Any] = {"solve_in_task_max_nnz": self.solve_in_task_max_nnz}
+        if self.partitions_per_language is not None:
+            opts["partitions_per_language"] = self.partitions_per_language
+        return opts
 
     def solver_params(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~pipeline.linalg.cr5.Cr5Solver`."""

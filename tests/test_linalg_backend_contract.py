@@ -25,7 +25,7 @@ import pytest
 import scipy.linalg
 import scipy.sparse as sp
 
-from pipeline.errors import ConfigError, InputDataError
+from pipeline.errors import ConfigError, ConvergenceWarning, InputDataError
 from pipeline.io.datasets import read_dataset, write_dataset
 from pipeline.io.schemas import TFIDF
 from pipeline.linalg.backends import make_backend
@@ -123,6 +123,8 @@ def backends(spark, tfidf_path):
             dtype=dtype,
             partitions_per_language=SPARK_PARTITIONS[dtype],
         )
+    # the default layout for small languages: one block each, CG solves run in-task
+    built["spark_in_task", "float64"] = make_backend("spark", spark, tfidf_path, dtype="float64")
     yield built
     for be in built.values():
         if isinstance(be, SparkCorpusBackend):
@@ -199,6 +201,21 @@ def test_local_and_spark_agree(backends, dtype):
             )
 
 
+@pytest.mark.parametrize("tree_above", [0, 100])
+def test_spark_partials_merge_on_executors_or_driver(backends, dtype, monkeypatch, tree_above):
+    """Both ways of summing the partials (executor tree vs. driver) give the local result."""
+    import pipeline.linalg.spark_backend as spark_backend
+
+    monkeypatch.setattr(spark_backend, "TREE_REDUCE_ABOVE", tree_above)
+    loc, spk = backends["local", dtype], backends["spark", dtype]
+    rng = np.random.default_rng(4)
+    for lang in LANGS:
+        v = rng.standard_normal((loc.n_terms(lang), 3))
+        p = rng.standard_normal((loc.n_concepts, 3))
+        for method, arg in (("gram", v), ("xt_gather", p), ("x_scatter", v)):
+            _close(getattr(spk, method)(lang, arg), getattr(loc, method)(lang, arg), TOL[dtype])
+
+
 def test_concurrent_passes_from_three_threads(backends, reference, kind):
     """Three threads at once (on Spark: three concurrent jobs), two on the same language."""
     ref, k = reference
@@ -239,16 +256,48 @@ def test_concurrent_passes_from_three_threads(backends, reference, kind):
     assert be.pass_counts["passes"] == {"gram": 2, "xt_gather": 2, "x_scatter": 2}
 
 
-def test_solve_cr5_gives_the_same_subspace_on_both_backends(backends):
+@pytest.mark.parametrize("other", ["spark", "spark_in_task"])
+def test_solve_cr5_gives_the_same_subspace_on_both_backends(backends, other):
     """float64 end to end: the backends differ only in summation order, so the subspaces
-    agree far below the 0.1 degree acceptance bound; we require 1e-4 degrees."""
+    agree far below the 0.1 degree acceptance bound; we require 1e-4 degrees. ``spark``
+    drives CG with one job per iteration, ``spark_in_task`` runs each solve in one task."""
     params = dict(lam=10.0, r=5, oversampling=5, cg_rtol=1e-6, w_rtol=1e-10, eig_rtol=1e-4)
-    res = {kind: solve_cr5(backends[kind, "float64"], **params) for kind in KINDS}
+    res = {kind: solve_cr5(backends[kind, "float64"], **params) for kind in ("local", other)}
     phi = {kind: np.vstack([r.components[lang] for lang in LANGS]) for kind, r in res.items()}
-    angles = np.degrees(scipy.linalg.subspace_angles(phi["local"], phi["spark"]))
+    angles = np.degrees(scipy.linalg.subspace_angles(phi["local"], phi[other]))
     assert angles.max() < 1e-4, angles
-    np.testing.assert_allclose(res["spark"].eigenvalues, res["local"].eigenvalues, rtol=1e-9)
-    assert res["spark"].history["passes"] == res["local"].history["passes"]
+    np.testing.assert_allclose(res[other].eigenvalues, res["local"].eigenvalues, rtol=1e-9)
+    # same CG iterations, so the same passes (in-task iterations count as gram passes)
+    assert res[other].history["passes"] == res["local"].history["passes"]
+
+
+def test_in_task_solves_only_for_single_block_languages(backends, reference):
+    ref, _ = reference
+    one, rows = backends["spark_in_task", "float64"], backends["spark", "float64"]
+    assert all(one.n_partitions(lang) == 1 for lang in LANGS)
+    rng = np.random.default_rng(5)
+    for lang, (x, _) in ref.items():
+        rhs = rng.standard_normal((x.shape[1], 3))
+        jacobi = 1.0 / ((x**2).sum(0) + 0.5)
+        kw = dict(lam=0.5, jacobi=jacobi, rtol=1e-10, maxiter=1000)
+        assert rows.solve_gram(lang, rhs, **kw) is None
+        one.reset_counts()
+        res = one.solve_gram(lang, rhs, **kw)
+        want = np.linalg.solve(x.T @ x + 0.5 * np.eye(x.shape[1]), rhs)
+        assert res.converged.all()
+        assert np.linalg.norm(res.x - want) <= 1e-8 * np.linalg.norm(want)
+        assert one.pass_counts["passes"]["gram"] == res.n_iter
+        assert one.pass_counts["column_passes"]["gram"] == res.n_column_passes
+    p0 = one.n_terms(LANGS[0])
+    with pytest.warns(ConvergenceWarning, match="in-task"):
+        one.solve_gram(
+            LANGS[0],
+            rng.standard_normal((p0, 2)),
+            lam=0.5,
+            jacobi=np.ones(p0),
+            rtol=1e-12,
+            maxiter=2,
+        )
 
 
 # --- Spark specifics ---------------------------------------------------------------------------

@@ -22,10 +22,14 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pipeline.linalg.operator import as_block
+
+if TYPE_CHECKING:
+    from pipeline.linalg.block_cg import BlockCGResult
 
 __all__ = ["PASS_DTYPES", "CorpusBackend", "TermLayout"]
 
@@ -159,6 +163,28 @@ class CorpusBackend(ABC):
         self._count("x_scatter", v.shape[1])
         return np.asarray(self._x_scatter(lang, v), dtype=np.float64)
 
+    def solve_gram(
+        self,
+        lang: str,
+        rhs: np.ndarray,
+        *,
+        lam: float,
+        jacobi: np.ndarray,
+        rtol: float,
+        maxiter: int,
+        name: str = "cg",
+    ) -> BlockCGResult | None:
+        """Solve ``(X_lᵀX_l + λI) Z = rhs`` where X_l lives, or return None.
+
+        Optional capability: a backend that can run a whole Jacobi-preconditioned
+        :func:`~pipeline.linalg.block_cg.block_cg` next to X_l (the Spark backend, for a
+        language cached as a single block: one job per solve instead of one per CG
+        iteration) returns its :class:`~pipeline.linalg.block_cg.BlockCGResult` (``rhs`` of
+        shape (p_l, b); ``jacobi`` = 1/diag, shape (p_l,)) and counts its iterations as gram
+        passes. Default: None, and the caller drives block CG with :meth:`gram` passes.
+        """
+        return None
+
     def describe(self, stage: str, iteration: int | None = None) -> None:  # noqa: B027
         """Label the work that follows (the Spark backend sets the job description).
 
@@ -166,9 +192,9 @@ class CorpusBackend(ABC):
         """
 
     # --- accounting ------------------------------------------------------------------------------
-    def _count(self, method: str, n_columns: int) -> None:
+    def _count(self, method: str, n_columns: int, n_passes: int = 1) -> None:
         with self._lock:
-            self._passes[method] += 1
+            self._passes[method] += n_passes
             self._column_passes[method] += n_columns
 
     @property

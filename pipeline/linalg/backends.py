@@ -25,10 +25,14 @@ DEFAULTS: dict[str, Any] = {
     "languages": None,
     "transpose": "implicit",
     "partitions_per_language": None,
+    "solve_in_task_max_nnz": 8_000_000,
 }
 
 #: Options each kind accepts beyond ``dtype`` and ``languages``.
-_SPECIFIC = {"local": ("transpose",), "spark": ("partitions_per_language",)}
+_SPECIFIC = {
+    "local": ("transpose",),
+    "spark": ("partitions_per_language", "solve_in_task_max_nnz"),
+}
 
 
 def make_backend(
@@ -56,8 +60,9 @@ def make_backend(
         Default: every language with training documents, sorted.
     **options
         ``transpose`` ({"implicit", "csr"}, local only, default ``"implicit"``);
-        ``partitions_per_language`` (int, spark only, default
-        ``max(defaultParallelism, ceil(nnz_l / 2e6))``).
+        ``partitions_per_language`` (int, spark only, default: 1 for a language with at most
+        ``solve_in_task_max_nnz`` nonzeros, else ``max(defaultParallelism, ceil(nnz_l /
+        2e6))``); ``solve_in_task_max_nnz`` (int, spark only, default 8e6; 0: never one block).
 
     Raises
     ------

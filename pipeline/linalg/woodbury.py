@@ -226,15 +226,29 @@ class WoodburyInverse(BlockOperator):
                 if callback is not None:
                     callback(lang, it, res)
 
-            result = block_cg(
-                GramOperator(self.backend, lang, self.lam),
+            # where the backend can, the whole solve runs next to X_l (one Spark job)
+            result = self.backend.solve_gram(
+                lang,
                 parts[lang],
+                lam=self.lam,
+                jacobi=self._jacobi[lang],
                 rtol=rtol,
                 maxiter=self.maxiter,
-                m=self._jacobi[lang],
-                callback=cb,
                 name=label,
             )
+            if result is None:
+                result = block_cg(
+                    GramOperator(self.backend, lang, self.lam),
+                    parts[lang],
+                    rtol=rtol,
+                    maxiter=self.maxiter,
+                    m=self._jacobi[lang],
+                    callback=cb,
+                    name=label,
+                )
+            elif callback is not None:
+                for it, res in enumerate(result.residual_norms[1:], start=1):
+                    callback(lang, it, res)
             return result, time.perf_counter() - t0
 
         langs = self.layout.languages
