@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.ddtp_sample import load_sample_corpus  # noqa: E402
 from bench.synthetic import SyntheticCorpus, make_synthetic_corpus  # noqa: E402
 
 log = logging.getLogger("bench_train")
@@ -440,7 +441,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--vocab", type=int, default=20_000, help="p of the first language")
     ap.add_argument("--topics", type=int, default=200)
     ap.add_argument("--tokens", type=float, default=60.0, help="mean tokens per document")
-    ap.add_argument("--test", type=int, default=1_000, help="held-out concepts")
+    ap.add_argument(
+        "--corpus",
+        choices=("synthetic", "sample"),
+        default="synthetic",
+        help="synthetic (bench/synthetic.py, the size options apply) or the bundled DDTP "
+        "sample (bench/ddtp_sample.py)",
+    )
+    ap.add_argument(
+        "--test", type=int, default=None, help="held-out concepts (synthetic 1000, sample 300)"
+    )
     ap.add_argument("--r", type=int, default=50)
     ap.add_argument("--oversampling", type=int, default=20)
     ap.add_argument(
@@ -463,6 +473,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-baseline", action="store_true")
     ap.add_argument(
+        "--also-local",
+        action="store_true",
+        help="with --backend spark: also fit on the local backend first (same run, ratio)",
+    )
+    ap.add_argument(
         "--baseline-eig-tol",
         type=float,
         default=0.1,
@@ -470,6 +485,69 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--out", type=Path, default=None, help="bench/results/train_<name>.json")
     return ap.parse_args(argv)
+
+
+def run_ours(
+    kind: str, args: argparse.Namespace, corpus: SyntheticCorpus, nnz: dict[str, int], b: int
+) -> tuple[dict, dict | None]:
+    """Fit ours on backend ``kind``; returns (results entry, components or None)."""
+    from pipeline.linalg import solve_cr5
+
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+        backend, close, setup = make_our_backend(
+            kind, corpus, Path(tmp), args.spark_master, args.partitions
+        )
+        if backend is None:
+            print(f"== ours [{kind}]: SKIPPED: {setup['skipped']}")
+            return {"backend": kind, **setup}, None
+        if setup:
+            print(f"== ours [{kind}] setup (not timed below): {setup}")
+        counts = count_language_passes(backend, nnz)
+        print(f"== ours [{kind}] running ...", flush=True)
+        try:
+            with Measure() as m_ours:
+                res = solve_cr5(
+                    backend,
+                    lam=args.lam,
+                    r=args.r,
+                    oversampling=args.oversampling,
+                    cg_rtol=0.01,
+                    cg_maxiter=500,
+                    eig_rtol=0.1,
+                    eig_maxiter=250,
+                    seed=args.seed,
+                    block_size=b,
+                    start_steps=args.start_steps,
+                    reuse_solves=not args.no_reuse_solves,
+                )
+        finally:
+            if close is not None:
+                close()
+    h = res.history
+    solves = h["solves"]
+    entry = {
+        "backend": kind,
+        "setup": setup,
+        **m_ours.to_dict(),
+        "timings": h["timings"],
+        "eigensolver_iterations": h["eigensolver"]["n_iter"],
+        "eigensolver_converged": h["eigensolver"]["converged"],
+        "backend_pass_counts": h["passes"],
+        "per_language_passes": counts,
+        "full_x_equivalent": full_x_equivalents(counts, nnz),
+        "cg_iterations_per_solve": {
+            lang: [s["n_iter"].get(lang) for s in solves] for lang in corpus.train
+        },
+        "eigenvalues_top5": [round(float(v), 6) for v in res.eigenvalues[:5]],
+        "retrieval": retrieval(res.components, corpus.test),
+    }
+    fx = entry["full_x_equivalent"]
+    print(
+        f"   done: {m_ours.wall:.1f} s wall, {m_ours.cpu:.1f} s CPU, "
+        f"{h['eigensolver']['n_iter']} Lanczos iterations, "
+        f"{fx['passes']} full-X passes ({fx['column_passes']} column-passes)"
+    )
+    return entry, res.components
 
 
 def fmt_row(cells: list, widths: list[int]) -> str:
@@ -491,16 +569,19 @@ def main(argv: list[str] | None = None) -> int:
         print("  WARNING: OPENBLAS_NUM_THREADS is not 1 (multithreaded BLAS was 5-8x slower here)")
 
     with Measure() as m_gen:
-        corpus = make_synthetic_corpus(
-            n_docs=args.docs,
-            n_languages=args.languages,
-            n_concepts=args.concepts,
-            vocab=args.vocab,
-            n_topics=args.topics,
-            mean_tokens=args.tokens,
-            n_test=args.test,
-            seed=args.seed,
-        )
+        if args.corpus == "sample":
+            corpus = load_sample_corpus(n_test=args.test or 300, seed=args.seed)
+        else:
+            corpus = make_synthetic_corpus(
+                n_docs=args.docs,
+                n_languages=args.languages,
+                n_concepts=args.concepts,
+                vocab=args.vocab,
+                n_topics=args.topics,
+                mean_tokens=args.tokens,
+                n_test=args.test or 1_000,
+                seed=args.seed,
+            )
     ci = corpus.info
     nnz = {lang: v["nnz"] for lang, v in ci["per_language"].items()}
     # The eigensolver's block width (the solver's own default rule).
@@ -508,10 +589,11 @@ def main(argv: list[str] | None = None) -> int:
 
     b = args.block_size or default_block_size(args.r, args.oversampling, warm=args.start_steps > 0)
     b = min(b, corpus.n_concepts)
-    print(f"== corpus (generated in {m_gen.wall:.1f} s, seed {args.seed})")
+    print(f"== corpus {args.corpus} (built in {m_gen.wall:.1f} s, seed {args.seed})")
     print(
         f"  n = {ci['n_train']} training docs, K = {corpus.n_concepts} training concepts, "
-        f"nnz = {ci['nnz']}, topics = {ci['n_topics']}, held-out concepts = {args.test}"
+        f"nnz = {ci['nnz']}, topics = {ci['n_topics']}, "
+        f"held-out concepts = {len(next(iter(corpus.test.values()))[1])}"
     )
     for lang, v in ci["per_language"].items():
         print(
@@ -540,65 +622,17 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     # --- ours ------------------------------------------------------------------------------
-    from pipeline.linalg import solve_cr5
-
     ours_comps = None
-    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
-        backend, close, setup = make_our_backend(
-            args.backend, corpus, Path(tmp), args.spark_master, args.partitions
+    if args.backend == "spark" and args.also_local:
+        results["ours_local"], _ = run_ours("local", args, corpus, nnz, b)
+    results["ours"], ours_comps = run_ours(args.backend, args, corpus, nnz, b)
+    if "ours_local" in results and "wall_s" in results["ours"]:
+        sp_, lo = results["ours"], results["ours_local"]
+        results["ratio_spark_over_local"] = {"wall": round(sp_["wall_s"] / lo["wall_s"], 2)}
+        print(
+            f"== spark / local (same run, same corpus): wall {sp_['wall_s']:.1f} s / "
+            f"{lo['wall_s']:.1f} s = {results['ratio_spark_over_local']['wall']}"
         )
-        if backend is None:
-            print(f"== ours [{args.backend}]: SKIPPED: {setup['skipped']}")
-            results["ours"] = {"backend": args.backend, **setup}
-        else:
-            if setup:
-                print(f"== ours [{args.backend}] setup (not timed below): {setup}")
-            counts = count_language_passes(backend, nnz)
-            print(f"== ours [{args.backend}] running ...", flush=True)
-            try:
-                with Measure() as m_ours:
-                    res = solve_cr5(
-                        backend,
-                        lam=args.lam,
-                        r=args.r,
-                        oversampling=args.oversampling,
-                        cg_rtol=0.01,
-                        cg_maxiter=500,
-                        eig_rtol=0.1,
-                        eig_maxiter=250,
-                        seed=args.seed,
-                        block_size=b,
-                        start_steps=args.start_steps,
-                        reuse_solves=not args.no_reuse_solves,
-                    )
-            finally:
-                if close is not None:
-                    close()
-            ours_comps = res.components
-            h = res.history
-            solves = h["solves"]
-            results["ours"] = {
-                "backend": args.backend,
-                "setup": setup,
-                **m_ours.to_dict(),
-                "timings": h["timings"],
-                "eigensolver_iterations": h["eigensolver"]["n_iter"],
-                "eigensolver_converged": h["eigensolver"]["converged"],
-                "backend_pass_counts": h["passes"],
-                "per_language_passes": counts,
-                "full_x_equivalent": full_x_equivalents(counts, nnz),
-                "cg_iterations_per_solve": {
-                    lang: [s["n_iter"].get(lang) for s in solves] for lang in corpus.train
-                },
-                "eigenvalues_top5": [round(float(v), 6) for v in res.eigenvalues[:5]],
-                "retrieval": retrieval(res.components, corpus.test),
-            }
-            fx = results["ours"]["full_x_equivalent"]
-            print(
-                f"   done: {m_ours.wall:.1f} s wall, {m_ours.cpu:.1f} s CPU, "
-                f"{h['eigensolver']['n_iter']} Lanczos iterations, "
-                f"{fx['passes']} full-X passes ({fx['column_passes']} column-passes)"
-            )
 
     # --- baseline --------------------------------------------------------------------------
     base_comps = None
@@ -650,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     print_table(results, corpus)
+    if "ratio_spark_over_local" in results:
+        print(f"  spark / local wall time (same run): {results['ratio_spark_over_local']['wall']}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2, default=float) + "\n")
@@ -660,18 +696,19 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(results: dict, corpus: SyntheticCorpus) -> None:
     langs = list(corpus.train)
     a, b = langs[0], langs[1]
-    methods = [m for m in ("ours", "baseline") if "wall_s" in results.get(m, {})]
+    methods = [m for m in ("ours_local", "ours", "baseline") if "wall_s" in results.get(m, {})]
     if not methods:
         return
+    with_ratio = "ours" in methods and "baseline" in methods
     print("\n== results")
-    widths = [34] + [16] * len(methods) + ([16] if len(methods) == 2 else [])
-    head = ["", *methods] + (["baseline/ours"] if len(methods) == 2 else [])
+    widths = [34] + [16] * len(methods) + ([16] if with_ratio else [])
+    head = ["", *methods] + (["baseline/ours"] if with_ratio else [])
     print(fmt_row(head, widths))
     ratio = results.get("ratio_baseline_over_ours", {})
 
     def row(label: str, key, ratio_key: str | None = None) -> None:
         cells = [label] + [key(results[m]) for m in methods]
-        if len(methods) == 2:
+        if with_ratio:
             cells.append(ratio.get(ratio_key, "") if ratio_key else "")
         print(fmt_row(cells, widths))
 
