@@ -322,6 +322,19 @@ def test_describe_sets_the_job_description_of_the_calling_thread(spark, backends
         t.join()
     assert seen == {"a": "cr5 train: eig 3 / cg[en] / it 7", "b": "cr5 train: mean"}
     assert job_description("cr5/phi/C[de]") == "cr5 train: phi / C[de]"
+    # an in-task solve labels its one job as such
+    one = backends["spark_in_task", "float64"]
+    p0 = one.n_terms(LANGS[0])
+    one.solve_gram(
+        LANGS[0],
+        np.ones((p0, 1)),
+        lam=1.0,
+        jacobi=np.ones(p0),
+        rtol=0.1,
+        maxiter=5,
+        name="cr5/eig2/cg[en]",
+    )
+    assert sc.getLocalProperty("spark.job.description") == "cr5 train: eig 2 / cg[en] / in-task"
 
 
 def test_pickle_round_trip_keeps_sizes_and_drops_spark_handles(spark, backends):

@@ -27,13 +27,14 @@ One pass = one Spark job
 Per-pass overhead (measured, ``bench/bench_backend_overhead.py`` -> ``bench/results/
 backend_overhead.txt``; local[2] on 2 cores, OPENBLAS_NUM_THREADS=1, float32, b = 120)
     Bundled DDTP sample, 4 languages, n_l = 2.0-4.0k rows, p_l = 5.9-9.7k, nnz 90-175k
-    (0.7-1.4 MB of CSR per language), 2 blocks per language: one gram pass costs 80-115 ms on
-    Spark against 2-7 ms locally (ratio 16-34). Nearly all of it is fixed per job: a job
-    over 2 partitions that only unpickles the cached blocks takes 30-50 ms, a no-op Python job
-    75-80 ms (scheduling + Python task launch with reused workers; a pure JVM job ~30 ms), the
-    broadcast of V (p_l x 120 float32, 2.8-4.6 MB) 5-13 ms on the driver. It does not grow
-    with b, so it amortises over wide blocks and large partitions; at the sample's size the
-    local backend is the right choice. The 3-language test problem (n_l ~ 55, b = 7): ~100 ms
+    (0.7-1.4 MB of CSR per language), 1 block per language: one gram pass costs 59-84 ms on
+    Spark against 3-8 ms locally (ratio 11-23; with 2 blocks per language it was 80-115 ms).
+    Nearly all of it is fixed per job: a job that only unpickles the cached block takes
+    28-43 ms, a no-op Python job 66-72 ms (scheduling + Python task launch with reused
+    workers; a pure JVM job ~30 ms), the broadcast of V (p_l x 120 float32, 2.8-4.6 MB)
+    6-7 ms on the driver. It does not grow with b, so it amortises over wide blocks and large
+    partitions; this is why single-block languages run whole CG solves in one task
+    (:meth:`SparkCorpusBackend.solve_gram`). The 3-language test problem (n_l ~ 55, b = 7): ~100 ms
     per pass. Task functions must be importable module-level functions: a lambda defined in
     ``__main__`` (pickled by value) was measured to add ~0.5 s to every job.
 
@@ -655,6 +656,7 @@ class SparkCorpusBackend(CorpusBackend):
         rdd = self._rdd(lang)
         if rdd.getNumPartitions() != 1:
             return None
+        self.describe(f"{name}/in-task", None)
         payload = (
             np.ascontiguousarray(rhs, dtype=np.float64),
             np.asarray(jacobi, dtype=np.float64),
