@@ -137,3 +137,22 @@ def test_describe_hook_names_stages():
     solve_cr5(be, lam=0.5, r=3, oversampling=2, eig_rtol=1e-3, reuse_solves=False, start_steps=0)
     assert any(s.startswith("cr5/phi/Ct[") or s.startswith("cr5/phi/C[") for s in seen)
     assert not any(s.startswith("cr5/start") for s in seen)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_cr5_with_thick_restarts_matches_dense_reference(reuse):
+    """A small max_basis forces thick restarts: the kept images Â⁻¹CV are transformed with
+    the basis, so Φ from them still matches the dense reference."""
+    problem = PROBLEMS["three_uneven"]
+    corpus = problem.corpus()
+    k, lam, r = problem.n_concepts, 0.3, 4
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    b = 3
+    res = solve_cr5(
+        be, lam=lam, r=r, block_size=b, max_basis=max(r, b) + 2 * b, reuse_solves=reuse, **TIGHT
+    )
+    assert res.history["eigensolver"]["n_restarts"] > 0
+    want_ev, want_phi_t = dense_cr5(corpus, k, lam, r)
+    np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-6)
+    phi_t = np.vstack([res.components[lang] for lang in problem.sizes]).astype(np.float64)
+    assert np.rad2deg(sla.subspace_angles(phi_t, want_phi_t).max()) < 0.1
