@@ -8,6 +8,7 @@ it started by PID. The fast tests check submit.sh's command lines (``--dry-run``
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -25,12 +26,14 @@ from tests.conftest import REPO, SAMPLE, load_standalone
 SUBMIT = REPO / "deploy" / "submit.sh"
 
 # The demo chain, kept fast: r = 20, one λ (no selection; train.lam = 1.0), no baselines.
+# Training uses the Spark backend, so its in-task CG solves run on the cluster's executors.
 SAMPLE_ARGS = [
     "--conf", str(REPO / "conf" / "local.yaml"),
     "--conf", str(REPO / "conf" / "short-docs.yaml"),
     "--conf", str(REPO / "conf" / "sample.yaml"),
     "--set", f"ingest.input={SAMPLE}",
     "--set", "train.r=20",
+    "--set", "train.backend=spark",
     "--set", "evaluate.lambda_grid=[1.0]",
     "--set", "evaluate.methods=[]",
 ]  # fmt: skip
@@ -148,6 +151,12 @@ def test_chain_on_standalone_cluster_equals_local_mode(tmp_path):
     print(f"\nchain wall time: local[2] {local_wall:.1f} s, standalone {cluster_wall:.1f} s")
 
     local, remote = tmp_path / "local" / "out", tmp_path / "standalone" / "out"
+    # trained on the Spark backend: the sample's languages are single blocks, so every CG
+    # solve ran inside an executor task
+    for out in (local, remote):
+        meta = json.loads((out / "model" / "model.json").read_text())
+        assert meta["training"]["backend"] == "spark"
+        assert meta["training"]["passes_over_x"]["passes"]["gram"] > 0
     # Row for row: the TF-IDF matrix, vocabulary, documents and splits.
     for name, keys in [
         ("tfidf", ["lang", "row"]),
