@@ -163,6 +163,10 @@ class TrainConfig:
     # (one Spark job per solve instead of one per CG iteration; bench/README.md); bigger
     # languages are row-partitioned as above. 0: always row-partitioned.
     solve_in_task_max_nnz: int = _bounded(8_000_000, lo=0)
+    # Working memory of one in-task solve's CG vectors (~72 bytes per term and right-hand
+    # side; the columns of a solve run in chunks that fit). Python memory on the executor:
+    # on YARN/Kubernetes it counts against spark.executor.memoryOverhead.
+    solve_in_task_memory_mb: int = _bounded(512, lo=1)
 
     dtype: Literal["float32", "float64"] = "float32"
     lam: float = 1.0
@@ -187,7 +191,10 @@ class TrainConfig:
         """Keyword options of :func:`pipeline.linalg.backends.make_backend`."""
         if self.backend != "spark":
             return {}
-        opts: dict[str, Any] = {"solve_in_task_max_nnz": self.solve_in_task_max_nnz}
+        opts: dict[str, Any] = {
+            "solve_in_task_max_nnz": self.solve_in_task_max_nnz,
+            "solve_in_task_memory_mb": self.solve_in_task_memory_mb,
+        }
         if self.partitions_per_language is not None:
             opts["partitions_per_language"] = self.partitions_per_language
         return opts

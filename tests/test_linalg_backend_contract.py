@@ -271,6 +271,25 @@ def test_solve_cr5_gives_the_same_subspace_on_both_backends(backends, other):
     assert res[other].history["passes"] == res["local"].history["passes"]
 
 
+def test_in_task_solve_in_column_chunks_gives_the_same_answer(backends, reference, monkeypatch):
+    """A memory bound below one column's CG vectors solves column by column in the task."""
+    ref, _ = reference
+    one = backends["spark_in_task", "float64"]
+    lang, (x, _) = next(iter(ref.items()))
+    rhs = np.random.default_rng(6).standard_normal((x.shape[1], 3))
+    kw = dict(lam=0.5, jacobi=1.0 / ((x**2).sum(0) + 0.5), rtol=1e-10, maxiter=1000)
+    whole = one.solve_gram(lang, rhs, **kw)
+    monkeypatch.setattr(one, "_solve_memory_mb", 0)  # -> chunks of one column
+    one.reset_counts()
+    chunked = one.solve_gram(lang, rhs, **kw)
+    np.testing.assert_allclose(chunked.x, whole.x, rtol=1e-12, atol=1e-12)
+    assert chunked.converged.all() and chunked.residual_norms.shape == (chunked.n_iter + 1, 3)
+    # each column was its own CG: the passes are the sum of their iterations
+    per_column = [int(np.argmax(chunked.residual_norms[:, j] <= 1e-10)) for j in range(3)]
+    assert one.pass_counts["passes"]["gram"] == sum(per_column)
+    assert one.pass_counts["column_passes"]["gram"] == sum(per_column)
+
+
 def test_in_task_solves_only_for_single_block_languages(backends, reference):
     ref, _ = reference
     one, rows = backends["spark_in_task", "float64"], backends["spark", "float64"]

@@ -26,12 +26,13 @@ DEFAULTS: dict[str, Any] = {
     "transpose": "implicit",
     "partitions_per_language": None,
     "solve_in_task_max_nnz": 8_000_000,
+    "solve_in_task_memory_mb": 512,
 }
 
 #: Options each kind accepts beyond ``dtype`` and ``languages``.
 _SPECIFIC = {
     "local": ("transpose",),
-    "spark": ("partitions_per_language", "solve_in_task_max_nnz"),
+    "spark": ("partitions_per_language", "solve_in_task_max_nnz", "solve_in_task_memory_mb"),
 }
 
 
@@ -62,7 +63,9 @@ def make_backend(
         ``transpose`` ({"implicit", "csr"}, local only, default ``"implicit"``);
         ``partitions_per_language`` (int, spark only, default: 1 for a language with at most
         ``solve_in_task_max_nnz`` nonzeros, else ``max(defaultParallelism, ceil(nnz_l /
-        2e6))``); ``solve_in_task_max_nnz`` (int, spark only, default 8e6; 0: never one block).
+        2e6))``); ``solve_in_task_max_nnz`` (int, spark only, default 8e6; 0: never one block);
+        ``solve_in_task_memory_mb`` (int, spark only, default 512: CG vectors of one in-task
+        solve; its columns run in chunks that fit).
 
     Raises
     ------

@@ -85,6 +85,13 @@ NNZ_PER_PARTITION = 2_000_000
 #: runs inside that block's task (see :meth:`SparkCorpusBackend.solve_gram`).
 SOLVE_IN_TASK_MAX_NNZ = 8_000_000
 
+#: Default of ``solve_in_task_memory_mb``: working memory of the CG vectors of one in-task
+#: solve. Block CG keeps ~9 float64 arrays of p_l rows per right-hand side, so an in-task
+#: solve runs its columns in chunks of ``memory / (72 * p_l)`` (p_l = 200k: 37 columns per
+#: 512 MB); the columns are independent CGs, so chunking changes no result.
+SOLVE_IN_TASK_MEMORY_MB = 512
+CG_BYTES_PER_ROW_AND_COLUMN = 9 * 8
+
 #: Passes over more partitions than this merge their partials on the executors (treeReduce);
 #: up to it the driver adds them into the result directly.
 TREE_REDUCE_ABOVE = 8
@@ -319,20 +326,47 @@ class _BlockGram(BlockOperator):
     _rmatmat = _matmat
 
 
-def _solve_partition(payload_bc: Any, blocks: Iterator[_Block]) -> Iterator[BlockCGResult]:
-    """Run a whole Jacobi-preconditioned block CG on the single block of a language."""
-    rhs, jacobi, lam, rtol, maxiter, name = payload_bc.value
+def _merge_cg_results(parts: list[BlockCGResult]) -> tuple[BlockCGResult, int]:
+    """One result for column chunks solved one after the other, and their total passes.
+
+    ``n_iter`` is the longest chunk's (the rows of ``residual_norms``; shorter chunks keep
+    their last row, as converged columns do within one solve); the passes over X are the sum.
+    """
+    rows = max(part.n_iter for part in parts) + 1
+    history = np.hstack(
+        [
+            np.vstack(
+                [
+                    part.residual_norms,
+                    np.repeat(part.residual_norms[-1:], rows - len(part.residual_norms), axis=0),
+                ]
+            )
+            for part in parts
+        ]
+    )
+    merged = BlockCGResult(
+        x=np.hstack([part.x for part in parts]),
+        converged=np.concatenate([part.converged for part in parts]),
+        n_iter=rows - 1,
+        residual_norms=history,
+        n_column_passes=sum(part.n_column_passes for part in parts),
+    )
+    return merged, sum(part.n_iter for part in parts)
+
+
+def _solve_partition(payload_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
+    """Run a whole Jacobi-preconditioned block CG on the single block of a language, in
+    column chunks of at most ``chunk`` right-hand sides (bounded working memory)."""
+    rhs, jacobi, lam, rtol, maxiter, name, chunk = payload_bc.value
     for blk in blocks:
+        op = _BlockGram(blk, rhs.shape[0], lam)
+        parts = []
         with warnings.catch_warnings():  # the driver re-issues non-convergence
             warnings.simplefilter("ignore", ConvergenceWarning)
-            yield block_cg(
-                _BlockGram(blk, rhs.shape[0], lam),
-                rhs,
-                rtol=rtol,
-                maxiter=maxiter,
-                m=jacobi,
-                name=name,
-            )
+            for start in range(0, max(rhs.shape[1], 1), chunk):
+                part = rhs[:, start : start + chunk]
+                parts.append(block_cg(op, part, rtol=rtol, maxiter=maxiter, m=jacobi, name=name))
+        yield _merge_cg_results(parts)
 
 
 def _touch_partition(blocks: Iterator[_Block]) -> Iterator[int]:
@@ -423,6 +457,8 @@ class SparkCorpusBackend(CorpusBackend):
     concept_counts : dict of str to ndarray of shape (K,)
     dtype : {"float32", "float64"}
         Arithmetic of the passes (the blocks are stored in it).
+    solve_in_task_memory_mb : int
+        Bound on the CG vectors of one in-task solve (:meth:`solve_gram`).
     """
 
     def __init__(
@@ -434,8 +470,10 @@ class SparkCorpusBackend(CorpusBackend):
         column_stats: dict[str, np.ndarray],
         concept_counts: dict[str, np.ndarray],
         dtype: str = "float32",
+        solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
     ) -> None:
         super().__init__(dtype=dtype)
+        self._solve_memory_mb = int(solve_in_task_memory_mb)
         self._sc = spark_context
         self._blocks = dict(blocks)
         self._layout = layout
@@ -452,6 +490,7 @@ class SparkCorpusBackend(CorpusBackend):
         dtype: str = "float32",
         partitions_per_language: int | None = None,
         solve_in_task_max_nnz: int = SOLVE_IN_TASK_MAX_NNZ,
+        solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
         languages: Sequence[str] | None = None,
     ) -> SparkCorpusBackend:
         """Load, validate and cache the tfidf dataset at ``tfidf_path``: one job per language
@@ -467,6 +506,8 @@ class SparkCorpusBackend(CorpusBackend):
         solve_in_task_max_nnz : int
             Without ``partitions_per_language``, languages with at most this many nonzeros
             are cached as one block and solved in-task (:meth:`solve_gram`); 0: never.
+        solve_in_task_memory_mb : int
+            Bound on the CG vectors of one in-task solve (columns run in chunks within it).
         languages : sequence of str, optional
             Default: every language with training documents, sorted.
 
@@ -554,7 +595,13 @@ class SparkCorpusBackend(CorpusBackend):
                 dtype,
             )
         return cls(
-            sc, blocks, layout=layout, column_stats=stats, concept_counts=counts, dtype=dtype
+            sc,
+            blocks,
+            layout=layout,
+            column_stats=stats,
+            concept_counts=counts,
+            dtype=dtype,
+            solve_in_task_memory_mb=solve_in_task_memory_mb,
         )
 
     def close(self) -> None:
@@ -657,6 +704,8 @@ class SparkCorpusBackend(CorpusBackend):
         if rdd.getNumPartitions() != 1:
             return None
         self.describe(f"{name}/in-task", None)
+        budget = self._solve_memory_mb * 2**20
+        chunk = max(1, int(budget // (CG_BYTES_PER_ROW_AND_COLUMN * max(rhs.shape[0], 1))))
         payload = (
             np.ascontiguousarray(rhs, dtype=np.float64),
             np.asarray(jacobi, dtype=np.float64),
@@ -664,13 +713,16 @@ class SparkCorpusBackend(CorpusBackend):
             float(rtol),
             int(maxiter),
             name,
+            chunk,
         )
         bc = self._sc.broadcast(payload)
         try:
-            (result,) = rdd.mapPartitions(functools.partial(_solve_partition, bc)).collect()
+            ((result, n_passes),) = rdd.mapPartitions(
+                functools.partial(_solve_partition, bc)
+            ).collect()
         finally:
             bc.destroy()
-        self._count("gram", result.n_column_passes, n_passes=result.n_iter)
+        self._count("gram", result.n_column_passes, n_passes=n_passes)
         if not result.converged.all():
             left = int(np.sum(~result.converged))
             warnings.warn(
