@@ -14,15 +14,17 @@ Layout
     methods cost no job.
 
 One pass = one Spark job
-    The dense block (``V``, p_l x b, or ``P``, K x b) is broadcast in the pass dtype (float32
-    by default: half the bytes); each partition computes its contribution in that dtype —
-    gram ``X_pᵀ(X_p V)``, xt_gather ``X_pᵀ P[c_p]``, x_scatter per-concept sums of ``X_p V`` as
-    ``(unique concept ids, sums)``, never a dense ``K x b`` — and the compact partials are
-    added into a dense float64 result on the driver (beyond ``TREE_REDUCE_ABOVE`` = 8
-    partitions they are first merged on the executors by ``treeAggregate``). The broadcast
-    is destroyed after the job. Passes are thread-safe: the solver runs one language per
-    Python thread, i.e. concurrent jobs, and PySpark's pinned threads make
-    :meth:`SparkCorpusBackend.describe` a per-thread job description.
+    The dense block (``V``, p_l x b, or the rows of ``P`` (K x b) of the language's
+    concepts) is broadcast in the pass dtype (float32 by default: half the bytes); each
+    partition computes its contribution in that dtype — gram ``X_pᵀ(X_p V)``, xt_gather
+    ``X_pᵀ P[c_p]``, x_scatter per-concept sums of ``X_p V`` as ``(unique concept ids,
+    sums)``, never a dense ``K x b`` — and the compact partials are added into a dense
+    float64 result on the driver (beyond ``TREE_REDUCE_ABOVE`` = 8 partitions they are first
+    merged on the executors by ``treeAggregate``). The broadcast is destroyed after the job.
+    Passes are thread-safe: the solver runs one language per Python thread, i.e. concurrent
+    jobs, and PySpark's pinned threads make :meth:`SparkCorpusBackend.describe` a per-thread
+    job description. A language cached as a single block runs whole CG solves in one task
+    (:meth:`SparkCorpusBackend.solve_gram`).
 
 Per-pass overhead (measured, ``bench/bench_backend_overhead.py`` -> ``bench/results/
 backend_overhead.txt``; local[2] on 2 cores, OPENBLAS_NUM_THREADS=1, float32, b = 120)
@@ -293,11 +295,13 @@ def _gram_partition(v_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
 
 
 def _xt_gather_partition(p_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
-    """``(cols, X_pᵀ P[c_p])`` per block."""
-    p = p_bc.value
+    """``(cols, X_pᵀ P[c_p])`` per block; the broadcast holds only the rows of P of the
+    language's concepts, ``(P[concepts_l], concepts_l)``."""
+    p_l, concepts_l = p_bc.value
     for blk in blocks:
         if blk.x.shape[0]:
-            yield blk.cols, blk.x.T @ p[blk.concepts][blk.row_concept]
+            rows = p_l[np.searchsorted(concepts_l, blk.concepts)]
+            yield blk.cols, blk.x.T @ rows[blk.row_concept]
 
 
 def _x_scatter_partition(v_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
@@ -653,7 +657,15 @@ class SparkCorpusBackend(CorpusBackend):
                 ) from None
             raise
 
-    def _run(self, lang: str, fn: Any, block: np.ndarray, n_rows: int) -> np.ndarray:
+    def _run(
+        self,
+        lang: str,
+        fn: Any,
+        block: np.ndarray,
+        n_rows: int,
+        *,
+        index: np.ndarray | None = None,
+    ) -> np.ndarray:
         """One pass: broadcast ``block``, run ``fn`` on every cached block of ``lang``, sum
         the compact partials into a dense float64 array of shape (n_rows, b).
 
@@ -663,7 +675,8 @@ class SparkCorpusBackend(CorpusBackend):
         that, ``treeReduce`` merges on the executors so the driver receives one partial.
         """
         rdd = self._rdd(lang)
-        bc = self._sc.broadcast(np.ascontiguousarray(block, dtype=self.dtype))
+        value = np.ascontiguousarray(block, dtype=self.dtype)
+        bc = self._sc.broadcast(value if index is None else (value, index))
         try:
             mapped = rdd.mapPartitions(functools.partial(fn, bc))
             if mapped.getNumPartitions() > TREE_REDUCE_ABOVE:
@@ -696,8 +709,8 @@ class SparkCorpusBackend(CorpusBackend):
         solve runs next to its block: one job, one broadcast of the right-hand sides, one
         result, instead of ~15 jobs each moving a p_l x b block both ways. Measured on the
         200k-document synthetic corpus (bench/README.md), local[2], r = 50: the fit took
-        36.5 s with 3 row partitions per language and 13.8 s with in-task solves, against
-        9.8 s / 8.9 s for the local backend in the same runs. Other languages return None
+        36.5 s with 3 row partitions per language and 14.2 s with in-task solves, against
+        9.8 s / 9.9 s for the local backend in the same runs. Other languages return None
         (the caller drives :meth:`gram` passes). Iterations count as gram passes.
         """
         rdd = self._rdd(lang)
@@ -746,7 +759,16 @@ class SparkCorpusBackend(CorpusBackend):
         return self._run(lang, _gram_partition, v, self.n_terms(lang))
 
     def _xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray:
-        return self._run(lang, _xt_gather_partition, p, self.n_terms(lang))
+        # Only the language's concepts' rows of P travel: K x b would be broadcast to every
+        # language (Wikipedia: millions of concepts), n_l' x b scales with the language.
+        concepts = self._language_concepts(lang)
+        return self._run(
+            lang, _xt_gather_partition, p[concepts], self.n_terms(lang), index=concepts
+        )
+
+    def _language_concepts(self, lang: str) -> np.ndarray:
+        """Sorted ids of the concepts with a document in ``lang`` (int64)."""
+        return np.flatnonzero(self._concept_count[lang] > 0).astype(np.int64)
 
     def _x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray:
         return self._run(lang, _x_scatter_partition, v, self.n_concepts)
