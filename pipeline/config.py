@@ -126,6 +126,13 @@ class FeaturesConfig:
     heldout_concepts: str | None = None
 
 
+def _backend_default(name: str) -> Any:
+    """Backend option defaults live in one place: :data:`pipeline.linalg.backends.DEFAULTS`."""
+    from pipeline.linalg.backends import DEFAULTS
+
+    return DEFAULTS[name]
+
+
 def _solver_default(name: str) -> Any:
     """Solver defaults live in one place: :attr:`Cr5Solver.parameter_constraints`."""
     from pipeline.linalg.cr5 import Cr5Solver
@@ -162,11 +169,11 @@ class TrainConfig:
     # nonzeros is cached as ONE block and each of its CG solves runs inside that block's task
     # (one Spark job per solve instead of one per CG iteration; bench/README.md); bigger
     # languages are row-partitioned as above. 0: always row-partitioned.
-    solve_in_task_max_nnz: int = _bounded(8_000_000, lo=0)
+    solve_in_task_max_nnz: int = _bounded(_backend_default("solve_in_task_max_nnz"), lo=0)
     # Working memory of one in-task solve's CG vectors (~72 bytes per term and right-hand
     # side; the columns of a solve run in chunks that fit). Python memory on the executor:
     # on YARN/Kubernetes it counts against spark.executor.memoryOverhead.
-    solve_in_task_memory_mb: int = _bounded(512, lo=1)
+    solve_in_task_memory_mb: int = _bounded(_backend_default("solve_in_task_memory_mb"), lo=1)
 
     dtype: Literal["float32", "float64"] = "float32"
     lam: float = 1.0

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pipeline.errors import ConfigError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
+from pipeline.linalg.spark_backend import SOLVE_IN_TASK_MAX_NNZ, SOLVE_IN_TASK_MEMORY_MB
 
 __all__ = ["BACKEND_KINDS", "DEFAULTS", "make_backend"]
 
@@ -25,8 +26,8 @@ DEFAULTS: dict[str, Any] = {
     "languages": None,
     "transpose": "implicit",
     "partitions_per_language": None,
-    "solve_in_task_max_nnz": 8_000_000,
-    "solve_in_task_memory_mb": 512,
+    "solve_in_task_max_nnz": SOLVE_IN_TASK_MAX_NNZ,
+    "solve_in_task_memory_mb": SOLVE_IN_TASK_MEMORY_MB,
 }
 
 #: Options each kind accepts beyond ``dtype`` and ``languages``.

@@ -483,6 +483,11 @@ class SparkCorpusBackend(CorpusBackend):
         self._layout = layout
         self._column_stats = column_stats
         self._concept_count = concept_counts
+        # sorted ids of the concepts with a document in each language (xt_gather's rows of P)
+        self._language_concepts = {
+            lang: np.flatnonzero(counts > 0).astype(np.int64)
+            for lang, counts in concept_counts.items()
+        }
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -761,14 +766,10 @@ class SparkCorpusBackend(CorpusBackend):
     def _xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray:
         # Only the language's concepts' rows of P travel: K x b would be broadcast to every
         # language (Wikipedia: millions of concepts), n_l' x b scales with the language.
-        concepts = self._language_concepts(lang)
+        concepts = self._language_concepts[lang]
         return self._run(
             lang, _xt_gather_partition, p[concepts], self.n_terms(lang), index=concepts
         )
-
-    def _language_concepts(self, lang: str) -> np.ndarray:
-        """Sorted ids of the concepts with a document in ``lang`` (int64)."""
-        return np.flatnonzero(self._concept_count[lang] > 0).astype(np.int64)
 
     def _x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray:
         return self._run(lang, _x_scatter_partition, v, self.n_concepts)
