@@ -33,8 +33,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from pipeline.backends import make_backend  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
-from pipeline.linalg.backends import make_backend  # noqa: E402
 from pipeline.spark import get_spark  # noqa: E402
 from pipeline.stages import get_stage  # noqa: E402
 

@@ -16,7 +16,7 @@ What it does (all seeded):
    same batches, the three phases timed separately — ``Tokenizer.flat_tokens``,
    ``tfidf_rows`` (vocabulary lookup + TF-IDF; the lookup alone is timed once more to split
    it out) and ``csr @ Φ`` — with a bitwise check that the phases reproduce ``embed``;
-4. **Spark** (another subprocess): :func:`pipeline.embedding.job.run` on ``local[2]`` with
+4. **Spark** (another subprocess): :func:`pipeline.stages.embed.run` on ``local[2]`` with
    ``embed.batch_rows = --batch`` on the same Parquet; session start is timed separately
    and excluded from throughput. A sampler thread reads ``/proc`` every 0.25 s for the
    JVM and the ``pyspark.daemon`` Python workers below the driver (RSS and PSS);
@@ -424,8 +424,8 @@ class ProcSampler(threading.Thread):
 
 def worker_spark(args) -> dict:
     from pipeline.config import load_config
-    from pipeline.embedding.job import run
     from pipeline.spark import get_spark
+    from pipeline.stages.embed import run
 
     cfg = load_config(
         [ROOT / "conf" / "local.yaml"],

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipeline.evaluation import (  # noqa: E402
+from pipeline.retrieval import (  # noqa: E402
     DEFAULT_BLOCK_C,
     DEFAULT_BLOCK_Q,
     cosine_retrieval,

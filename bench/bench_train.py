@@ -331,14 +331,14 @@ def make_our_backend(
     partitions: int | None = None,
 ):
     """Return ``(backend, closer, setup_info)`` for ``kind`` in {"local", "spark"}."""
-    from pipeline.linalg import LocalCorpusBackend
+    from pipeline.backends.local import LocalCorpusBackend
 
     if kind == "local":
         return LocalCorpusBackend(corpus.train, corpus.n_concepts, dtype="float32"), None, {}
-    if importlib.util.find_spec("pipeline.linalg.spark_backend") is None:
-        return None, None, {"skipped": "pipeline/linalg/spark_backend.py does not exist yet"}
+    if importlib.util.find_spec("pipeline.backends.spark") is None:
+        return None, None, {"skipped": "pipeline/backends/spark.py does not exist yet"}
+    from pipeline.backends import make_backend
     from pipeline.config import SparkConfig
-    from pipeline.linalg.backends import make_backend
     from pipeline.spark import get_spark
 
     t0 = time.perf_counter()

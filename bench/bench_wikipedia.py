@@ -153,8 +153,8 @@ def spark_end_to_end(dump_path: str, copies: int, workdir: str) -> dict:
     spec.loader.exec_module(samples)
     from pipeline.config import load_config
     from pipeline.spark import get_spark
+    from pipeline.stages.ingest_wikipedia import parse_dumps, parse_item, plan_work, run_wikipedia
     from pipeline.wikipedia.config import WikipediaConfig
-    from pipeline.wikipedia.stage import parse_dumps, parse_item, plan_work, run_wikipedia
 
     os.makedirs(workdir, exist_ok=True)
     xml = bz2.decompress(Path(dump_path).read_bytes()).decode("utf-8")

@@ -3,7 +3,7 @@
 #
 #   deploy/submit.sh [options] STAGE[,STAGE...] [job options]
 #
-# STAGE is a name from pipeline/stages.py (ingest, split, vocabulary, tfidf, train,
+# STAGE is a name from pipeline/stages/__init__.py (ingest, split, vocabulary, tfidf, train,
 # embed, evaluate, ingest_wikipedia) or "demo" for the README's whole chain. Job
 # options (--conf PROFILE.yaml, --set key=value, --log-level) go to jobs/<stage>.py.
 #

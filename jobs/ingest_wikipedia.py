@@ -1,4 +1,4 @@
-"""spark-submit entry point for the ``ingest_wikipedia`` stage (see pipeline/stages.py).
+"""spark-submit entry point for the ``ingest_wikipedia`` stage (see pipeline/stages/__init__.py).
 
 Its configuration is the ``wikipedia`` section (pipeline/wikipedia/config.py), e.g.::
 

@@ -1,4 +1,4 @@
-"""spark-submit entry point for the ``tfidf`` stage (see pipeline/stages.py)."""
+"""spark-submit entry point for the ``tfidf`` stage (see pipeline/stages/__init__.py)."""
 
 import os
 import sys

@@ -81,7 +81,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from pipeline.embedding.pretrained import import_pretrained
+    from pipeline.model.pretrained import import_pretrained
 
     files = {}
     for item in args.lang:

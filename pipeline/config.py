@@ -1,11 +1,17 @@
 """Typed configuration: YAML profiles plus ``--set key.path=value`` overrides.
 
-The schema is declared once, as frozen dataclasses below; their defaults are the
-paper's defaults. A profile (``conf/*.yaml``) only states what it changes. Several
-profiles may be layered (later wins), then ``--set`` overrides are applied, then
-the merged mapping is checked against the schema: an unknown key or a value of the
-wrong type is a :class:`~pipeline.errors.ConfigError` naming the key, where it
-came from and what is allowed.
+The schema is declared once, as frozen dataclasses below whose fields are
+:func:`~pipeline.params.param` declarations (type, default, range, help text); their
+defaults are the paper's defaults. A profile (``conf/*.yaml``) only states what it changes.
+Several profiles may be layered (later wins), then ``--set`` overrides are applied, then
+the merged mapping is checked against the schema: an unknown key or a value of the wrong
+type or range is a :class:`~pipeline.errors.ConfigError` naming the key, where it came from
+and what is allowed. All of that happens before any SparkSession starts.
+
+This module is the bottom of the package's import graph: it imports only
+:mod:`pipeline.errors`, :mod:`pipeline.params` and the (equally leaf)
+:mod:`pipeline.wikipedia.config`. Solvers take their keyword defaults from the
+``*_DEFAULTS`` instances below, so a default is written exactly once.
 """
 
 from __future__ import annotations
@@ -14,10 +20,10 @@ import codecs
 import dataclasses
 import difflib
 import hashlib
+import itertools
 import json
-import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,15 +31,15 @@ from typing import Any, Literal
 import yaml
 
 from pipeline.errors import ConfigError
-from pipeline.evaluation.config import EvaluateConfig, SplitConfig
+from pipeline.params import (
+    check_range,
+    check_section,
+    coerce,
+    describe_section,
+    param,
+    section_params,
+)
 from pipeline.wikipedia.config import WikipediaConfig
-
-
-def _bounded(
-    default: Any, *, lo: float | None = None, hi: float | None = None, doc: str = ""
-) -> Any:
-    """A dataclass field with an inclusive numeric range checked at load time."""
-    return field(default=default, metadata={"lo": lo, "hi": hi, "doc": doc})
 
 
 @dataclass(frozen=True)
@@ -44,39 +50,41 @@ class SparkConfig:
     and ``master``/``driver_memory`` here are ignored.
     """
 
-    master: str = "local[2]"
-    app_name: str = "cr5"
-    driver_memory: str = "4g"
-    shuffle_partitions: int = _bounded(8, lo=1)
-    ui: bool = False
-    # Free-form extra Spark properties, e.g. {"spark.executor.memory": "8g"}.
-    conf: dict[str, str] = field(default_factory=dict)
+    master: str = param("local[2]", doc="Spark master URL for plain `python` runs.")
+    app_name: str = param("cr5", doc="Spark application name.")
+    driver_memory: str = param("4g", doc="Driver JVM heap for plain `python` runs.")
+    shuffle_partitions: int = param(8, lo=1, doc="spark.sql.shuffle.partitions.")
+    ui: bool = param(False, doc="Start the Spark web UI.")
+    conf: dict[str, str] = param(
+        default_factory=dict,
+        doc='Extra Spark properties, e.g. {"spark.executor.memory": "8g"}.',
+    )
 
 
 @dataclass(frozen=True)
 class PathsConfig:
     """Where datasets live. Each dataset defaults to ``<root>/<name>``."""
 
-    root: str = "./out"
-    # How every stage writes its datasets (pipeline/io/datasets.py). "parquet": a directory
-    # with a _manifest.json, replaced atomically by rename. "delta": a Delta Lake table; each
-    # write is one commit, a new table version (overwrite mode, history kept), with the
-    # manifest in the commit's userMetadata. With Delta's jars on the Spark classpath
-    # (cluster: spark-submit --packages io.delta:delta-spark_2.13:<version matching Spark>
-    # --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension --conf
-    # spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog) Spark's
-    # own Delta writer is used; otherwise Spark writes the Parquet files and delta-rs commits
-    # them (pip install 'cr5-on-spark[delta]'). Readers read any path holding a _delta_log/
-    # as Delta, whatever this says. See deploy/README.md, "Delta Lake output".
-    format: Literal["parquet", "delta"] = "parquet"
-    documents: str | None = None
-    vocabulary: str | None = None
-    tfidf: str | None = None
-    concepts: str | None = None
-    splits: str | None = None
-    model: str | None = None
-    embeddings: str | None = None
-    evaluation: str | None = None
+    root: str = param("./out", doc="Directory (or URI) under which every dataset lives.")
+    format: Literal["parquet", "delta"] = param(
+        "parquet",
+        doc="How every stage writes its datasets. parquet: a directory with a _manifest.json, "
+        "replaced atomically by rename. delta: a Delta Lake table, one commit (a new table "
+        "version, history kept) per write, the manifest in the commit's userMetadata; Spark's "
+        "own Delta writer when Delta's jars are on the classpath, else delta-rs commits the "
+        "Parquet files Spark wrote (pip install 'cr5-on-spark[delta]'). Readers read any path "
+        "holding a _delta_log/ as Delta. See deploy/README.md, 'Delta Lake output'.",
+    )
+    documents: str | None = param(
+        None, doc="Path of the documents dataset (default <root>/documents)."
+    )
+    vocabulary: str | None = param(None, doc="Path of the vocabulary dataset.")
+    tfidf: str | None = param(None, doc="Path of the tfidf dataset.")
+    concepts: str | None = param(None, doc="Path of the concepts dataset.")
+    splits: str | None = param(None, doc="Path of the splits dataset.")
+    model: str | None = param(None, doc="Path of the model directory.")
+    embeddings: str | None = param(None, doc="Path of the embeddings dataset.")
+    evaluation: str | None = param(None, doc="Path of the evaluation dataset.")
 
     def dataset(self, name: str) -> str:
         """Return the path of dataset ``name`` (explicit setting, else ``<root>/<name>``)."""
@@ -90,112 +98,183 @@ class PathsConfig:
 class IngestConfig:
     """Reading an aligned corpus (``doc_id, concept_id, lang, title, text``)."""
 
-    input: str = "data/sample/ddtp_en_de_fr_es.parquet"
-    format: Literal["auto", "parquet", "jsonl", "tsv"] = "auto"
-    encoding: str = "utf-8"
-    # Keep only these languages (empty: all languages found in the input).
-    languages: list[str] = field(default_factory=list)
-    on_duplicate: Literal["keep_first", "error"] = "keep_first"
-    on_empty_text: Literal["drop", "error"] = "drop"
-    # How many offending records to quote in an error or report.
-    max_examples: int = _bounded(5, lo=1)
+    input: str = param(
+        "data/sample/ddtp_en_de_fr_es.parquet",
+        doc="Aligned corpus: Parquet, JSON Lines or TSV with concept_id, lang, text "
+        "(+ optional doc_id, title).",
+    )
+    format: Literal["auto", "parquet", "jsonl", "tsv"] = param(
+        "auto", doc="Input format; auto: from the file extension."
+    )
+    encoding: str = param("utf-8", doc="Text encoding of JSON Lines / TSV input.")
+    languages: list[str] = param(
+        default_factory=list, doc="Keep only these languages (empty: all found in the input)."
+    )
+    on_duplicate: Literal["keep_first", "error"] = param(
+        "keep_first",
+        doc="Several documents for one (concept, language): keep the smallest doc_id "
+        "(counted and reported) or fail.",
+    )
+    on_empty_text: Literal["drop", "error"] = param(
+        "drop", doc="Documents with an empty text: drop them (counted) or fail."
+    )
+    max_examples: int = param(5, lo=1, doc="Offending records quoted in an error or report.")
 
 
 @dataclass(frozen=True)
 class TextConfig:
     """The one tokeniser used for training and inference (:mod:`pipeline.text.tokenizer`)."""
 
-    normalization: Literal["NFKC", "NFC", "none"] = "NFKC"
-    lowercase: bool = True
-    # Emit each Han ideograph / kana character as its own token (scripts without spaces).
-    split_cjk: bool = True
-    min_token_length: int = _bounded(1, lo=1)
+    normalization: Literal["NFKC", "NFC", "none"] = param(
+        "NFKC", doc="Unicode normalisation applied before tokenising."
+    )
+    lowercase: bool = param(True, doc="Lower-case tokens (Greek final sigma folded).")
+    split_cjk: bool = param(True, doc="Emit each Han ideograph / kana character as its own token.")
+    min_token_length: int = param(1, lo=1, doc="Shorter tokens are dropped.")
 
 
 @dataclass(frozen=True)
 class FeaturesConfig:
     """Vocabulary, IDF and the training-document filter (paper defaults)."""
 
-    max_vocabulary: int = _bounded(200_000, lo=1)
-    min_df: int = _bounded(3, lo=1)
-    min_unique_words: int = _bounded(50, lo=0)
-    max_unique_words: int = _bounded(1000, lo=1)
-    # Parquet dataset with a ``concept_id`` column, or the word ``splits`` for this run's
-    # splits dataset: these concepts' documents are excluded from vocabulary, IDF and the
-    # training matrix.
-    heldout_concepts: str | None = None
-
-
-def _backend_default(name: str) -> Any:
-    """Backend option defaults live in one place: :data:`pipeline.linalg.backends.DEFAULTS`."""
-    from pipeline.linalg.backends import DEFAULTS
-
-    return DEFAULTS[name]
-
-
-def _solver_default(name: str) -> Any:
-    """Solver defaults live in one place: :attr:`Cr5Solver.parameter_constraints`."""
-    from pipeline.linalg.cr5 import Cr5Solver
-
-    return Cr5Solver.parameter_constraints[name][0]
+    max_vocabulary: int = param(200_000, lo=1, doc="Most frequent words kept per language.")
+    min_df: int = param(3, lo=1, doc="Words in fewer training documents are dropped.")
+    min_unique_words: int = param(
+        50, lo=0, doc="Training documents need at least this many distinct words."
+    )
+    max_unique_words: int = param(
+        1000, lo=1, doc="Training documents may have at most this many distinct words."
+    )
+    heldout_concepts: str | None = param(
+        None,
+        doc="Parquet dataset with a concept_id column, or the word `splits` for this run's "
+        "splits dataset: these concepts' documents are excluded from vocabulary, IDF and the "
+        "training matrix.",
+    )
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
 
-    Ranges of the solver parameters are checked by :class:`pipeline.linalg.cr5.Cr5Solver`
-    (the single source of their defaults and allowed values).
+    The solver parameters here are the single source of the defaults and ranges of
+    :class:`pipeline.linalg.cr5.Cr5Solver`, the Woodbury/CG solvers and the baselines.
     """
 
-    # cr5, or a baseline of pipeline/baselines trained on the same rows and saved in the
-    # same model format (untranslated: a sparse selection model, r = |union vocabulary|;
-    # the λ and solver settings below do not apply to it).
-    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"] = "cr5"
-    # Regularisation of the CCA and OPCA baselines (covariances are per sample).
-    gamma: float = _bounded(1e-3, lo=0.0)
-    # joint: every language; pairwise: only ``pair``; transitive: ``pair`` share no
-    # training concept and connect only through the other languages.
-    setup: Literal["joint", "pairwise", "transitive"] = "joint"
-    pair: list[str] = field(default_factory=list)
-    # Restrict training to these languages (empty: all languages of the tfidf dataset).
-    languages: list[str] = field(default_factory=list)
-    backend: Literal["local", "spark"] = "local"
-    # spark backend: row partitions per language of X (each cached on an executor as one
-    # CSR block, ~8 bytes per nonzero in float32). None: max(defaultParallelism,
-    # ceil(nnz_l / 2M)), i.e. ~16 MB blocks.
-    partitions_per_language: int | None = None
-    # spark backend, when partitions_per_language is None: a language with at most this many
-    # nonzeros is cached as ONE block and each of its CG solves runs inside that block's task
-    # (one Spark job per solve instead of one per CG iteration; bench/README.md); bigger
-    # languages are row-partitioned as above. 0: always row-partitioned.
-    solve_in_task_max_nnz: int = _bounded(_backend_default("solve_in_task_max_nnz"), lo=0)
-    # Working memory of one in-task solve's CG vectors (~72 bytes per term and right-hand
-    # side; the columns of a solve run in chunks that fit). Python memory on the executor:
-    # on YARN/Kubernetes it counts against spark.executor.memoryOverhead.
-    solve_in_task_memory_mb: int = _bounded(_backend_default("solve_in_task_memory_mb"), lo=1)
-
-    dtype: Literal["float32", "float64"] = "float32"
-    lam: float = 1.0
-    r: int = _solver_default("r")
-    oversampling: int = _solver_default("oversampling")
-    cg_rtol: float = _solver_default("cg_rtol")
-    cg_maxiter: int = _solver_default("cg_maxiter")
-    w_rtol: float = _solver_default("w_rtol")
-    eig_rtol: float = _solver_default("eig_rtol")
-    eig_maxiter: int = _solver_default("eig_maxiter")
-    seed: int = _solver_default("seed")
-    max_basis: int | None = _solver_default("max_basis")
-    block_size: int | None = _solver_default("block_size")
-    start_steps: int = _solver_default("start_steps")
-    reuse_solves: bool = _solver_default("reuse_solves")
-    max_workers: int | None = _solver_default("max_workers")
-    # Resumable checkpoints (default: <paths.root>/checkpoints/train); "" disables them.
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = _solver_default("checkpoint_every")
+    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"] = param(
+        "cr5",
+        doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
+        "the same model format (untranslated: a sparse selection model, r = |union "
+        "vocabulary|; the λ and solver settings do not apply to it).",
+    )
+    gamma: float = param(
+        1e-3, lo=0.0, doc="Regularisation of the CCA and OPCA baselines (per-sample covariances)."
+    )
+    setup: Literal["joint", "pairwise", "transitive"] = param(
+        "joint",
+        doc="joint: every language; pairwise: only train.pair; transitive: the two languages "
+        "of train.pair share no training concept and connect only through the others.",
+    )
+    pair: list[str] = param(
+        default_factory=list, doc="The two languages of a pairwise or transitive setup."
+    )
+    languages: list[str] = param(
+        default_factory=list,
+        doc="Restrict training to these languages (empty: all languages of the tfidf dataset).",
+    )
+    backend: Literal["local", "spark"] = param(
+        "local",
+        doc="local: X collected to the driver as scipy CSR; spark: X cached on the executors "
+        "as CSR blocks.",
+    )
+    partitions_per_language: int | None = param(
+        None,
+        lo=1,
+        doc="spark backend: row partitions per language of X (each cached as one CSR block, "
+        "~8 bytes per nonzero). None: one block for a language with at most "
+        "solve_in_task_max_nnz nonzeros, else max(defaultParallelism, ceil(nnz_l / 2M)).",
+    )
+    solve_in_task_max_nnz: int = param(
+        8_000_000,
+        lo=0,
+        doc="spark backend: a language with at most this many nonzeros is cached as ONE "
+        "block and each of its CG solves runs inside that block's task (one Spark job per "
+        "solve instead of one per CG iteration); 0: always row-partitioned.",
+    )
+    solve_in_task_memory_mb: int = param(
+        512,
+        lo=1,
+        doc="spark backend: working memory of one in-task solve's CG vectors (~72 bytes per "
+        "term and right-hand side; columns run in chunks that fit). Python memory on the "
+        "executor: on YARN/Kubernetes it counts against spark.executor.memoryOverhead.",
+    )
+    dtype: Literal["float32", "float64"] = param("float32", doc="Arithmetic of the passes over X.")
+    lam: float = param(1.0, lo=0.0, lo_open=True, doc="Ridge parameter λ.")
+    r: int = param(300, lo=1, doc="Embedding dimension (< number of concepts, <= terms).")
+    oversampling: int = param(
+        20, lo=0, doc="Extra eigensolver columns beyond r (caps the block width at r + this)."
+    )
+    cg_rtol: float = param(
+        0.01,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Per-language block CG relative residual tolerance (paper's ε).",
+    )
+    cg_maxiter: int = param(500, lo=1, doc="Per-language block CG iteration cap (paper's T).")
+    w_rtol: float = param(
+        1e-6,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Tolerance of the solve w = B⁻¹μ (the Woodbury constant amplifies its error).",
+    )
+    eig_rtol: float = param(
+        0.1,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Eigensolver tolerance: relative Ritz residual (paper: 0.1).",
+    )
+    eig_maxiter: int = param(250, lo=1, doc="Eigensolver iteration cap (paper: 250).")
+    seed: int = param(0, lo=0, doc="Seeds the eigensolver's start block.")
+    max_basis: int | None = param(
+        None,
+        lo=3,
+        doc="Eigensolver thick-restart size (memory K x max_basis doubles); None: no restart.",
+    )
+    block_size: int | None = param(
+        None,
+        lo=1,
+        doc="Eigensolver block width; None: r + oversampling while that is <= 128, else "
+        "max(32, r // 6) (capped at K).",
+    )
+    start_steps: int = param(
+        2,
+        lo=0,
+        doc="Subspace-iteration steps on the cheap surrogate CᵀD⁻¹C that warm the "
+        "eigensolver's start block; 0: random start block.",
+    )
+    reuse_solves: bool = param(
+        True,
+        doc="Form Φ*ᵀ from the eigensolver's own solves Â⁻¹CV (p x basis float32 of memory) "
+        "instead of r further right-hand sides at the end.",
+    )
+    max_workers: int | None = param(
+        None, lo=1, doc="Concurrent language passes / solves (None: one per language)."
+    )
+    checkpoint_dir: str | None = param(
+        None,
+        doc="Resumable checkpoints (default <paths.root>/checkpoints/train-<config hash>); "
+        '"" disables them.',
+    )
+    checkpoint_every: int = param(1, lo=1, doc="Eigensolver iterations between checkpoints.")
 
     def backend_options(self) -> dict[str, Any]:
-        """Keyword options of :func:`pipeline.linalg.backends.make_backend`."""
+        """Keyword options of :func:`pipeline.backends.make_backend`."""
         if self.backend != "spark":
             return {}
         opts: dict[str, Any] = {
@@ -207,28 +286,172 @@ class TrainConfig:
         return opts
 
     def solver_params(self) -> dict[str, Any]:
-        """The keyword arguments of :class:`~pipeline.linalg.cr5.Cr5Solver`."""
-        from pipeline.linalg.cr5 import Cr5Solver
+        """The keyword arguments of :class:`~pipeline.linalg.cr5.Cr5Solver` (but
+        ``checkpoint_dir``, which the train stage resolves)."""
+        return {k: getattr(self, k) for k in SOLVER_KEYS}
 
-        # Every solver parameter has a train.* key of the same name (checked by a test).
-        keys = [k for k in Cr5Solver.parameter_constraints if k != "checkpoint_dir"]
-        return {k: getattr(self, k) for k in keys}
+
+#: ``train.*`` keys that are :class:`~pipeline.linalg.cr5.Cr5Solver` parameters.
+SOLVER_KEYS: tuple[str, ...] = (
+    "lam",
+    "r",
+    "oversampling",
+    "cg_rtol",
+    "cg_maxiter",
+    "w_rtol",
+    "eig_rtol",
+    "eig_maxiter",
+    "seed",
+    "max_basis",
+    "block_size",
+    "start_steps",
+    "reuse_solves",
+    "max_workers",
+    "checkpoint_every",
+)
 
 
 @dataclass(frozen=True)
 class EmbedConfig:
     """Stage ``embed``: documents to the ``embeddings`` dataset with a trained model."""
 
-    # Parquet or JSON Lines with doc_id, lang, text (concept_id optional); default: the
-    # documents dataset.
-    input: str | None = None
-    format: Literal["auto", "parquet", "jsonl"] = "auto"
-    # Embed only these languages (empty: every language of the model found in the input).
-    languages: list[str] = field(default_factory=list)
-    # Documents per Arrow batch on the executors: bounds their memory.
-    batch_rows: int = _bounded(4096, lo=1)
-    # L2-normalise the vectors (cosine retrieval does not need it).
-    normalize: bool = False
+    input: str | None = param(
+        None,
+        doc="Parquet or JSON Lines with doc_id, lang, text (concept_id optional); default: "
+        "the documents dataset.",
+    )
+    format: Literal["auto", "parquet", "jsonl"] = param("auto", doc="Format of embed.input.")
+    languages: list[str] = param(
+        default_factory=list,
+        doc="Embed only these languages (empty: every language of the model found in the input).",
+    )
+    batch_rows: int = param(
+        4096, lo=1, doc="Documents per Arrow batch on the executors: bounds their memory."
+    )
+    normalize: bool = param(False, doc="L2-normalise the vectors (cosine does not need it).")
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """Stage ``split``: test and validation concepts per language pair (seeded).
+
+    For each pair, ``n_test`` test and ``n_validation`` validation concepts are drawn
+    from the concepts that have a document in both languages. Every concept gets one
+    seeded priority and one seeded role (test or validation, in proportion
+    ``n_test : n_validation``) shared by all pairs, and each pair takes its concepts of
+    each role in priority order: pairs overlap as much as the data allows (fewer
+    concepts are lost to training) and a concept never plays two roles.
+    The union of all pairs' concepts is removed from vocabulary, IDF and training in
+    every language (``features.heldout_concepts`` = the ``splits`` dataset).
+    Language pairs are written ``"l1-l2"`` (e.g. ``en-de``); a pair is unordered here.
+    """
+
+    pairs: list[str] = param(
+        default_factory=list, doc='Pairs "l1-l2"; empty: every pair of split.languages.'
+    )
+    languages: list[str] = param(
+        default_factory=list,
+        doc="Languages whose pairs are split when split.pairs is empty (empty: all found).",
+    )
+    n_test: int = param(1000, lo=1, doc="Test concepts per pair.")
+    n_validation: int = param(1000, lo=0, doc="Validation concepts per pair (for λ, γ).")
+    seed: int = param(0, lo=0, doc="Seed of the concept priorities and roles.")
+    on_small_intersection: Literal["shrink", "error"] = param(
+        "shrink",
+        doc="A pair whose intersection is too small: take what there is (warning, sizes in "
+        "the report) or stop.",
+    )
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Stage ``evaluate``: crosslingual retrieval on the held-out concepts.
+
+    Queries are the test (or validation) documents of language l1 of a pair; the
+    candidates are up to ``max_candidates`` documents of l2 (seeded sample) plus the
+    true targets. Both directions of every pair, with each of ``measures``.
+    """
+
+    pairs: list[str] = param(
+        default_factory=list,
+        doc='Pairs to evaluate ("l1-l2"); empty: every pair of the splits dataset that the '
+        "model covers (pairwise / transitive models: the trained pair).",
+    )
+    measures: list[Literal["cosine", "csls"]] = param(
+        default_factory=lambda: ["cosine", "csls"], doc="Similarities evaluated."
+    )
+    precision_at: list[int] = param(
+        default_factory=lambda: [1, 5, 10], lo=1, doc="Cut-offs reported as P@k (with MRR)."
+    )
+    curve_max_k: int = param(
+        10, lo=1, doc="The precision-at-k curve (rows and plot) goes from k = 1 to this."
+    )
+    csls_k: int = param(10, lo=1, doc="CSLS neighbourhood size.")
+    csls_source: Literal["queries", "collection"] = param(
+        "queries",
+        doc="Where the candidates' r_S neighbourhood is taken: the queries (the paper's code) "
+        "or the source-language pool.",
+    )
+    max_candidates: int = param(
+        200_000, lo=1, doc="Candidate documents per target language (seeded sample) + targets."
+    )
+    seed: int = param(0, lo=0, doc="Seed of the candidate sample.")
+    engine: Literal["auto", "local", "spark"] = param(
+        "auto",
+        doc="local: numpy on the driver; spark: candidates partitioned over executors, queries "
+        "broadcast, partial top-k merged; auto: spark above evaluate.local_max_candidates.",
+    )
+    local_max_candidates: int = param(
+        50_000, lo=1, doc="engine=auto switches to spark above this many candidates."
+    )
+    partition_rows: int = param(50_000, lo=1, doc="Candidate rows per Spark partition.")
+    block_q: int = param(1024, lo=1, doc="Query rows per scoring block (bounds memory).")
+    block_c: int = param(4096, lo=1, doc="Candidate rows per scoring block (bounds memory).")
+    lambda_grid: list[float] = param(
+        default_factory=list,
+        lo=0.0,
+        lo_open=True,
+        doc="λ selection on the validation concepts: with two or more values one model per λ "
+        "is trained (train.* settings, one corpus backend for all) and the best by "
+        "evaluate.selection_metric is evaluated on test; with fewer, the model at "
+        "paths.model is evaluated as it is.",
+    )
+    selection_metric: Literal["P@1", "P@5", "P@10", "MRR"] = param(
+        "P@1", doc="Metric (mean over pairs and directions) that chooses λ and γ."
+    )
+    selection_measure: Literal["cosine", "csls"] = param(
+        "cosine", doc="Similarity of the selection metric."
+    )
+    lambda_models_dir: str | None = param(
+        None, doc="Where the per-λ models go (default <paths.root>/lambda_models)."
+    )
+    report_dir: str | None = param(
+        None, doc="Markdown/JSON report and PNG plot (default <paths.root>/reports)."
+    )
+    plot: bool = param(True, doc="Draw the precision-at-k plot.")
+    methods: list[Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"]] = param(
+        default_factory=list,
+        doc="More methods evaluated beside the model on the same splits and candidates, each "
+        "trained on the same rows with the model's r (saved under "
+        "evaluate.baseline_models_dir/<method>).",
+    )
+    baseline_models_dir: str | None = param(
+        None, doc="Where evaluate.methods' models go (default <paths.root>/baseline_models)."
+    )
+    gamma_grid: list[float] = param(
+        default_factory=list,
+        lo=0.0,
+        lo_open=True,
+        doc="γ of CCA and OPCA chosen on the validation concepts when two or more values are "
+        "given; else train.gamma. (On the bundled sample: CCA 1e-3, OPCA 1e-4; a larger γ "
+        "turns both into per-language PCA.)",
+    )
+    sparse_dense_limit_mb: int = param(
+        2048,
+        lo=1,
+        doc="untranslated: retrieval densifies the terms a direction's two sides share "
+        "(exact) up to this size, on the local engine.",
+    )
 
 
 @dataclass(frozen=True)
@@ -263,6 +486,12 @@ class Config:
             data = {s: data[s] for s in sections}
         blob = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+#: Defaults of each section, for keyword defaults elsewhere (one source of every value).
+TRAIN_DEFAULTS = TrainConfig()
+TEXT_DEFAULTS = TextConfig()
+EVALUATE_DEFAULTS = EvaluateConfig()
 
 
 # --------------------------------------------------------------------------- loading
@@ -377,113 +606,46 @@ def _build(cls: type, data: Any, *, prefix: str, sources: Mapping[str, str]) -> 
             f"configuration key {name!r}{_where(name, sources)} must be a mapping, "
             f"got {type(data).__name__} {data!r}"
         )
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    infos = {info.name: info for info in section_params(cls)}
     for key in data:
-        if key not in fields:
+        if key not in infos:
             full = prefix + str(key)
-            near = difflib.get_close_matches(str(key), fields, n=1)
+            near = difflib.get_close_matches(str(key), infos, n=1)
             hint = f"; did you mean {prefix + near[0]!r}?" if near else ""
             raise ConfigError(
                 f"unknown configuration key {full!r}{_where(full, sources)}"
                 f"{hint} (allowed in {prefix.rstrip('.') or 'the top level'}: "
-                f"{', '.join(sorted(fields))})"
+                f"{', '.join(sorted(infos))})"
             )
     kwargs = {}
-    for name, f in fields.items():
+    for name, info in infos.items():
         if name not in data:
             continue
         key = prefix + name
-        kwargs[name] = _coerce(hints[name], data[name], key=key, sources=sources)
-        _check_range(f, kwargs[name], key=key, sources=sources)
+        where = _where(key, sources)
+        if dataclasses.is_dataclass(info.type):
+            value = data[name] if data[name] is not None else {}
+            kwargs[name] = _build(info.type, value, prefix=key + ".", sources=sources)
+            continue
+        kwargs[name] = coerce(info.type, data[name], key=key, where=where)
+        check_range(info, kwargs[name], key=key, where=where)
     return cls(**kwargs)
 
 
-def _coerce(tp: Any, value: Any, *, key: str, sources: Mapping[str, str]) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-
-    def fail(expected: str) -> ConfigError:
-        return ConfigError(
-            f"configuration key {key!r}{_where(key, sources)} must be {expected}, "
-            f"got {type(value).__name__} {value!r}"
-        )
-
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value if value is not None else {}, prefix=key + ".", sources=sources)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            return _coerce(inner[0], value, key=key, sources=sources)
-        raise fail(" or ".join(getattr(a, "__name__", str(a)) for a in args))
-    if origin is Literal:
-        if value not in args:
-            raise fail("one of " + ", ".join(repr(a) for a in args))
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise fail("a list")
-        return [
-            _coerce(args[0], v, key=f"{key}[{i}]", sources=sources) for i, v in enumerate(value)
-        ]
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise fail("a mapping")
-        return {
-            str(k): _coerce(args[1], v, key=f"{key}.{k}", sources=sources) for k, v in value.items()
-        }
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise fail("true or false")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise fail("an integer")
-        return value
-    if tp is float:
-        if isinstance(value, str):
-            # PyYAML (YAML 1.1) reads 1e-4 as a string; 1.0e-4 would be a float.
-            try:
-                return float(value)
-            except ValueError:
-                raise fail("a number") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise fail("a number")
-        return float(value)
-    if tp is str:
-        # Spark properties are strings but YAML reads 8 as int: accept scalars for str.
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        if not isinstance(value, str):
-            raise fail("a string")
-        return value
-    raise TypeError(f"unsupported configuration type {tp!r} for {key}")  # schema bug
-
-
-def _check_range(f: dataclasses.Field, value: Any, *, key: str, sources: Mapping[str, str]) -> None:
-    lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
-    if value is None or (lo is None and hi is None):
-        return
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        bounds = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
-        raise ConfigError(
-            f"configuration key {key!r}{_where(key, sources)} = {value!r} is out of range {bounds}"
-        )
+# --------------------------------------------------------------------------- checks
 
 
 def validate(cfg: Config) -> Config:
-    """Cross-field checks that a single field's type cannot express."""
+    """Cross-field checks that a single field's type and range cannot express."""
     f = cfg.features
     if f.min_unique_words > f.max_unique_words:
         raise ConfigError(
             f"features.min_unique_words ({f.min_unique_words}) must not exceed "
             f"features.max_unique_words ({f.max_unique_words})"
         )
-    from pipeline.evaluation.config import check_evaluate
-
     check_evaluate(cfg.evaluate)
+    for i, p in enumerate(cfg.split.pairs):
+        parse_pair(p, key=f"split.pairs[{i}]")
     t = cfg.train
     if t.setup != "joint" and (len(t.pair) != 2 or t.pair[0] == t.pair[1]):
         raise ConfigError(
@@ -498,3 +660,62 @@ def validate(cfg: Config) -> Config:
             "(try utf-8, latin-1, cp1252, utf-16)"
         ) from exc
     return cfg
+
+
+def check_evaluate(e: EvaluateConfig) -> None:
+    """Every check of the evaluate section, also for one built in Python (raise ConfigError)."""
+    check_section(e, prefix="evaluate.")
+    if not e.measures:
+        raise ConfigError("evaluate.measures must name at least one of cosine, csls")
+    if not e.precision_at:
+        raise ConfigError("evaluate.precision_at must name at least one cut-off, e.g. [1, 5, 10]")
+    for i, p in enumerate(e.pairs):
+        parse_pair(p, key=f"evaluate.pairs[{i}]")
+    if len(set(e.methods)) != len(e.methods):
+        raise ConfigError(f"evaluate.methods repeats a method: {e.methods}")
+    if "untranslated" in e.methods and e.engine == "spark":
+        raise ConfigError(
+            "evaluate.methods has untranslated, whose sparse vectors need the local engine; "
+            "set evaluate.engine=local (or auto) or drop untranslated"
+        )
+
+
+# --------------------------------------------------------------------------- language pairs
+
+
+def parse_pair(text: str, *, key: str) -> tuple[str, str]:
+    """``"en-de"`` -> ``("en", "de")``; a ConfigError naming ``key`` otherwise."""
+    parts = [p.strip() for p in str(text).split("-")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise ConfigError(
+            f"{key}: {text!r} is not a language pair; write two different languages "
+            "joined by '-', e.g. en-de"
+        )
+    return parts[0], parts[1]
+
+
+def canonical(pair: Sequence[str]) -> str:
+    """The unordered pair's name: the two languages sorted, joined by '-'."""
+    a, b = sorted(pair)
+    return f"{a}-{b}"
+
+
+def all_pairs(languages: Iterable[str]) -> list[tuple[str, str]]:
+    """Every unordered pair of ``languages`` (sorted)."""
+    return list(itertools.combinations(sorted(set(languages)), 2))
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def reference_markdown(sections: Sequence[str] | None = None) -> str:
+    """The configuration reference (every key, allowed values, default, meaning) as Markdown,
+    generated from the declarations above (``python -m pipeline config-reference``)."""
+    hints = typing.get_type_hints(Config)
+    names = sections or [f.name for f in dataclasses.fields(Config)]
+    lines: list[str] = []
+    for name in names:
+        if name not in hints:
+            raise ConfigError(f"unknown configuration section {name!r}; sections: {list(hints)}")
+        lines.extend(describe_section(name, hints[name]))
+    return "\n".join(lines)

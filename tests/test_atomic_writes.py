@@ -12,9 +12,9 @@ import time
 import pytest
 
 from pipeline.errors import DatasetNotFoundError
-from pipeline.ingest.aligned import run as ingest
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import DOCUMENTS
+from pipeline.stages.ingest import run as ingest
 from tests.conftest import REPO
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.baselines import fit_cl_lsi
-from pipeline.linalg.local_backend import LocalCorpusBackend
-from pipeline.linalg.testing import PROBLEMS
+from tests.problems import PROBLEMS
 
 TIGHT = {"eig_rtol": 1e-10, "eig_maxiter": 500}
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.baselines.opca import fit_opca
-from pipeline.linalg.local_backend import LocalCorpusBackend
-from pipeline.linalg.testing import PROBLEMS
+from tests.problems import PROBLEMS
 
 TIGHT = {"cg_rtol": 1e-13, "cg_maxiter": 5000, "eig_rtol": 1e-9, "eig_maxiter": 500}
 GAMMA = 1e-2

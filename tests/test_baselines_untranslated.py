@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.baselines.untranslated import fit_untranslated, union_vocabulary
-from pipeline.linalg.local_backend import LocalCorpusBackend
-from pipeline.linalg.testing import PROBLEMS
+from tests.problems import PROBLEMS
 
 
 def vocabularies(problem, shared=0.4, seed=0):

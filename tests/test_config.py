@@ -109,10 +109,17 @@ def test_fingerprint_is_stable_and_sensitive():
 
 
 def test_every_solver_parameter_has_a_train_key():
-    from pipeline.linalg.cr5 import Cr5Solver
+    import inspect
 
-    params = load_config([]).train.solver_params()
-    assert set(params) == set(Cr5Solver.parameter_constraints) - {"checkpoint_dir"}
-    for name, (default, _, _) in Cr5Solver.parameter_constraints.items():
-        if name not in ("lam", "checkpoint_dir"):
-            assert params[name] == default, name
+    from pipeline.linalg.cr5 import Cr5Solver, solve_cr5
+
+    cfg = load_config([])
+    params = cfg.train.solver_params()
+    for fn in (Cr5Solver, solve_cr5):
+        sig = inspect.signature(fn).parameters
+        keywords = {k for k, v in sig.items() if v.kind is inspect.Parameter.KEYWORD_ONLY}
+        assert set(params) == keywords - {"checkpoint_dir", "callback"}, fn
+        for name in params:
+            if sig[name].default is not inspect.Parameter.empty:
+                # The solver's default is the configuration's default (declared once).
+                assert sig[name].default == getattr(cfg.train, name), name

@@ -98,7 +98,7 @@ def test_ingest_stage_end_to_end_matches_parquet(spark, make_config, tmp_path, n
     assert not os.path.exists(root / "documents" / "_manifest.json")
 
     cfg = make_config(f"ingest.input={SAMPLE}")  # paths.format defaults to parquet
-    from pipeline.ingest.aligned import run as ingest
+    from pipeline.stages.ingest import run as ingest
 
     ingest(spark, cfg)
     parquet_path = cfg.paths.dataset("documents")

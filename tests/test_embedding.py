@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import load_config
-from pipeline.embedding.pretrained import import_pretrained, read_word_vectors
 from pipeline.errors import InputDataError, ModelError
 from pipeline.io.datasets import read_dataset, read_manifest
 from pipeline.io.schemas import EMBEDDINGS
 from pipeline.model import Cr5Model, LanguageMap, save_model
+from pipeline.model.pretrained import import_pretrained, read_word_vectors
 from pipeline.stages import get_stage
 from tests.conftest import REPO
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import InputDataError
-from pipeline.evaluation import (
+from pipeline.retrieval import (
     count_at_or_above_target,
     csls_block_scores,
     csls_retrieval,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import InputDataError
-from pipeline.evaluation import cosine_retrieval, retrieval_metrics
+from pipeline.retrieval import cosine_retrieval, retrieval_metrics
 
 
 def loop_metrics(ranks: list[float], ks: list[int]) -> dict[str, float]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import InputDataError
-from pipeline.evaluation import (
+from pipeline.retrieval import (
     SIMILARITIES,
     cosine_retrieval,
     count_at_or_above_target,

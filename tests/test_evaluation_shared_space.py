@@ -7,8 +7,8 @@ import pytest
 import scipy.sparse as sp
 
 from pipeline.errors import InputDataError
-from pipeline.evaluation import retrieve
-from pipeline.evaluation.shared_space import densify_cross_sides
+from pipeline.retrieval import retrieve
+from pipeline.retrieval.shared_space import densify_cross_sides
 
 
 def _rows(n, width, density, seed):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.evaluation import cosine_retrieval, csls_retrieval
-from pipeline.evaluation.spark_retrieval import retrieve_spark
+from pipeline.retrieval import cosine_retrieval, csls_retrieval
+from pipeline.retrieval.spark import retrieve_spark
 
 
 def _frame(spark, index: np.ndarray, vectors: np.ndarray, partitions: int):

@@ -17,15 +17,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_config
+from pipeline.config import EvaluateConfig, SplitConfig, load_config
 from pipeline.errors import InputDataError
-from pipeline.evaluation import splits as split_stage
-from pipeline.evaluation.config import EvaluateConfig, SplitConfig
-from pipeline.evaluation.stage import run_evaluation
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF, VOCABULARY
 from pipeline.model import Cr5Model
 from pipeline.stages import get_stage
+from pipeline.stages import split as split_stage
+from pipeline.stages.evaluate import run_evaluation
 from tests.conftest import REPO, SAMPLE
 
 PROFILES = [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"]

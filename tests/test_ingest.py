@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.errors import ConfigError, InputDataError
-from pipeline.ingest.aligned import run as ingest
 from pipeline.io.datasets import read_dataset, read_manifest
 from pipeline.io.schemas import DOCUMENTS
+from pipeline.stages.ingest import run as ingest
 
 GOOD = [
     {"concept_id": "c1", "lang": "EN ", "title": "One", "text": "first document"},

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.linalg.backend import TermLayout
-from pipeline.linalg.local_backend import LocalCorpusBackend
 from pipeline.linalg.operator import CallableOperator, DenseOperator
-from pipeline.linalg.testing import PROBLEMS
+from tests.problems import PROBLEMS
 
 BACKENDS = {
     "local-csr": lambda corpus, k: LocalCorpusBackend(corpus, k, dtype="float64", transpose="csr"),

@@ -25,19 +25,19 @@ import pytest
 import scipy.linalg
 import scipy.sparse as sp
 
-from pipeline.errors import ConfigError, ConvergenceWarning, InputDataError
-from pipeline.io.datasets import read_dataset, write_dataset
-from pipeline.io.schemas import TFIDF
-from pipeline.linalg.backends import make_backend
-from pipeline.linalg.cr5 import solve_cr5
-from pipeline.linalg.local_backend import LocalCorpusBackend
-from pipeline.linalg.spark_backend import (
+from pipeline.backends import make_backend
+from pipeline.backends.loader import arrow_to_csr
+from pipeline.backends.local import LocalCorpusBackend
+from pipeline.backends.spark import (
     DetachedBackendError,
     SparkCorpusBackend,
     _gram_partition,
     job_description,
 )
-from pipeline.linalg.tfidf_loader import arrow_to_csr
+from pipeline.errors import ConfigError, ConvergenceWarning, InputDataError
+from pipeline.io.datasets import read_dataset, write_dataset
+from pipeline.io.schemas import TFIDF
+from pipeline.linalg.cr5 import solve_cr5
 from pipeline.stages import get_stage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -204,7 +204,7 @@ def test_local_and_spark_agree(backends, dtype):
 @pytest.mark.parametrize("tree_above", [0, 100])
 def test_spark_partials_merge_on_executors_or_driver(backends, dtype, monkeypatch, tree_above):
     """Both ways of summing the partials (executor tree vs. driver) give the local result."""
-    import pipeline.linalg.spark_backend as spark_backend
+    import pipeline.backends.spark as spark_backend
 
     monkeypatch.setattr(spark_backend, "TREE_REDUCE_ABOVE", tree_above)
     loc, spk = backends["local", dtype], backends["spark", dtype]

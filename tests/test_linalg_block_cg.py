@@ -7,12 +7,12 @@ import warnings
 import numpy as np
 import pytest
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.block_cg import block_cg
-from pipeline.linalg.local_backend import LocalCorpusBackend
 from pipeline.linalg.operator import DenseOperator
-from pipeline.linalg.testing import PROBLEMS
 from pipeline.linalg.woodbury import GramOperator
+from tests.problems import PROBLEMS
 
 
 def _spd(kind: str, n: int = 60, seed: int = 0) -> np.ndarray:

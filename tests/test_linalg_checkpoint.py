@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.linalg.checkpoint import CheckpointMismatchError, CheckpointStore
 from pipeline.linalg.cr5 import solve_cr5
-from pipeline.linalg.local_backend import LocalCorpusBackend
-from pipeline.linalg.testing import PROBLEMS
+from tests.problems import PROBLEMS
 
 PARAMS = {
     "lam": 0.3,

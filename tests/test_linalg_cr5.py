@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.linalg.cr5 import Cr5Solver, CrossCovariance, concept_frequencies, solve_cr5
-from pipeline.linalg.local_backend import LocalCorpusBackend
-from pipeline.linalg.testing import PROBLEMS, dense_centred
 from pipeline.linalg.woodbury import global_mean
+from tests.problems import PROBLEMS, dense_centred
 
 TIGHT = {"cg_rtol": 1e-12, "w_rtol": 1e-13, "cg_maxiter": 5000, "eig_rtol": 1e-9}
 
@@ -95,7 +95,7 @@ def test_solver_wrapper_validates_and_fits(caplog):
         Cr5Solver(lam=0, r=3).fit(be)
     with pytest.raises(ValueError, match="'r' must be <= min"):
         Cr5Solver(lam=1.0, r=25).fit(be)
-    with pytest.raises(TypeError, match="unknown parameter"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rank'"):
         Cr5Solver(lam=1.0, rank=3)
     events = []
     with caplog.at_level(logging.INFO, logger="pipeline.linalg"):

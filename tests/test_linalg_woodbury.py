@@ -7,10 +7,10 @@ import pickle
 import numpy as np
 import pytest
 
+from pipeline.backends.local import LocalCorpusBackend
 from pipeline.errors import BreakdownError
-from pipeline.linalg.local_backend import LocalCorpusBackend
-from pipeline.linalg.testing import PROBLEMS, dense_centred
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
+from tests.problems import PROBLEMS, dense_centred
 
 
 @pytest.mark.parametrize("background", [False, True])

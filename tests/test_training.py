@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from pipeline.backends.loader import local_backend_from_tfidf
 from pipeline.config import load_config
 from pipeline.io.datasets import read_dataset
 from pipeline.io.schemas import TFIDF
-from pipeline.linalg.tfidf_loader import local_backend_from_tfidf
 from pipeline.model import Cr5Model
 from pipeline.stages import get_stage
-from pipeline.training import checkpoint_dir
+from pipeline.stages.train import checkpoint_dir
 from tests.conftest import REPO, SAMPLE
 
 PROFILES = [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"]
@@ -89,7 +89,7 @@ def test_transitive_and_pairwise_row_selection(spark, sample_features):
         "train.r=8",
         f"train.checkpoint_dir={sample_features}/ck-transitive",
     )
-    from pipeline.training import select_training_rows
+    from pipeline.stages.train import select_training_rows
 
     path, report = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
     rows = read_dataset(spark, TFIDF, path).toArrow().to_pylist()

@@ -14,9 +14,9 @@ import pytest
 from pipeline.errors import InputDataError
 from pipeline.io.datasets import read_dataset, read_manifest
 from pipeline.io.schemas import DOCUMENTS
+from pipeline.stages.ingest_wikipedia import plan_work, run, run_wikipedia
 from pipeline.wikipedia import dump
 from pipeline.wikipedia.config import WikipediaConfig
-from pipeline.wikipedia.stage import plan_work, run, run_wikipedia
 from tests.conftest import DATA
 from tests.test_wikipedia_wikitext import LEFTOVER
 
@@ -238,7 +238,7 @@ def test_configuration_errors(spark, tmp_path):
 
 @pytest.mark.skipif(
     "ingest_wikipedia" not in __import__("pipeline.stages").stages.STAGES,
-    reason="stage ingest_wikipedia is not registered in pipeline/stages.py yet",
+    reason="stage ingest_wikipedia is not registered in pipeline/stages/__init__.py yet",
 )
 def test_job_entry_point(spark, tmp_path, capsys):
     from pipeline.runner import main

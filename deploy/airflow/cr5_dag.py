@@ -1,6 +1,6 @@
 """Airflow DAG ``cr5_retrain``: the Cr5 chain, one spark-submit per stage.
 
-``ingest → split → vocabulary → tfidf → train → embed → evaluate`` (pipeline/stages.py's
+``ingest → split → vocabulary → tfidf → train → embed → evaluate`` (pipeline/stages/__init__.py's
 DEMO_CHAIN), each a :class:`Cr5StageOperator` (a ``SparkSubmitOperator`` from
 ``apache-airflow-providers-apache-spark``) submitting ``jobs/<stage>.py`` in client mode
 to the master of the Airflow connection ``spark_default`` (``CR5_SPARK_CONN_ID`` to

@@ -39,6 +39,7 @@ from pipeline.baselines.common import (
     pass_delta,
     stacked_components,
 )
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_lanczos import block_lanczos
@@ -57,16 +58,16 @@ SIDES = ("auto", "terms", "concepts")
 def fit_cl_lsi(
     backend: CorpusBackend,
     *,
-    r: int = 300,
+    r: int = _D.r,
     center: bool = False,
     side: str = "auto",
-    oversampling: int = 20,
+    oversampling: int = _D.oversampling,
     block_size: int | None = None,
-    eig_rtol: float = 0.1,
-    eig_maxiter: int = 250,
+    eig_rtol: float = _D.eig_rtol,
+    eig_maxiter: int = _D.eig_maxiter,
     max_basis: int | None = None,
     max_workers: int | None = None,
-    seed: int = 0,
+    seed: int = _D.seed,
 ) -> BaselineResult:
     """Fit CL-LSI: top-r right singular vectors of ``D = YᵀX`` (module docstring).
 

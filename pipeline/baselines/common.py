@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.backend import CorpusBackend, TermLayout, pass_delta
 from pipeline.linalg.block_lanczos import LanczosResult
@@ -170,9 +171,9 @@ def pencil_eigsh(
     r: int,
     *,
     block_size: int | None = None,
-    rtol: float = 0.1,
-    maxiter: int = 250,
-    seed: int = 0,
+    rtol: float = _D.eig_rtol,
+    maxiter: int = _D.eig_maxiter,
+    seed: int = _D.seed,
     max_basis: int | None = None,
     name: str = "pencil",
 ) -> PencilResult:

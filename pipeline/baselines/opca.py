@@ -56,6 +56,7 @@ from pipeline.baselines.common import (
     per_language,
     stacked_components,
 )
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import block_cg
 from pipeline.linalg.cr5 import resolve_block_size
@@ -103,17 +104,17 @@ class _OpcaProducts:
 def fit_opca(
     backend: CorpusBackend,
     *,
-    r: int = 300,
+    r: int = _D.r,
     gamma: float = 1e-3,
-    oversampling: int = 20,
+    oversampling: int = _D.oversampling,
     block_size: int | None = None,
-    cg_rtol: float = 0.01,
-    cg_maxiter: int = 500,
-    eig_rtol: float = 0.1,
-    eig_maxiter: int = 250,
+    cg_rtol: float = _D.cg_rtol,
+    cg_maxiter: int = _D.cg_maxiter,
+    eig_rtol: float = _D.eig_rtol,
+    eig_maxiter: int = _D.eig_maxiter,
     max_basis: int | None = None,
     max_workers: int | None = None,
-    seed: int = 0,
+    seed: int = _D.seed,
 ) -> BaselineResult:
     """Fit OPCA: top-r generalised eigenvectors of ``S v = σ (N + γI) v`` (module docstring).
 

@@ -16,9 +16,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Config
+from pipeline.config import Config, EvaluateConfig
 from pipeline.errors import ConfigError
-from pipeline.evaluation.config import EvaluateConfig
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.operator import BlockOperator, as_block
 
@@ -72,9 +73,9 @@ def block_cg(
     b: np.ndarray,
     *,
     x0: np.ndarray | None = None,
-    rtol: float = 0.01,
+    rtol: float = _D.cg_rtol,
     atol: float = 0.0,
-    maxiter: int = 500,
+    maxiter: int = _D.cg_maxiter,
     m: BlockOperator | np.ndarray | None = None,
     callback: Callable[[int, np.ndarray], None] | None = None,
     name: str = "cg",

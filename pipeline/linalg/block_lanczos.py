@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.progress import ProgressClock, format_seconds
@@ -270,9 +271,9 @@ def block_lanczos(
     r: int,
     *,
     block_size: int | None = None,
-    rtol: float = 0.1,
-    maxiter: int = 250,
-    seed: int = 0,
+    rtol: float = _D.eig_rtol,
+    maxiter: int = _D.eig_maxiter,
+    seed: int = _D.seed,
     max_basis: int | None = None,
     state: LanczosState | None = None,
     checkpoint: Callable[[LanczosState], None] | None = None,

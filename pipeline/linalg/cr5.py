@@ -34,17 +34,18 @@ iteration.
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from pipeline.errors import BreakdownError
+from pipeline.config import SOLVER_KEYS, TrainConfig
+from pipeline.config import TRAIN_DEFAULTS as _D
+from pipeline.errors import BreakdownError, ConfigError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, pass_delta
 from pipeline.linalg.block_lanczos import (
     LanczosState,
@@ -55,6 +56,7 @@ from pipeline.linalg.block_lanczos import (
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
+from pipeline.params import check_params
 
 __all__ = [
     "Cr5Result",
@@ -272,21 +274,21 @@ def solve_cr5(
     backend: CorpusBackend,
     *,
     lam: float,
-    r: int = 300,
-    oversampling: int = 20,
-    cg_rtol: float = 0.01,
-    cg_maxiter: int = 500,
-    w_rtol: float = 1e-6,
-    eig_rtol: float = 0.1,
-    eig_maxiter: int = 250,
-    seed: int = 0,
-    max_basis: int | None = None,
-    block_size: int | None = None,
-    start_steps: int = 2,
-    reuse_solves: bool = True,
-    max_workers: int | None = None,
+    r: int = _D.r,
+    oversampling: int = _D.oversampling,
+    cg_rtol: float = _D.cg_rtol,
+    cg_maxiter: int = _D.cg_maxiter,
+    w_rtol: float = _D.w_rtol,
+    eig_rtol: float = _D.eig_rtol,
+    eig_maxiter: int = _D.eig_maxiter,
+    seed: int = _D.seed,
+    max_basis: int | None = _D.max_basis,
+    block_size: int | None = _D.block_size,
+    start_steps: int = _D.start_steps,
+    reuse_solves: bool = _D.reuse_solves,
+    max_workers: int | None = _D.max_workers,
     checkpoint_dir: str | os.PathLike | None = None,
-    checkpoint_every: int = 1,
+    checkpoint_every: int = _D.checkpoint_every,
     callback: ProgressCallback | None = None,
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
@@ -455,56 +457,32 @@ def solve_cr5(
 # --- estimator wrapper ----------------------------------------------------------------------------
 
 
-def _int(lo: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo
-
-
-def _real_open(lo: float, hi: float) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and lo < v < hi
-
-
-def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
 class Cr5Solver:
     """Cr5 (crosslingual reduced-rank ridge regression) estimator.
 
-    ``__init__`` only stores the keyword-only parameters; their allowed values live in one
-    place, :attr:`parameter_constraints`, and are checked at :meth:`fit`.
+    ``__init__`` only stores the keyword-only parameters. Their defaults, allowed ranges and
+    meanings are declared once, as the ``train.*`` keys of :class:`pipeline.config.TrainConfig`
+    (``python -m pipeline config-reference --section train``), and are checked at :meth:`fit`
+    with the same rules as a configuration file.
 
     Parameters
     ----------
     lam : float
-        Ridge parameter λ.
-    r : int, default 300
+        Ridge parameter λ (> 0).
+    r : int, default ``train.r``
         Embedding dimension (must be < number of concepts and <= number of terms).
-    oversampling : int, default 20
-        Extra eigensolver columns beyond r (caps the block width at r + oversampling).
-    block_size : int or None, default None
-        Eigensolver block width b; None: :func:`default_block_size`, capped at K.
-    start_steps : int, default 2
-        Subspace-iteration steps on the cheap surrogate ``Cᵀ D⁻¹ C`` that warm the
-        eigensolver's start block (:func:`surrogate_warm_start`); 0: random start block.
-    reuse_solves : bool, default True
-        Form Φ*ᵀ from the eigensolver's own solves ``Â⁻¹ C V`` (kept in float32:
-        ``p * basis`` floats of memory) instead of r further right-hand sides at the end.
-    cg_rtol, cg_maxiter : float, int, default 0.01, 500
-        Per-language block CG relative residual tolerance and cap (paper's ε, T).
-    w_rtol : float, default 1e-6
-        Tolerance of the solve ``w = B⁻¹μ`` (the Woodbury constant amplifies its error).
-    eig_rtol, eig_maxiter : float, int, default 0.1, 250
-        Eigensolver tolerance ε (relative Ritz residual, see
-        :func:`~pipeline.linalg.block_lanczos.block_lanczos`) and iteration cap.
-    seed : int, default 0
-        Seeds the eigensolver's start block.
-    max_basis : int or None, default None
-        Eigensolver thick-restart size (memory ``K * max_basis`` doubles); None: no restart.
-    max_workers : int or None, default None
+    oversampling, block_size, start_steps, reuse_solves : see ``train.*``
+        Eigensolver block and warm start (:func:`surrogate_warm_start`).
+    cg_rtol, cg_maxiter, w_rtol : see ``train.*``
+        Per-language block CG tolerance and cap (paper's ε, T); tolerance of w = B⁻¹μ.
+    eig_rtol, eig_maxiter, seed, max_basis : see ``train.*``
+        Eigensolver tolerance (relative Ritz residual, see
+        :func:`~pipeline.linalg.block_lanczos.block_lanczos`), cap, seed and restart size.
+    max_workers : int or None
         Concurrent language passes / solves (None: one per language).
     checkpoint_dir : str or None, default None
         Directory for resumable checkpoints (see :mod:`~pipeline.linalg.checkpoint`).
-    checkpoint_every : int, default 1
+    checkpoint_every : int
         Eigensolver iterations between checkpoints.
 
     Attributes
@@ -518,67 +496,70 @@ class Cr5Solver:
         Eigensolver iterations.
     """
 
-    #: name -> (default, allowed values as text, check). The single source of truth.
-    parameter_constraints: ClassVar[dict[str, tuple[Any, str, Callable[[Any], bool]]]] = {
-        "lam": (
-            None,
-            "a real number > 0",
-            lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and v > 0,
-        ),
-        "r": (300, "an int >= 1", _int(1)),
-        "oversampling": (20, "an int >= 0", _int(0)),
-        "cg_rtol": (0.01, "a real number in (0, 1)", _real_open(0, 1)),
-        "cg_maxiter": (500, "an int >= 1", _int(1)),
-        "w_rtol": (1e-6, "a real number in (0, 1)", _real_open(0, 1)),
-        "eig_rtol": (0.1, "a real number in (0, 1)", _real_open(0, 1)),
-        "eig_maxiter": (250, "an int >= 1", _int(1)),
-        "seed": (0, "an int >= 0", _int(0)),
-        "max_basis": (None, "None or an int >= 3", _optional(_int(3))),
-        "block_size": (None, "None or an int >= 1", _optional(_int(1))),
-        "start_steps": (2, "an int >= 0", _int(0)),
-        "reuse_solves": (True, "a bool", lambda v: isinstance(v, bool)),
-        "max_workers": (None, "None or an int >= 1", _optional(_int(1))),
-        "checkpoint_dir": (
-            None,
-            "None or a path",
-            lambda v: v is None or isinstance(v, str | os.PathLike),
-        ),
-        "checkpoint_every": (1, "an int >= 1", _int(1)),
-    }
-
-    def __init__(self, *, lam: float, **params: Any) -> None:
-        unknown = sorted(set(params) - set(self.parameter_constraints))
-        if unknown:
-            raise TypeError(
-                f"Cr5Solver got unknown parameter(s) {unknown}; "
-                f"allowed: {sorted(self.parameter_constraints)}"
-            )
+    def __init__(
+        self,
+        *,
+        lam: float,
+        r: int = _D.r,
+        oversampling: int = _D.oversampling,
+        cg_rtol: float = _D.cg_rtol,
+        cg_maxiter: int = _D.cg_maxiter,
+        w_rtol: float = _D.w_rtol,
+        eig_rtol: float = _D.eig_rtol,
+        eig_maxiter: int = _D.eig_maxiter,
+        seed: int = _D.seed,
+        max_basis: int | None = _D.max_basis,
+        block_size: int | None = _D.block_size,
+        start_steps: int = _D.start_steps,
+        reuse_solves: bool = _D.reuse_solves,
+        max_workers: int | None = _D.max_workers,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = _D.checkpoint_every,
+    ) -> None:
         self.lam = lam
-        for name, (default, _, _) in self.parameter_constraints.items():
-            if name != "lam":
-                setattr(self, name, params.get(name, default))
+        self.r = r
+        self.oversampling = oversampling
+        self.cg_rtol = cg_rtol
+        self.cg_maxiter = cg_maxiter
+        self.w_rtol = w_rtol
+        self.eig_rtol = eig_rtol
+        self.eig_maxiter = eig_maxiter
+        self.seed = seed
+        self.max_basis = max_basis
+        self.block_size = block_size
+        self.start_steps = start_steps
+        self.reuse_solves = reuse_solves
+        self.max_workers = max_workers
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every = checkpoint_every
 
     def get_params(self) -> dict[str, Any]:
         """The constructor parameters."""
-        return {name: getattr(self, name) for name in self.parameter_constraints}
+        return {name: getattr(self, name) for name in (*SOLVER_KEYS, "checkpoint_dir")}
 
     def _validate(self, backend: CorpusBackend) -> None:
-        for name, (_, allowed, check) in self.parameter_constraints.items():
-            value = getattr(self, name)
-            if not check(value):
-                raise ValueError(f"Cr5Solver parameter {name!r} must be {allowed}; got {value!r}")
+        check_params(TrainConfig, self.get_params(), owner="Cr5Solver", prefix="train.")
+        if self.checkpoint_dir is not None and not isinstance(
+            self.checkpoint_dir, str | os.PathLike
+        ):
+            raise ConfigError(
+                f"Cr5Solver parameter 'checkpoint_dir' must be None or a path; "
+                f"got {self.checkpoint_dir!r}"
+            )
         k = backend.n_concepts
         p = sum(backend.n_terms(lang) for lang in backend.languages)
         if self.r > min(k - 1, p):
-            raise ValueError(
+            raise ConfigError(
                 f"Cr5Solver parameter 'r' must be <= min(n_concepts - 1, n_terms) = "
-                f"{min(k - 1, p)} for this corpus (K={k}, p={p}); got {self.r}"
+                f"{min(k - 1, p)} for this corpus (K={k}, p={p}); got {self.r}: "
+                f"set a smaller train.r"
             )
         b = min(self.r + self.oversampling, k)
         if self.max_basis is not None and self.max_basis < max(self.r, b) + 2 * b:
-            raise ValueError(
-                f"Cr5Solver parameter 'max_basis' must be None or >= max(r, b) + 2*b = "
-                f"{max(self.r, b) + 2 * b} (b = min(r + oversampling, K)); got {self.max_basis}"
+            raise ConfigError(
+                f"Cr5Solver parameter 'max_basis' (train.max_basis) must be None or >= "
+                f"max(r, b) + 2*b = {max(self.r, b) + 2 * b} (b = min(r + oversampling, K)); "
+                f"got {self.max_basis}"
             )
 
     def fit(self, backend: CorpusBackend, *, callback: ProgressCallback | None = None) -> Cr5Solver:
@@ -601,7 +582,6 @@ class Cr5Solver:
         return np.asarray(x @ self.components_[lang])
 
     def __repr__(self) -> str:
-        changed = {
-            k: v for k, v in self.get_params().items() if v != self.parameter_constraints[k][0]
-        }
+        defaults = {k: getattr(_D, k) for k in SOLVER_KEYS}
+        changed = {k: v for k, v in self.get_params().items() if v != defaults.get(k)}
         return "Cr5Solver(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
@@ -109,9 +110,9 @@ class WoodburyInverse(BlockOperator):
         backend: CorpusBackend,
         lam: float,
         *,
-        rtol: float = 0.01,
-        maxiter: int = 500,
-        w_rtol: float = 1e-6,
+        rtol: float = _D.cg_rtol,
+        maxiter: int = _D.cg_maxiter,
+        w_rtol: float = _D.w_rtol,
         max_workers: int | None = None,
         mu: np.ndarray | None = None,
         w: np.ndarray | None = None,

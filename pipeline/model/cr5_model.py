@@ -51,12 +51,7 @@ class Cr5Model:
         self._vocab: dict[str, LanguageVocabulary] = {}
         self._lock = threading.Lock()
         text = meta.get("preprocessing", {}).get("text", {})
-        self.tokenizer = Tokenizer(
-            normalization=text.get("normalization", "NFKC"),
-            lowercase=text.get("lowercase", True),
-            split_cjk=text.get("split_cjk", True),
-            min_token_length=text.get("min_token_length", 1),
-        )
+        self.tokenizer = Tokenizer.from_settings(text)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, verify: bool = True, lazy: bool = False) -> Cr5Model:

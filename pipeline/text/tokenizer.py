@@ -15,12 +15,16 @@ training.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.config import TEXT_DEFAULTS as _T
 from pipeline.config import TextConfig
 
 _CJK = r"[\p{Han}\p{Hiragana}\p{Katakana}]"
@@ -35,14 +39,20 @@ class Tokenizer:
     picklable, so they ship to Spark executors as they are.
     """
 
-    normalization: str = "NFKC"
-    lowercase: bool = True
-    split_cjk: bool = True
-    min_token_length: int = 1
+    normalization: str = _T.normalization
+    lowercase: bool = _T.lowercase
+    split_cjk: bool = _T.split_cjk
+    min_token_length: int = _T.min_token_length
 
     @classmethod
     def from_config(cls, cfg: TextConfig) -> Tokenizer:
         return cls(cfg.normalization, cfg.lowercase, cfg.split_cjk, cfg.min_token_length)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> Tokenizer:
+        """From a model's recorded ``text`` settings; a missing key takes today's default."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in settings.items() if k in names})
 
     def flat_tokens(self, texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
         """Tokenise a column of texts into one flat token array.

@@ -3,6 +3,6 @@
 - :mod:`~pipeline.wikipedia.dump`: streaming pages out of (byte ranges of) dumps;
 - :mod:`~pipeline.wikipedia.wikitext`: wikitext to plain text;
 - :mod:`~pipeline.wikipedia.sitelinks`: Wikidata sitelinks and langlinks SQL/JSON dumps;
-- :mod:`~pipeline.wikipedia.stage`: the Spark stage ``ingest_wikipedia``;
+- :mod:`~pipeline.stages.ingest_wikipedia`: the Spark stage ``ingest_wikipedia``;
 - :mod:`~pipeline.wikipedia.config`: its configuration section ``wikipedia``.
 """

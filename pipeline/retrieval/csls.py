@@ -31,8 +31,9 @@ from typing import Literal
 
 import numpy as np
 
+from pipeline.config import EVALUATE_DEFAULTS as _E
 from pipeline.errors import InputDataError
-from pipeline.evaluation.retrieval import (
+from pipeline.retrieval.topk import (
     DEFAULT_BLOCK_C,
     DEFAULT_BLOCK_Q,
     DEFAULT_K,
@@ -52,6 +53,8 @@ __all__ = [
     "csls_block_scores",
     "csls_retrieval",
     "csls_terms",
+    "effective_k",
+    "mean_rows",
     "mean_topk_similarity",
 ]
 
@@ -59,7 +62,7 @@ logger = logging.getLogger(__name__)
 
 CSLS_SOURCES: tuple[str, ...] = ("queries", "collection")
 """Allowed values of ``source``: which set the ``r_S`` neighbourhoods are taken from."""
-DEFAULT_CSLS_K = 10
+DEFAULT_CSLS_K = _E.csls_k
 """Neighbourhood size of the ``r_T`` / ``r_S`` terms (Conneau et al. 2018)."""
 
 CSLSSource = Literal["queries", "collection"]
@@ -94,7 +97,7 @@ class CSLSTerms:
     n_source: int
 
 
-def _effective_k(k: int, n: int, what: str) -> int:
+def effective_k(k: int, n: int, what: str) -> int:
     if n < k:
         warnings.warn(
             f"CSLS neighbourhood k={k} exceeds the {n} rows of the {what}; "
@@ -126,7 +129,7 @@ def _resolve_source(
     return _check_embeddings(source_embeddings, "source_embeddings", queries.shape[1]), "collection"
 
 
-def _mean_rows(top: np.ndarray) -> np.ndarray:
+def mean_rows(top: np.ndarray) -> np.ndarray:
     return top.mean(axis=1, dtype=np.float64).astype(np.float32)
 
 
@@ -165,7 +168,7 @@ def mean_topk_similarity(
         block_q=_check_positive_int(block_x, "block_x"),
         block_c=_check_positive_int(block_y, "block_y"),
     )
-    return _mean_rows(out.raw_scores)
+    return mean_rows(out.raw_scores)
 
 
 def csls_terms(
@@ -201,8 +204,8 @@ def csls_terms(
     c = _check_embeddings(candidates, "candidates", q.shape[1])
     k = _check_positive_int(k, "k")
     src, source_name = _resolve_source(q, source, source_embeddings)
-    k_t = _effective_k(k, c.shape[0], "candidate set")
-    k_s = _effective_k(k, src.shape[0], f"source set ({source_name})")
+    k_t = effective_k(k, c.shape[0], "candidate set")
+    k_s = effective_k(k, src.shape[0], f"source set ({source_name})")
     r_t = mean_topk_similarity(q, c, k_t, block_x=block_q, block_y=block_c)
     r_s = mean_topk_similarity(c, src, k_s, block_x=block_q, block_y=block_c)
     return CSLSTerms(
@@ -313,14 +316,14 @@ def csls_retrieval(
     )
     csls_k = _check_positive_int(csls_k, "csls_k")
     src, source_name = _resolve_source(q, source, source_embeddings)
-    k_t = _effective_k(csls_k, c.shape[0], "candidate set")
-    k_s = _effective_k(csls_k, src.shape[0], f"source set ({source_name})")
+    k_t = effective_k(csls_k, c.shape[0], "candidate set")
+    k_s = effective_k(csls_k, src.shape[0], f"source set ({source_name})")
 
     q_inv = inverse_row_norms(q, name="queries")
     c_inv = inverse_row_norms(c, name="candidates")
     src_inv = q_inv if source_name == "queries" else inverse_row_norms(src, name="source")
     # Pass 1: r_S(c) over the source set (candidates play the query role).
-    r_s = _mean_rows(
+    r_s = mean_rows(
         _blocked_search(
             c, c_inv, src, src_inv, raw_k=k_s, block_q=block_q, block_c=block_c
         ).raw_scores
@@ -339,7 +342,7 @@ def csls_retrieval(
         block_c=block_c,
         tie_tol=tol,
     )
-    r_t = _mean_rows(out.raw_scores)
+    r_t = mean_rows(out.raw_scores)
     logger.debug(
         "csls retrieval: %d queries, %d candidates, source=%s (%d rows), csls_k=%d",
         q.shape[0],

@@ -1,7 +1,11 @@
-"""Crosslingual retrieval evaluation (design §4): exact blocked top-k, CSLS, P@k and MRR.
+"""Retrieval maths (design §4): exact blocked top-k, CSLS, P@k and MRR.
 
-Pure numpy, memory-bounded; the primitives (:func:`partial_topk`, :func:`merge_topk`,
-:func:`count_at_or_above_target`, ...) are the pieces a distributed version reuses.
+Pure numpy, memory-bounded (:mod:`~pipeline.retrieval.topk`, :mod:`~pipeline.retrieval.csls`,
+:mod:`~pipeline.retrieval.metrics`, :mod:`~pipeline.retrieval.shared_space`), plus the same
+retrieval distributed over Spark executors (:mod:`~pipeline.retrieval.spark`, imported on
+demand). The experiment that uses it (splits, models, reports) is :mod:`pipeline.evaluation`.
+The primitives (:func:`partial_topk`, :func:`merge_topk`, :func:`count_at_or_above_target`,
+...) are the pieces the distributed version reuses.
 
 The two similarities share one signature and are chosen in one place, :data:`SIMILARITIES`::
 
@@ -16,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pipeline.errors import InputDataError
-from pipeline.evaluation.csls import (
+from pipeline.retrieval.csls import (
     CSLS_SOURCES,
     DEFAULT_CSLS_K,
     CSLSTerms,
@@ -25,12 +29,12 @@ from pipeline.evaluation.csls import (
     csls_terms,
     mean_topk_similarity,
 )
-from pipeline.evaluation.metrics import (
+from pipeline.retrieval.metrics import (
     DEFAULT_PRECISION_KS,
     RetrievalMetrics,
     retrieval_metrics,
 )
-from pipeline.evaluation.retrieval import (
+from pipeline.retrieval.topk import (
     DEFAULT_BLOCK_C,
     DEFAULT_BLOCK_Q,
     DEFAULT_K,

@@ -221,7 +221,7 @@ class TrainingData:
 
 def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     """Select the training rows (train.* keys), load them into the configured backend."""
-    from pipeline.linalg.backends import make_backend
+    from pipeline.backends import make_backend
 
     t = cfg.train
     t0 = time.perf_counter()

@@ -1,4 +1,14 @@
-"""The one place that turns a backend choice into a corpus backend object.
+"""Corpus backends (engines): where X lives and how a pass over it runs.
+
+The solvers of :mod:`pipeline.linalg` see only the :class:`~pipeline.linalg.backend.CorpusBackend`
+contract; its implementations live here, as siblings behind one factory, :func:`make_backend`:
+
+- :mod:`~pipeline.backends.local`: X as scipy CSR in this process (laptops, tests, the default);
+- :mod:`~pipeline.backends.spark`: X cached on the executors as CSR blocks;
+- :mod:`~pipeline.backends.loader`: reading the ``tfidf`` dataset into either.
+
+Importing this package imports neither Spark nor a backend module; :func:`make_backend`
+imports the one it builds.
 
 Both backends are built from the same ``tfidf`` dataset with the same defaults
 (:data:`DEFAULTS`); options that only one backend understands are rejected for the other
@@ -10,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import ConfigError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
-from pipeline.linalg.spark_backend import SOLVE_IN_TASK_MAX_NNZ, SOLVE_IN_TASK_MEMORY_MB
 
 __all__ = ["BACKEND_KINDS", "DEFAULTS", "make_backend"]
 
@@ -22,12 +32,12 @@ BACKEND_KINDS = ("local", "spark")
 #: Shared defaults of every backend option (``None``: the backend's own rule, documented on
 #: :func:`make_backend`).
 DEFAULTS: dict[str, Any] = {
-    "dtype": "float32",
+    "dtype": _D.dtype,
     "languages": None,
     "transpose": "implicit",
     "partitions_per_language": None,
-    "solve_in_task_max_nnz": SOLVE_IN_TASK_MAX_NNZ,
-    "solve_in_task_memory_mb": SOLVE_IN_TASK_MEMORY_MB,
+    "solve_in_task_max_nnz": _D.solve_in_task_max_nnz,
+    "solve_in_task_memory_mb": _D.solve_in_task_memory_mb,
 }
 
 #: Options each kind accepts beyond ``dtype`` and ``languages``.
@@ -52,8 +62,8 @@ def make_backend(
     ----------
     kind : {"local", "spark"}
         ``"local"``: X collected to the driver as scipy CSR
-        (:func:`~pipeline.linalg.tfidf_loader.local_backend_from_tfidf`); ``"spark"``: X cached
-        on the executors (:meth:`~pipeline.linalg.spark_backend.SparkCorpusBackend.from_tfidf`).
+        (:func:`~pipeline.backends.loader.local_backend_from_tfidf`); ``"spark"``: X cached
+        on the executors (:meth:`~pipeline.backends.spark.SparkCorpusBackend.from_tfidf`).
     spark : SparkSession
     tfidf_path : str
     dtype : {"float32", "float64"}
@@ -85,10 +95,10 @@ def make_backend(
         )
     opts = {name: options.get(name, DEFAULTS[name]) for name in _SPECIFIC[kind]}
     if kind == "local":
-        from pipeline.linalg.tfidf_loader import local_backend_from_tfidf
+        from pipeline.backends.loader import local_backend_from_tfidf
 
         return local_backend_from_tfidf(spark, tfidf_path, dtype=dtype, languages=languages, **opts)
-    from pipeline.linalg.spark_backend import SparkCorpusBackend
+    from pipeline.backends.spark import SparkCorpusBackend
 
     return SparkCorpusBackend.from_tfidf(
         spark, tfidf_path, dtype=dtype, languages=languages, **opts

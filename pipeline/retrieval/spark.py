@@ -34,8 +34,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.errors import InputDataError
-from pipeline.evaluation.csls import CSLS_SOURCES, DEFAULT_CSLS_K, _effective_k, _mean_rows
-from pipeline.evaluation.retrieval import (
+from pipeline.retrieval.csls import CSLS_SOURCES, DEFAULT_CSLS_K, effective_k, mean_rows
+from pipeline.retrieval.topk import (
     DEFAULT_BLOCK_C,
     DEFAULT_BLOCK_Q,
     DEFAULT_K,
@@ -129,7 +129,7 @@ def _partition_fn(
                     block_c=block_c,
                 )
                 idx_parts.append(idx)
-                rs_parts.append(_mean_rows(out.raw_scores))
+                rs_parts.append(mean_rows(out.raw_scores))
                 continue
             n_q = q.shape[0]
             if counts is None:
@@ -311,7 +311,7 @@ def retrieve_spark(
                 if source_embeddings is None:
                     raise InputDataError("source='collection' needs source_embeddings")
                 src = _check_embeddings(source_embeddings, "source_embeddings", dim)
-            k_s = _effective_k(csls_k, src.shape[0], f"source set ({source})")
+            k_s = effective_k(csls_k, src.shape[0], f"source set ({source})")
             bc1 = sc.broadcast({"source": src, "source_inv": inverse_row_norms(src, name="source")})
             try:
                 parts = _run_pass(
@@ -328,7 +328,7 @@ def retrieve_spark(
             n_c = int(rs_index.size)
             if n_c == 0:
                 raise InputDataError("candidates is empty; need at least one row")
-            raw_k = _effective_k(csls_k, n_c, "candidate set")
+            raw_k = effective_k(csls_k, n_c, "candidate set")
             valid = t >= 0
             rs_t = np.full(t.shape, np.nan, dtype=np.float32)
             rs_t[valid] = rs_values[np.searchsorted(rs_index, t[valid])]
@@ -381,7 +381,7 @@ def retrieve_spark(
             similarity="cosine",
         )
     raw = np.concatenate([p["raw"] for p in parts], axis=1)
-    r_t = _mean_rows(-np.sort(-raw, axis=1)[:, :raw_k])
+    r_t = mean_rows(-np.sort(-raw, axis=1)[:, :raw_k])
     return RetrievalResult(
         scores=(scores - r_t[:, None]).astype(np.float32),
         indices=indices,

@@ -19,14 +19,14 @@ StageFn = Callable[[SparkSession, Config], dict[str, Any]]
 
 # name -> "module:function"; imported lazily so a job only loads what it runs.
 STAGES: dict[str, str] = {
-    "ingest": "pipeline.ingest.aligned:run",
-    "ingest_wikipedia": "pipeline.wikipedia.stage:run",
-    "vocabulary": "pipeline.features.vocabulary:run",
-    "tfidf": "pipeline.features.tfidf:run",
-    "train": "pipeline.training:run",
-    "embed": "pipeline.embedding.job:run",
-    "split": "pipeline.evaluation.splits:run",
-    "evaluate": "pipeline.evaluation.stage:run",
+    "ingest": "pipeline.stages.ingest:run",
+    "ingest_wikipedia": "pipeline.stages.ingest_wikipedia:run",
+    "vocabulary": "pipeline.stages.vocabulary:run",
+    "tfidf": "pipeline.stages.tfidf:run",
+    "train": "pipeline.stages.train:run",
+    "embed": "pipeline.stages.embed:run",
+    "split": "pipeline.stages.split:run",
+    "evaluate": "pipeline.stages.evaluate:run",
 }
 
 # What the README's main command runs on the bundled sample.

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.config import EVALUATE_DEFAULTS as _E
 from pipeline.errors import InputDataError
 
 __all__ = [
@@ -67,9 +68,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_K = 10
 """Default number of retrieved candidates per query (enough for P@1, P@5, P@10)."""
-DEFAULT_BLOCK_Q = 1024
+DEFAULT_BLOCK_Q = _E.block_q
 """Default number of query rows per block."""
-DEFAULT_BLOCK_C = 4096
+DEFAULT_BLOCK_C = _E.block_c
 """Default number of candidate rows per block (a 1024 × 4096 float32 block is 16 MiB)."""
 DEFAULT_TIE_TOL = 2e-6
 """Default absolute tolerance under which two scores count as tied (≈ 16 float32 ulps at 1.0)."""

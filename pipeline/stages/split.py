@@ -26,15 +26,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.config import Config, SplitConfig, all_pairs, canonical, parse_pair
 from pipeline.errors import ConfigError, InputDataError
-from pipeline.evaluation.config import (
-    SplitConfig,
-    all_pairs,
-    canonical,
-    parse_pair,
-    split_config,
-)
 from pipeline.io.datasets import read_dataset, write_dataset
 from pipeline.io.schemas import DOCUMENTS, SPLITS
 
@@ -123,7 +116,7 @@ def draw_splits(
 
 def run(spark: SparkSession, cfg: Config, split_cfg: SplitConfig | None = None) -> dict[str, Any]:
     """Draw the splits from the documents dataset and write the ``splits`` dataset."""
-    s = split_cfg or split_config(cfg)
+    s = split_cfg or cfg.split
     docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents")).select(
         "concept_id", "lang"
     )

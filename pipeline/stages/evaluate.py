@@ -31,25 +31,24 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
-from pipeline.errors import ConfigError, InputDataError
-from pipeline.evaluation import retrieval_metrics, retrieve
-from pipeline.evaluation.config import (
+from pipeline.config import (
+    Config,
     EvaluateConfig,
     canonical,
     check_evaluate,
-    evaluate_config,
     parse_pair,
 )
+from pipeline.errors import ConfigError, InputDataError
 from pipeline.evaluation.report import evaluation_rows, write_reports
-from pipeline.evaluation.shared_space import densify_cross_sides
-from pipeline.evaluation.spark_retrieval import retrieve_spark
 from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json
 from pipeline.model.shipping import resolve_model_location, ship_model
+from pipeline.retrieval import retrieval_metrics, retrieve
+from pipeline.retrieval.shared_space import densify_cross_sides
+from pipeline.retrieval.spark import retrieve_spark
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ _WORKER_MODELS: dict[str, Cr5Model] = {}
 
 def _pool_embed_fn(location: str, key: str):
     """``mapInArrow``: the embed job's :func:`embed_batch` (the public path) + pool columns."""
-    from pipeline.embedding.job import embed_batch
+    from pipeline.stages.embed import embed_batch
 
     def fn(batches):
         if key not in _WORKER_MODELS:
@@ -453,9 +452,9 @@ def _train_and_evaluate(
     same splits, candidates and engine: only the method differs. CCA and OPCA take γ from
     ``evaluate.gamma_grid`` when it has two or more values, chosen on the validation
     concepts like λ (otherwise ``train.gamma``). ``data`` is the loaded training rows
-    (:func:`pipeline.training.load_training_data`), shared by every fit.
+    (:func:`pipeline.stages.train.load_training_data`), shared by every fit.
     """
-    from pipeline import training
+    from pipeline.stages import train as training
 
     base = e.baseline_models_dir or (cfg.paths.root.rstrip("/") + "/baseline_models")
     r = cfg.train.r if meta.get("phi_format") == "selection" else int(meta["r"])
@@ -522,10 +521,10 @@ def run_evaluation(
     spark: SparkSession, cfg: Config, e: EvaluateConfig | None = None
 ) -> dict[str, Any]:
     """Run the evaluation; write the ``evaluation`` dataset and the reports; return a report."""
-    from pipeline import training
     from pipeline.evaluation.lambda_selection import select_lambda
+    from pipeline.stages import train as training
 
-    e = e or evaluate_config(cfg)
+    e = e or cfg.evaluate
     check_evaluate(e)
     t_start = time.perf_counter()
     splits_path = cfg.paths.dataset("splits")
@@ -688,4 +687,4 @@ def run_evaluation(
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     """The registered stage: ``run_evaluation`` with ``cfg.evaluate``."""
-    return run_evaluation(spark, cfg, evaluate_config(cfg))
+    return run_evaluation(spark, cfg, cfg.evaluate)

@@ -241,7 +241,7 @@ def local_backend_from_tfidf(
     transpose: str = "implicit",
     languages: list[str] | tuple[str, ...] | None = None,
 ):
-    """A :class:`~pipeline.linalg.local_backend.LocalCorpusBackend` holding the tfidf dataset.
+    """A :class:`~pipeline.backends.local.LocalCorpusBackend` holding the tfidf dataset.
 
     Each language is collected to the driver with ``toArrow()`` and converted by
     :func:`arrow_to_csr`.
@@ -262,9 +262,9 @@ def local_backend_from_tfidf(
     """
     from pyspark.sql import functions as F
 
+    from pipeline.backends.local import LocalCorpusBackend
     from pipeline.io.datasets import read_dataset
     from pipeline.io.schemas import TFIDF
-    from pipeline.linalg.local_backend import LocalCorpusBackend
 
     layout = read_tfidf_layout(spark, tfidf_path, languages)
     df = read_dataset(spark, TFIDF, tfidf_path)

@@ -63,11 +63,12 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
+from pipeline.backends.loader import TfidfLayout, csr_arrays, read_tfidf_layout
+from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import ConvergenceWarning, InputDataError, PipelineError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import BlockOperator
-from pipeline.linalg.tfidf_loader import TfidfLayout, csr_arrays, read_tfidf_layout
 
 __all__ = [
     "NNZ_PER_PARTITION",
@@ -82,16 +83,16 @@ log = logging.getLogger(__name__)
 #: ceil(nnz_l / NNZ_PER_PARTITION))``. 2M nonzeros are ~16 MB of float32 CSR per block.
 NNZ_PER_PARTITION = 2_000_000
 
-#: Default of ``solve_in_task_max_nnz``: a language with at most this many nonzeros is cached
-#: as one block (~64 MB of float32 CSR values + 32 MB of indices) and each of its CG solves
+#: ``train.solve_in_task_max_nnz``: a language with at most this many nonzeros is cached as
+#: one block (8M: ~64 MB of float32 CSR values + 32 MB of indices) and each of its CG solves
 #: runs inside that block's task (see :meth:`SparkCorpusBackend.solve_gram`).
-SOLVE_IN_TASK_MAX_NNZ = 8_000_000
+SOLVE_IN_TASK_MAX_NNZ = _D.solve_in_task_max_nnz
 
-#: Default of ``solve_in_task_memory_mb``: working memory of the CG vectors of one in-task
-#: solve. Block CG keeps ~9 float64 arrays of p_l rows per right-hand side, so an in-task
-#: solve runs its columns in chunks of ``memory / (72 * p_l)`` (p_l = 200k: 37 columns per
-#: 512 MB); the columns are independent CGs, so chunking changes no result.
-SOLVE_IN_TASK_MEMORY_MB = 512
+#: ``train.solve_in_task_memory_mb``: working memory of the CG vectors of one in-task solve.
+#: Block CG keeps ~9 float64 arrays of p_l rows per right-hand side, so an in-task solve runs
+#: its columns in chunks of ``memory / (72 * p_l)`` (p_l = 200k: 37 columns per 512 MB); the
+#: columns are independent CGs, so chunking changes no result.
+SOLVE_IN_TASK_MEMORY_MB = _D.solve_in_task_memory_mb
 CG_BYTES_PER_ROW_AND_COLUMN = 9 * 8
 
 #: Passes over more partitions than this merge their partials on the executors (treeReduce);

@@ -1,1 +1,0 @@
-"""Ingestion: aligned corpora (and, later, Wikipedia dumps) into ``documents``."""

@@ -1,0 +1,290 @@
+"""Declared parameters: one typed field carries a parameter's default, range and help text.
+
+Like ``pyspark.ml``'s ``Param`` (which carries its doc and converter), a configuration field is
+declared once with :func:`param` and everything else is derived from that declaration: the
+YAML loader's type and range checks (:mod:`pipeline.config`), the solvers' keyword defaults and
+their checks at ``fit`` (:func:`check_params`), ``--help-config`` and the configuration
+reference (:func:`describe_section`), and the Airflow DAG's params.
+
+This module is a leaf: it imports nothing of the pipeline but :mod:`pipeline.errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+
+__all__ = [
+    "ParamInfo",
+    "Range",
+    "check_params",
+    "check_range",
+    "check_section",
+    "coerce",
+    "describe_section",
+    "param",
+    "section_params",
+]
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of allowed numbers; ``lo_open``/``hi_open`` exclude the end points.
+
+    For a list-valued parameter the range applies to every element.
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, value: Any) -> bool:
+        if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+            return False
+        return not (self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi))
+
+    def __str__(self) -> str:
+        if self.hi is None:
+            return f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
+        left = "(" if self.lo_open or self.lo is None else "["
+        right = ")" if self.hi_open else "]"
+        lo = "-inf" if self.lo is None else f"{self.lo:g}"
+        return f"in {left}{lo}, {self.hi:g}{right}"
+
+
+def param(
+    default: Any = MISSING,
+    *,
+    doc: str,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    default_factory: Any = MISSING,
+) -> Any:
+    """A dataclass field declaring one parameter: default, allowed range and help text.
+
+    Parameters
+    ----------
+    default, default_factory
+        As for :func:`dataclasses.field` (a list default needs ``default_factory``).
+    doc : str
+        One or two sentences for ``--help-config``, the reference and error messages.
+    lo, hi : float, optional
+        Inclusive bounds (exclusive with ``lo_open``/``hi_open``); for lists, per element.
+    """
+    rng = None if lo is None and hi is None else Range(lo, hi, lo_open, hi_open)
+    meta = {"doc": " ".join(doc.split()), "range": rng}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """What :func:`section_params` tells about one declared field."""
+
+    name: str
+    type: Any
+    default: Any
+    doc: str
+    range: Range | None
+
+    def allowed(self) -> str:
+        """The allowed values as text, e.g. ``an int >= 1`` or ``None or a number in (0, 1)``."""
+        return _describe_type(self.type, self.range)
+
+
+def section_params(cls: type) -> Iterator[ParamInfo]:
+    """The declared fields of a configuration dataclass, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:
+            default = MISSING
+        yield ParamInfo(
+            name=f.name,
+            type=hints[f.name],
+            default=default,
+            doc=f.metadata.get("doc", ""),
+            range=f.metadata.get("range"),
+        )
+
+
+def _type_name(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is list:
+        return f"a list of {_type_name(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping (section)"
+    return {
+        bool: "true or false",
+        int: "an int",
+        float: "a real number",
+        str: "a string",
+    }.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _describe_type(tp: Any, rng: Range | None) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        inner = [a for a in args if a is not type(None)]
+        return "None or " + " or ".join(_describe_type(a, rng) for a in inner)
+    text = _type_name(tp)
+    if rng is not None:
+        text += f" {rng}" if origin is not list else f" (each {rng})"
+    return text
+
+
+def coerce(tp: Any, value: Any, *, key: str, where: str = "") -> Any:
+    """``value`` checked against type ``tp`` (and converted where lossless).
+
+    ``where`` is appended to messages (e.g. `` (from conf/x.yaml)``). Nested dataclasses are
+    not handled here (the loader builds sections itself).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key``, the expected type and the value received.
+    """
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(
+            f"configuration key {key!r}{where} must be {expected}, "
+            f"got {type(value).__name__} {value!r}"
+        )
+
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return coerce(inner[0], value, key=key, where=where)
+        raise fail(" or ".join(getattr(a, "__name__", str(a)) for a in args))
+    if origin is Literal:
+        if value not in args:
+            raise fail("one of " + ", ".join(repr(a) for a in args))
+        return value
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise fail("a list")
+        return [coerce(args[0], v, key=f"{key}[{i}]", where=where) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise fail("a mapping")
+        return {str(k): coerce(args[1], v, key=f"{key}.{k}", where=where) for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool | np.bool_):
+            raise fail("true or false")
+        return bool(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise fail("an integer")
+        return int(value)
+    if tp is float:
+        if isinstance(value, str):
+            # PyYAML (YAML 1.1) reads 1e-4 as a string; 1.0e-4 would be a float.
+            try:
+                return float(value)
+            except ValueError:
+                raise fail("a number") from None
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise fail("a number")
+        return float(value)
+    if tp is str:
+        # Spark properties are strings but YAML reads 8 as int: accept scalars for str.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        if not isinstance(value, str):
+            raise fail("a string")
+        return value
+    raise TypeError(f"unsupported configuration type {tp!r} for {key}")  # schema bug
+
+
+def check_range(info: ParamInfo, value: Any, *, key: str, where: str = "") -> None:
+    """Raise :class:`ConfigError` when ``value`` (or an element of a list) is out of range."""
+    rng = info.range
+    if rng is None or value is None:
+        return
+    for v in value if isinstance(value, list) else [value]:
+        if v not in rng:
+            raise ConfigError(
+                f"configuration key {key!r}{where} = {value!r} is out of range: "
+                f"must be {info.allowed()}"
+            )
+
+
+def check_params(cls: type, values: Mapping[str, Any], *, owner: str, prefix: str = "") -> None:
+    """Check keyword arguments against the fields of section ``cls`` that declare them.
+
+    Used by estimators at ``fit`` so that a solver called from Python gets the same checks
+    as a configuration file (names not declared by ``cls`` are skipped).
+
+    Raises
+    ------
+    ConfigError
+        ``"<owner> parameter '<name>' must be <allowed>; got <value> (configuration key
+        <prefix><name>)"``.
+    """
+    infos = {info.name: info for info in section_params(cls)}
+    for name, value in values.items():
+        info = infos.get(name)
+        if info is None:
+            continue
+        try:
+            coerced = coerce(info.type, value, key=prefix + name)
+            check_range(info, coerced, key=prefix + name)
+        except ConfigError:
+            raise ConfigError(
+                f"{owner} parameter {name!r} must be {info.allowed()}; got {value!r} "
+                f"(configuration key {prefix}{name})"
+            ) from None
+
+
+def check_section(obj: Any, *, prefix: str) -> None:
+    """Type- and range-check every field of a section instance built in Python (the YAML
+    loader checks its values as it builds them); ``prefix`` is e.g. ``"evaluate."``."""
+    for info in section_params(type(obj)):
+        if dataclasses.is_dataclass(info.type):
+            continue
+        key = prefix + info.name
+        value = coerce(info.type, getattr(obj, info.name), key=key)
+        check_range(info, value, key=key)
+
+
+def describe_section(name: str, cls: type) -> list[str]:
+    """Markdown lines documenting every key of section ``name`` (for the reference/--help)."""
+    lines = []
+    doc = (cls.__doc__ or "").strip().splitlines()
+    lines.append(f"### `{name}`" + (f": {doc[0]}" if doc else ""))
+    lines.append("")
+    lines.append("| key | allowed | default | meaning |")
+    lines.append("|---|---|---|---|")
+    for info in section_params(cls):
+        if dataclasses.is_dataclass(info.type):
+            continue
+        default = "required" if info.default is MISSING else f"`{info.default!r}`"
+        allowed = info.allowed().replace("|", "\\|")
+        meaning = info.doc.replace("|", "\\|")
+        lines.append(f"| `{name}.{info.name}` | {allowed} | {default} | {meaning} |")
+    lines.append("")
+    return lines
