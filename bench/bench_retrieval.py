@@ -2,7 +2,7 @@
 
 Evaluates ``--queries`` queries against ``--candidates`` synthetic candidates (dimension ``--dim``,
 float32; each query's true target is a noisy copy of it) with
-:func:`pipeline.evaluation.cosine_retrieval` and :func:`pipeline.evaluation.csls_retrieval`
+:func:`pipeline.retrieval.cosine_retrieval` and :func:`pipeline.retrieval.csls_retrieval`
 (``source="queries"``, k = 10), and reports their wall times as ratios to a single dense
 matrix product of the same size (``queries × dim @ dim × candidates``), measured in the same run.
 The dense product is the floor any exact evaluation pays; the blocked run never holds the

@@ -32,6 +32,7 @@ import yaml
 
 from pipeline.errors import ConfigError
 from pipeline.params import (
+    ParamInfo,
     check_range,
     check_section,
     coerce,
@@ -706,6 +707,18 @@ def all_pairs(languages: Iterable[str]) -> list[tuple[str, str]]:
 
 
 # --------------------------------------------------------------------------- reference
+
+
+def param_info(key: str) -> ParamInfo:
+    """The declaration of ``section.key`` (type, default, range, doc)."""
+    section, _, name = key.partition(".")
+    hints = typing.get_type_hints(Config)
+    if section not in hints:
+        raise ConfigError(f"unknown configuration section {section!r}; sections: {list(hints)}")
+    for info in section_params(hints[section]):
+        if info.name == name:
+            return info
+    raise ConfigError(f"unknown configuration key {key!r}")
 
 
 def reference_markdown(sections: Sequence[str] | None = None) -> str:

@@ -6,7 +6,8 @@ YAML loader's type and range checks (:mod:`pipeline.config`), the solvers' keywo
 their checks at ``fit`` (:func:`check_params`), ``--help-config`` and the configuration
 reference (:func:`describe_section`), and the Airflow DAG's params.
 
-This module is a leaf: it imports nothing of the pipeline but :mod:`pipeline.errors`.
+This module is a leaf: it imports nothing of the pipeline but :mod:`pipeline.errors`, and
+nothing outside the standard library (the Airflow DAG imports it without numpy or Spark).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
 from pipeline.errors import ConfigError
 
 __all__ = [
@@ -31,6 +30,7 @@ __all__ = [
     "check_section",
     "coerce",
     "describe_section",
+    "json_schema",
     "param",
     "section_params",
 ]
@@ -193,7 +193,7 @@ def coerce(tp: Any, value: Any, *, key: str, where: str = "") -> Any:
             raise fail("a mapping")
         return {str(k): coerce(args[1], v, key=f"{key}.{k}", where=where) for k, v in value.items()}
     if tp is bool:
-        if not isinstance(value, bool | np.bool_):
+        if not isinstance(value, bool) and type(value).__name__ != "bool_":  # numpy.bool_
             raise fail("true or false")
         return bool(value)
     if tp is int:
@@ -269,6 +269,36 @@ def check_section(obj: Any, *, prefix: str) -> None:
         key = prefix + info.name
         value = coerce(info.type, getattr(obj, info.name), key=key)
         check_range(info, value, key=key)
+
+
+def json_schema(info: ParamInfo) -> dict[str, Any]:
+    """A JSON-schema fragment for the parameter (Airflow ``Param``s, UIs): type, enum, range."""
+    return _schema(info.type, info.range)
+
+
+def _schema(tp: Any, rng: Range | None) -> dict[str, Any]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        out = _schema(inner[0], rng) if len(inner) == 1 else {}
+        kinds = out.get("type", [])
+        out["type"] = [*(kinds if isinstance(kinds, list) else [kinds]), "null"]
+        return out
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin is list:
+        return {"type": "array", "items": _schema(args[0], rng)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema(args[1], None)}
+    out: dict[str, Any] = {
+        "type": {bool: "boolean", int: "integer", float: "number", str: "string"}[tp]
+    }
+    if rng is not None and tp in (int, float):
+        if rng.lo is not None:
+            out["exclusiveMinimum" if rng.lo_open else "minimum"] = rng.lo
+        if rng.hi is not None:
+            out["exclusiveMaximum" if rng.hi_open else "maximum"] = rng.hi
+    return out
 
 
 def describe_section(name: str, cls: type) -> list[str]:

@@ -59,6 +59,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,15 @@ from airflow.sdk import DAG, BaseHook, Param
 from airflow.sdk.exceptions import AirflowFailException
 
 REPO = Path(os.environ.get("CR5_REPO") or Path(__file__).resolve().parents[2])
-CHAIN: tuple[str, ...] = ("ingest", "split", "vocabulary", "tfidf", "train", "embed", "evaluate")
+# The pipeline's pure modules (stage names, parameter declarations; no Spark, no numpy) are
+# read from the repository this DAG submits, so the two cannot disagree.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from pipeline.config import param_info  # noqa: E402
+from pipeline.params import json_schema  # noqa: E402
+from pipeline.stages import DEMO_CHAIN  # noqa: E402
+
+CHAIN: tuple[str, ...] = DEMO_CHAIN
 CONN_ID = os.environ.get("CR5_SPARK_CONN_ID", "spark_default")
 SCHEDULE = os.environ.get("CR5_SCHEDULE", "0 3 3,22 * *")
 RETRIES = int(os.environ.get("CR5_RETRIES", "2"))
@@ -92,6 +101,13 @@ def _param(name: str, default: Any, **schema: Any) -> Param:
     return Param(DEFAULTS.get(name, default), **schema)
 
 
+def _declared(key: str) -> dict[str, Any]:
+    """JSON schema and description of configuration key ``key`` from its one declaration
+    (:mod:`pipeline.config`): the DAG accepts exactly what the jobs accept."""
+    info = param_info(key)
+    return {**json_schema(info), "description": f"{key}: {info.doc}"}
+
+
 PARAMS = {
     "corpus": _param(
         "corpus", None, type=["null", "string"], description="ingest.input (null: the profiles')"
@@ -104,12 +120,7 @@ PARAMS = {
         description="ingest.languages ([]: the profiles')",
     ),
     "lambda_grid": _param(
-        "lambda_grid",
-        [0.1, 1.0, 10.0],
-        type="array",
-        minItems=1,
-        items={"type": "number", "exclusiveMinimum": 0},
-        description="evaluate.lambda_grid (one value: train.lam, no selection)",
+        "lambda_grid", [0.1, 1.0, 10.0], minItems=1, **_declared("evaluate.lambda_grid")
     ),
     "profiles": _param(
         "profiles",

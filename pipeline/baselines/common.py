@@ -33,16 +33,17 @@ import numbers
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
 
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
-from pipeline.linalg.backend import CorpusBackend, TermLayout, pass_delta
+from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import LanczosResult
+from pipeline.linalg.cr5 import resolve_block_size
 
 __all__ = [
     "BaselineResult",
@@ -50,6 +51,7 @@ __all__ = [
     "check_params",
     "pass_delta",
     "pencil_eigsh",
+    "pencil_fit",
     "per_language",
     "stacked_components",
 ]
@@ -113,12 +115,7 @@ def per_language(
     backend: CorpusBackend, fn: Callable[[str], np.ndarray], max_workers: int | None = None
 ) -> dict[str, np.ndarray]:
     """``{lang: fn(lang)}``, languages run concurrently; result in language order."""
-    langs = backend.languages
-    workers = min(len(langs), max_workers or len(langs))
-    if workers == 1:
-        return {lang: fn(lang) for lang in langs}
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="baseline") as pool:
-        return dict(zip(langs, pool.map(fn, langs), strict=True))
+    return map_languages(backend.languages, fn, max_workers, thread_name="baseline")
 
 
 @dataclass
@@ -291,3 +288,50 @@ def pencil_eigsh(
         residual_norms=np.array(res_hist),
         n_restarts=n_restarts,
     )
+
+
+def pencil_fit(
+    method: str,
+    backend: CorpusBackend,
+    p: int,
+    apply_pair: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    solve: Callable[[np.ndarray], np.ndarray],
+    *,
+    r: int,
+    oversampling: int,
+    block_size: int | None,
+    eig_rtol: float,
+    eig_maxiter: int,
+    seed: int,
+    max_basis: int | None,
+    history: dict[str, Any],
+    solves: list[dict[str, Any]],
+    passes0: Any,
+    t_start: float,
+) -> tuple[PencilResult, dict[str, Any]]:
+    """The generalised eigensolve shared by CCA and OPCA, and its history record.
+
+    Runs :func:`pencil_eigsh` on ``apply_pair``/``solve`` (``p`` stacked terms)
+    with the block rule of :func:`resolve_block_size`, and completes ``history`` (``method``
+    first, then what the caller put in it) with the block width, the eigensolver's history,
+    the passes since ``passes0`` and the total time since ``t_start``.
+    """
+    b = resolve_block_size(r, oversampling, block_size, p)
+    eig = pencil_eigsh(
+        apply_pair,
+        solve,
+        p,
+        r,
+        block_size=b,
+        rtol=eig_rtol,
+        maxiter=eig_maxiter,
+        seed=seed,
+        max_basis=max_basis,
+        name=f"{method}/eigensolver",
+    )
+    seconds = time.perf_counter() - t_start
+    record = {"method": method, **history, "block_size": b, "eigensolver": eig.to_history()}
+    record["solves"] = solves
+    record["passes"] = pass_delta(passes0, backend.pass_counts)
+    record["timings"] = {"total": round(seconds, 4)}
+    return eig, record

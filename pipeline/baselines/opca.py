@@ -51,15 +51,13 @@ from pipeline.baselines.common import (
     check_params,
     is_int,
     is_pos,
-    pass_delta,
-    pencil_eigsh,
+    pencil_fit,
     per_language,
     stacked_components,
 )
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import block_cg
-from pipeline.linalg.cr5 import resolve_block_size
 from pipeline.linalg.operator import CallableOperator
 from pipeline.linalg.woodbury import global_mean
 
@@ -217,29 +215,25 @@ def fit_opca(
         )
         return res.x
 
-    b = resolve_block_size(r, oversampling, block_size, p)
-    eig = pencil_eigsh(
+    eig, history = pencil_fit(
+        "opca",
+        backend,
+        p,
         apply_pair,
         solve_a,
-        p,
-        r,
-        block_size=b,
-        rtol=eig_rtol,
-        maxiter=eig_maxiter,
+        r=r,
+        oversampling=oversampling,
+        block_size=block_size,
+        eig_rtol=eig_rtol,
+        eig_maxiter=eig_maxiter,
         seed=seed,
         max_basis=max_basis,
-        name="opca/eigensolver",
+        history={"params": params},
+        solves=cg_records,
+        passes0=passes0,
+        t_start=t_start,
     )
-    seconds = time.perf_counter() - t_start
-    history = {
-        "method": "opca",
-        "params": params,
-        "block_size": b,
-        "eigensolver": eig.to_history(),
-        "solves": cg_records,
-        "passes": pass_delta(passes0, backend.pass_counts),
-        "timings": {"total": round(seconds, 4)},
-    }
+    seconds = history["timings"]["total"]
     logger.info(
         "opca: r=%d: %d steps (converged=%s), %d CG solves in %.2fs",
         r,

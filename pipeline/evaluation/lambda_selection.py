@@ -79,7 +79,7 @@ def select_lambda(
         ``chosen_lam``, ``chosen_model``, ``curve`` (one entry per λ: lam, score, model,
         fit_seconds, reused, details) and ``backend_load_seconds``.
     """
-    from pipeline import training
+    from pipeline.stages import train as training
 
     t = cfg.train
     curve: list[dict[str, Any]] = []

@@ -22,7 +22,9 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -31,7 +33,7 @@ from pipeline.linalg.operator import as_block
 if TYPE_CHECKING:
     from pipeline.linalg.block_cg import BlockCGResult
 
-__all__ = ["PASS_DTYPES", "CorpusBackend", "TermLayout"]
+__all__ = ["PASS_DTYPES", "CorpusBackend", "TermLayout", "map_languages"]
 
 #: Allowed values of the backend ``dtype`` option (the arithmetic of one pass over X).
 PASS_DTYPES = ("float32", "float64")
@@ -268,3 +270,26 @@ def pass_delta(before: dict, after: dict) -> dict:
         kind: {m: after[kind].get(m, 0) - before[kind].get(m, 0) for m in after[kind]}
         for kind in ("passes", "column_passes")
     }
+
+
+_T = TypeVar("_T")
+
+
+def map_languages(
+    languages: Sequence[str],
+    fn: Callable[[str], _T],
+    max_workers: int | None = None,
+    *,
+    thread_name: str = "lang",
+) -> dict[str, _T]:
+    """``{lang: fn(lang)}`` in language order, languages run concurrently in threads.
+
+    Languages are independent (X is block-diagonal), and each ``fn`` spends its time in BLAS or
+    in a Spark job, both of which release the GIL. ``max_workers``: None, one per language;
+    1 runs in the calling thread.
+    """
+    workers = min(len(languages), max_workers or len(languages))
+    if workers <= 1:
+        return {lang: fn(lang) for lang in languages}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_name) as pool:
+        return dict(zip(languages, pool.map(fn, languages), strict=True))

@@ -37,7 +37,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +45,7 @@ import numpy as np
 from pipeline.config import SOLVER_KEYS, TrainConfig
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConfigError
-from pipeline.linalg.backend import CorpusBackend, TermLayout, pass_delta
+from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import (
     LanczosState,
     block_lanczos,
@@ -104,12 +103,7 @@ class CrossCovariance(BlockOperator):
         self.stage = "C"
 
     def _map(self, fn: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
-        langs = self.layout.languages
-        workers = min(len(langs), self.max_workers or len(langs))
-        if workers == 1:
-            return {lang: fn(lang) for lang in langs}
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cprod") as pool:
-            return dict(zip(langs, pool.map(fn, langs), strict=True))
+        return map_languages(self.layout.languages, fn, self.max_workers, thread_name="cprod")
 
     def _matmat(self, p: np.ndarray) -> np.ndarray:
         def one(lang: str) -> np.ndarray:

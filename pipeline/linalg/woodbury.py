@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
-from pipeline.linalg.backend import CorpusBackend, TermLayout
+from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import BlockOperator
 
@@ -253,12 +253,7 @@ class WoodburyInverse(BlockOperator):
             return result, time.perf_counter() - t0
 
         langs = self.layout.languages
-        workers = min(len(langs), self.max_workers or len(langs))
-        if workers > 1:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cg") as pool:
-                outs = dict(zip(langs, pool.map(solve_one, langs), strict=True))
-        else:
-            outs = {lang: solve_one(lang) for lang in langs}
+        outs = map_languages(langs, solve_one, self.max_workers, thread_name="cg")
         results = {lang: outs[lang][0] for lang in langs}
         record = SolveRecord(stage=stage, n_rhs=u.shape[1])
         for lang, (res, secs) in outs.items():

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["resolve_model_location", "ship_model"]
+__all__ = ["resolve_model_location", "ship_model", "worker_model"]
 
 _ARCHIVE = "sparkarchive:"
 _FILES = "sparkfiles:"
@@ -77,3 +77,25 @@ def resolve_model_location(location: str) -> str:
 
         return SparkFiles.get(location.split(":", 1)[1])
     return location
+
+
+# One model per Python worker process (workers are reused across tasks and jobs).
+_WORKER_MODELS: dict[str, Any] = {}
+
+
+def worker_model(location: str, version: str) -> Any:
+    """On an executor: the :class:`~pipeline.model.Cr5Model` shipped to ``location``, loaded
+    once per Python worker and per ``version`` (e.g. the model's ``created_utc``: in local mode
+    the location is the model's path, which a retrained model reuses).
+
+    Loaded lazily (only the languages the worker meets) and without checksums: the driver
+    verified them before shipping; sizes are still checked.
+    """
+    from pipeline.model.cr5_model import Cr5Model
+
+    key = f"{location}@{version}"
+    if key not in _WORKER_MODELS:
+        _WORKER_MODELS[key] = Cr5Model.load(
+            resolve_model_location(location), verify=False, lazy=True
+        )
+    return _WORKER_MODELS[key]

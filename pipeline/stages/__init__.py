@@ -1,35 +1,39 @@
-"""The registry of pipeline stages, in run order.
+"""The pipeline's stages, one module each, in run order.
 
-A stage is ``run(spark, cfg) -> report``: it reads its input datasets, writes its
-output dataset(s) atomically and returns a JSON-serialisable report.
+A stage is ``pipeline.stages.<name>.run(spark, cfg) -> report``: it reads its input datasets,
+writes its output dataset(s) atomically and returns a JSON-serialisable report. Modules are
+imported lazily (a job loads only what it runs), and importing this package imports no Spark,
+so deployment code (the Airflow DAG) can read :data:`STAGES` and :data:`DEMO_CHAIN`.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
-
-from pipeline.config import Config
 from pipeline.errors import ConfigError
 
-StageFn = Callable[[SparkSession, Config], dict[str, Any]]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-# name -> "module:function"; imported lazily so a job only loads what it runs.
-STAGES: dict[str, str] = {
-    "ingest": "pipeline.stages.ingest:run",
-    "ingest_wikipedia": "pipeline.stages.ingest_wikipedia:run",
-    "vocabulary": "pipeline.stages.vocabulary:run",
-    "tfidf": "pipeline.stages.tfidf:run",
-    "train": "pipeline.stages.train:run",
-    "embed": "pipeline.stages.embed:run",
-    "split": "pipeline.stages.split:run",
-    "evaluate": "pipeline.stages.evaluate:run",
-}
+    from pipeline.config import Config
 
-# What the README's main command runs on the bundled sample.
+StageFn = Callable[["SparkSession", "Config"], dict[str, Any]]
+
+#: Every stage, in run order (each is the module ``pipeline.stages.<name>``).
+STAGES: tuple[str, ...] = (
+    "ingest",
+    "ingest_wikipedia",
+    "split",
+    "vocabulary",
+    "tfidf",
+    "train",
+    "embed",
+    "evaluate",
+)
+
+#: What the README's main command (and the Airflow DAG) runs: the aligned-corpus chain.
 DEMO_CHAIN: tuple[str, ...] = (
     "ingest",
     "split",
@@ -42,7 +46,7 @@ DEMO_CHAIN: tuple[str, ...] = (
 
 
 def get_stage(name: str) -> StageFn:
+    """The ``run`` function of stage ``name`` (imports its module)."""
     if name not in STAGES:
         raise ConfigError(f"unknown stage {name!r}; stages are: {', '.join(STAGES)}")
-    module, _, func = STAGES[name].partition(":")
-    return getattr(importlib.import_module(module), func)
+    return importlib.import_module(f"pipeline.stages.{name}").run

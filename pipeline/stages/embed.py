@@ -17,9 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,63 +25,22 @@ from pipeline.config import Config
 from pipeline.errors import InputDataError, ModelError
 from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
-from pipeline.model.cr5_model import Cr5Model
+from pipeline.model.batches import embed_batch
 from pipeline.model.format import read_model_json, verify_files
-from pipeline.model.shipping import resolve_model_location, ship_model
+from pipeline.model.shipping import ship_model, worker_model
 
 log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = "doc_id string, lang string, concept_id string, n_terms int, vector array<float>"
 
-# One model per Python worker process, keyed by its location.
-_MODELS: dict[str, Cr5Model] = {}
-
-
-def _model_at(location: str) -> Cr5Model:
-    if location not in _MODELS:
-        # The driver verified the checksums; executors check sizes only.
-        _MODELS[location] = Cr5Model.load(resolve_model_location(location), verify=False, lazy=True)
-    return _MODELS[location]
-
-
-def embed_batch(model: Cr5Model, batch: pa.RecordBatch, *, normalize: bool) -> pa.RecordBatch:
-    """Embed one Arrow batch (columns doc_id, lang, text[, concept_id]); one row per doc."""
-    n = batch.num_rows
-    r = model.dim
-    vectors = np.zeros((n, r), dtype=np.float32)
-    counts = np.zeros(n, dtype=np.int32)
-    langs = batch.column("lang")
-    for lang in pc.unique(langs).to_pylist():
-        rows = np.flatnonzero(pc.equal(langs, lang).to_numpy(zero_copy_only=False))
-        texts = batch.column("text").take(pa.array(rows))
-        v, c = model.embed_with_counts(texts, lang)
-        vectors[rows] = v
-        counts[rows] = c
-    if normalize:
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        np.divide(vectors, norms, out=vectors, where=norms > 0)
-    names = batch.schema.names
-    concept = batch.column("concept_id") if "concept_id" in names else pa.nulls(n, pa.string())
-    offsets = pa.array(np.arange(0, (n + 1) * r, r, dtype=np.int32))
-    return pa.RecordBatch.from_arrays(
-        [
-            batch.column("doc_id"),
-            langs,
-            concept,
-            pa.array(counts),
-            pa.ListArray.from_arrays(offsets, pa.array(vectors.ravel())),
-        ],
-        names=["doc_id", "lang", "concept_id", "n_terms", "vector"],
-    )
-
 
 def embed_fn(
-    location: str, *, normalize: bool
+    location: str, version: str, *, normalize: bool
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function; captures only strings and flags."""
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        model = _model_at(location)
+        model = worker_model(location, version)
         for batch in batches:
             yield embed_batch(model, batch, normalize=normalize)
 
@@ -155,7 +112,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(e.batch_rows))
     t0 = time.perf_counter()
     out = docs.filter(F.col("lang").isin(wanted)).mapInArrow(
-        embed_fn(location, normalize=e.normalize), OUTPUT_SCHEMA
+        embed_fn(location, str(meta.get("created_utc")), normalize=e.normalize), OUTPUT_SCHEMA
     )
     path = cfg.paths.dataset("embeddings")
     out = out.persist()
