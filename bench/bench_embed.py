@@ -39,7 +39,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -53,12 +52,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-import scipy
 import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.machine import machine_info  # noqa: E402
 
 LANG_CODES = ("en", "de", "fr", "es", "it", "nl", "pl", "ru", "sv", "fi")
 MB = 1024.0 * 1024.0
@@ -69,32 +69,6 @@ def emit(line: str = "") -> None:
 
 
 # --- machine ----------------------------------------------------------------------------------
-
-
-def machine_info() -> dict:
-    model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import pyspark
-
-    return {
-        "cpu_model": model,
-        "cores": os.cpu_count(),
-        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3, 1),
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "pyarrow": pa.__version__,
-        "pyspark": pyspark.__version__,
-    }
 
 
 def rss_now_mb() -> float:
@@ -697,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
             "spark_master",
         )
     }
-    res: dict = {"machine": machine_info(), "config": config}
+    res: dict = {"machine": machine_info("pyarrow", "pyspark"), "config": config}
     m = res["machine"]
     emit("# Embedding benchmark (bench/bench_embed.py)")
     emit()

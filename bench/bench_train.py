@@ -33,7 +33,6 @@ import argparse
 import importlib.util
 import json
 import logging
-import platform
 import resource
 import sys
 import tempfile
@@ -42,7 +41,6 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-import scipy
 import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg, eigsh
@@ -52,6 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.ddtp_sample import load_sample_corpus  # noqa: E402
+from bench.machine import machine_info  # noqa: E402
 from bench.synthetic import SyntheticCorpus, make_synthetic_corpus  # noqa: E402
 
 log = logging.getLogger("bench_train")
@@ -96,36 +95,6 @@ class Measure:
             "tracemalloc_peak_mb": round(self.heap_peak_mb, 1),
             "maxrss_after_mb": round(self.maxrss_mb, 1),
         }
-
-
-def machine_info() -> dict:
-    model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    try:
-        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
-    except (ValueError, OSError):
-        mem_gb = None
-    return {
-        "cores": os.cpu_count(),
-        "cpu_model": model,
-        "memory_gb": None if mem_gb is None else round(mem_gb, 1),
-        "load_average_at_start": None if load is None else [round(x, 2) for x in load],
-        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-    }
 
 
 # --- pass accounting for our backend ----------------------------------------------------------

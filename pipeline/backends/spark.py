@@ -26,19 +26,13 @@ One pass = one Spark job
     job description. A language cached as a single block runs whole CG solves in one task
     (:meth:`SparkCorpusBackend.solve_gram`).
 
-Per-pass overhead (measured, ``bench/bench_backend_overhead.py`` -> ``bench/results/
-backend_overhead.txt``; local[2] on 2 cores, OPENBLAS_NUM_THREADS=1, float32, b = 120)
-    Bundled DDTP sample, 4 languages, n_l = 2.0-4.0k rows, p_l = 5.9-9.7k, nnz 90-175k
-    (0.7-1.4 MB of CSR per language), 1 block per language: one gram pass costs 59-84 ms on
-    Spark against 3-8 ms locally (ratio 11-23; with 2 blocks per language it was 80-115 ms).
-    Nearly all of it is fixed per job: a job that only unpickles the cached block takes
-    28-43 ms, a no-op Python job 66-72 ms (scheduling + Python task launch with reused
-    workers; a pure JVM job ~30 ms), the broadcast of V (p_l x 120 float32, 2.8-4.6 MB)
-    6-7 ms on the driver. It does not grow with b, so it amortises over wide blocks and large
-    partitions; this is why single-block languages run whole CG solves in one task
-    (:meth:`SparkCorpusBackend.solve_gram`). The 3-language test problem (n_l ~ 55, b = 7): ~100 ms
-    per pass. Task functions must be importable module-level functions: a lambda defined in
-    ``__main__`` (pickled by value) was measured to add ~0.5 s to every job.
+Per-pass overhead
+    Nearly all of a pass's cost on one machine is fixed per Spark job (scheduling, Python task
+    launch, unpickling the cached block, the broadcast), so it amortises over wide blocks and
+    large partitions; this is why single-block languages run whole CG solves in one task
+    (:meth:`SparkCorpusBackend.solve_gram`). Task functions must be importable module-level
+    functions: a lambda defined in ``__main__`` is pickled by value into every job. Measured
+    figures: ``bench/README.md``, "Spark per-pass overhead".
 
 Pickling
     Only sizes and the driver-side statistics are pickled; the SparkContext and the cached RDDs
@@ -676,9 +670,9 @@ class SparkCorpusBackend(CorpusBackend):
         the compact partials into a dense float64 array of shape (n_rows, b).
 
         Up to :data:`TREE_REDUCE_ABOVE` partitions the partials are collected and added
-        straight into the output (``out[ids] += values``): merging them pairwise first, as
-        ``treeReduce`` does, cost 69 ms against 22 ms for three 48k x 70 partials. Beyond
-        that, ``treeReduce`` merges on the executors so the driver receives one partial.
+        straight into the output (``out[ids] += values``), which is cheaper than merging them
+        pairwise first as ``treeReduce`` does (bench/README.md); beyond that, ``treeReduce``
+        merges on the executors so the driver receives one partial.
         """
         rdd = self._rdd(lang)
         value = np.ascontiguousarray(block, dtype=self.dtype)
@@ -713,11 +707,9 @@ class SparkCorpusBackend(CorpusBackend):
         A row-partitioned language needs one job per CG iteration (the partitions' partials
         must be summed before the next step); a language in a single block does not, so the
         solve runs next to its block: one job, one broadcast of the right-hand sides, one
-        result, instead of ~15 jobs each moving a p_l x b block both ways. Measured on the
-        200k-document synthetic corpus (bench/README.md), local[2], r = 50: the fit took
-        36.5 s with 3 row partitions per language and 14.2 s with in-task solves, against
-        9.8 s / 9.9 s for the local backend in the same runs. Other languages return None
-        (the caller drives :meth:`gram` passes). Iterations count as gram passes.
+        result, instead of ~15 jobs each moving a p_l x b block both ways (measured in
+        bench/README.md). Other languages return None (the caller drives :meth:`gram`
+        passes). Iterations count as gram passes.
         """
         rdd = self._rdd(lang)
         if rdd.getNumPartitions() != 1:

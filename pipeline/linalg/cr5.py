@@ -236,17 +236,12 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     Random start (``warm=False``): ``min(r + oversampling, max(32, r // 6))``. A block of
     r + oversampling columns needs few iterations, but its Krylov space is poor per column
     (polynomial degree = iterations), so it applies M to several times more columns than
-    needed. Measured on the synthetic 20k-document corpus (bench/synthetic.py, r = 300, paper
-    tolerances, 1 BLAS thread): b = 320: 24.7 s, 78k column-passes; b = 100: 13.3 s; b = 50:
-    10.1 s, 44k column-passes, same P@1; b = 20: 15.3 s. For r = 50: b = 70: 3.4 s, b = 32: 2.2 s.
+    needed.
 
     Warm start (:func:`surrogate_warm_start`): the start block already holds most of the
     leading subspace, so a block of ``r + oversampling`` columns converges in two iterations
-    — while it is at most 128 wide; wider, the narrow rule wins again. Measured on the 200k
-    corpus: r = 50: b = 64: 2 iterations, 5.5k gram column-passes, 9.3 s; b = 48: 5
-    iterations, 10k, 15.0 s; b = 32: 6 iterations, 8.3k, 11.2 s. r = 100: b = 120: 10.3k,
-    19.8 s; b = 64: 16.7k, 24.6 s. r = 300 (20k corpus): b = 50: 28k, 7.6 s; b = 64: 31k;
-    b = 100: 37k, 10.7 s.
+    — while it is at most 128 wide; wider, the narrow rule wins again. The measurements behind
+    both rules: bench/README.md, "Block width".
     """
     wide = r + oversampling
     if warm and wide <= 128:

@@ -39,10 +39,10 @@ from pipeline.retrieval.topk import (
     DEFAULT_K,
     DEFAULT_TIE_TOL,
     RetrievalResult,
-    _blocked_search,
-    _check_common,
-    _check_embeddings,
-    _check_positive_int,
+    blocked_search,
+    check_common,
+    check_embeddings,
+    check_positive_int,
     inverse_row_norms,
 )
 
@@ -126,7 +126,7 @@ def _resolve_source(
             "source='collection' needs source_embeddings (n_source, r): the source-language "
             "collection r_S is computed over"
         )
-    return _check_embeddings(source_embeddings, "source_embeddings", queries.shape[1]), "collection"
+    return check_embeddings(source_embeddings, "source_embeddings", queries.shape[1]), "collection"
 
 
 def mean_rows(top: np.ndarray) -> np.ndarray:
@@ -156,17 +156,17 @@ def mean_topk_similarity(
     -------
     ndarray of shape (n_x,), float32
     """
-    x = _check_embeddings(x, "x")
-    y = _check_embeddings(y, "y", x.shape[1])
-    k = _check_positive_int(k, "k")
-    out = _blocked_search(
+    x = check_embeddings(x, "x")
+    y = check_embeddings(y, "y", x.shape[1])
+    k = check_positive_int(k, "k")
+    out = blocked_search(
         x,
         inverse_row_norms(x, name="x"),
         y,
         inverse_row_norms(y, name="y"),
         raw_k=k,
-        block_q=_check_positive_int(block_x, "block_x"),
-        block_c=_check_positive_int(block_y, "block_y"),
+        block_q=check_positive_int(block_x, "block_x"),
+        block_c=check_positive_int(block_y, "block_y"),
     )
     return mean_rows(out.raw_scores)
 
@@ -200,9 +200,9 @@ def csls_terms(
     -------
     CSLSTerms
     """
-    q = _check_embeddings(queries, "queries")
-    c = _check_embeddings(candidates, "candidates", q.shape[1])
-    k = _check_positive_int(k, "k")
+    q = check_embeddings(queries, "queries")
+    c = check_embeddings(candidates, "candidates", q.shape[1])
+    k = check_positive_int(k, "k")
     src, source_name = _resolve_source(q, source, source_embeddings)
     k_t = effective_k(k, c.shape[0], "candidate set")
     k_s = effective_k(k, src.shape[0], f"source set ({source_name})")
@@ -311,10 +311,10 @@ def csls_retrieval(
     RetrievalResult
         With ``similarity="csls"``, ``csls_source`` and ``csls_k`` set.
     """
-    q, c, t, k, block_q, block_c, tol = _check_common(
+    q, c, t, k, block_q, block_c, tol = check_common(
         queries, candidates, targets, k, block_q, block_c, tie_tol
     )
-    csls_k = _check_positive_int(csls_k, "csls_k")
+    csls_k = check_positive_int(csls_k, "csls_k")
     src, source_name = _resolve_source(q, source, source_embeddings)
     k_t = effective_k(csls_k, c.shape[0], "candidate set")
     k_s = effective_k(csls_k, src.shape[0], f"source set ({source_name})")
@@ -324,12 +324,12 @@ def csls_retrieval(
     src_inv = q_inv if source_name == "queries" else inverse_row_norms(src, name="source")
     # Pass 1: r_S(c) over the source set (candidates play the query role).
     r_s = mean_rows(
-        _blocked_search(
+        blocked_search(
             c, c_inv, src, src_inv, raw_k=k_s, block_q=block_q, block_c=block_c
         ).raw_scores
     )
     # Pass 2: rank by 2 cos - r_S; the plain cosines of the same blocks give r_T.
-    out = _blocked_search(
+    out = blocked_search(
         q,
         q_inv,
         c,

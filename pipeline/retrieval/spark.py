@@ -41,15 +41,15 @@ from pipeline.retrieval.topk import (
     DEFAULT_K,
     DEFAULT_TIE_TOL,
     RetrievalResult,
-    _blocked_search,
-    _check_embeddings,
-    _check_positive_int,
-    _check_tie_tol,
-    _scaled_rows,
+    blocked_search,
+    check_embeddings,
+    check_positive_int,
+    check_tie_tol,
     count_at_or_above_target,
     inverse_row_norms,
     merge_topk,
     ranks_from_counts,
+    scaled_rows,
     target_scores,
     topk_of_scores,
 )
@@ -119,7 +119,7 @@ def _partition_fn(
             seen += idx.size
             c_inv = inverse_row_norms(vec, name="candidates")
             if kind == "r_source":
-                out = _blocked_search(
+                out = blocked_search(
                     vec,
                     c_inv,
                     b["source"],
@@ -138,7 +138,7 @@ def _partition_fn(
             for c_lo in range(0, idx.size, block_c):
                 c_hi = min(c_lo + block_c, idx.size)
                 c_idx = idx[c_lo:c_hi]
-                c_blk = _scaled_rows(vec[c_lo:c_hi], c_inv[c_lo:c_hi])
+                c_blk = scaled_rows(vec[c_lo:c_hi], c_inv[c_lo:c_hi])
                 bias = None
                 if rs_all is not None:
                     pos = np.searchsorted(b["r_source_index"], c_idx)
@@ -149,7 +149,7 @@ def _partition_fn(
                 local_t = np.where(c_idx[t_pos] == b["targets"], t_pos, -1)
                 for q_lo in range(0, n_q, block_q):
                     rows = slice(q_lo, min(q_lo + block_q, n_q))
-                    s = _scaled_rows(q[rows], b["queries_inv"][rows]) @ c_blk.T
+                    s = scaled_rows(q[rows], b["queries_inv"][rows]) @ c_blk.T
                     if raw_k:
                         if raw_k < s.shape[1]:
                             part = -np.partition(-s, raw_k - 1, axis=1)[:, :raw_k]
@@ -243,13 +243,13 @@ def retrieve_spark(
     """
     if similarity not in ("cosine", "csls"):
         raise InputDataError(f"similarity must be 'cosine' or 'csls'; got {similarity!r}")
-    q = _check_embeddings(queries, "queries")
+    q = check_embeddings(queries, "queries")
     dim = q.shape[1]
-    k = _check_positive_int(k, "k")
-    csls_k = _check_positive_int(csls_k, "csls_k")
-    block_q = _check_positive_int(block_q, "block_q")
-    block_c = _check_positive_int(block_c, "block_c")
-    tol = _check_tie_tol(tie_tol)
+    k = check_positive_int(k, "k")
+    csls_k = check_positive_int(csls_k, "csls_k")
+    block_q = check_positive_int(block_q, "block_q")
+    block_c = check_positive_int(block_c, "block_c")
+    tol = check_tie_tol(tie_tol)
     t = np.asarray(targets)
     if t.shape != (q.shape[0],) or (t.size and not np.issubdtype(t.dtype, np.integer)):
         raise InputDataError(f"targets must be {q.shape[0]} integer index values; got {t.shape}")
@@ -289,7 +289,7 @@ def retrieve_spark(
         valid = t >= 0
         t_vec[valid] = g_vec[np.searchsorted(g_idx, t[valid])]
     t_inv = inverse_row_norms(t_vec, name="candidates")
-    t_cos = target_scores(_scaled_rows(q, q_inv), _scaled_rows(t_vec, t_inv), t)
+    t_cos = target_scores(scaled_rows(q, q_inv), scaled_rows(t_vec, t_inv), t)
 
     persisted = False
     if similarity == "csls" and not candidates.is_cached:
@@ -310,7 +310,7 @@ def retrieve_spark(
             else:
                 if source_embeddings is None:
                     raise InputDataError("source='collection' needs source_embeddings")
-                src = _check_embeddings(source_embeddings, "source_embeddings", dim)
+                src = check_embeddings(source_embeddings, "source_embeddings", dim)
             k_s = effective_k(csls_k, src.shape[0], f"source set ({source})")
             bc1 = sc.broadcast({"source": src, "source_inv": inverse_row_norms(src, name="source")})
             try:

@@ -131,7 +131,7 @@ class RetrievalResult:
 # --- validation ------------------------------------------------------------------------------
 
 
-def _check_embeddings(x: object, name: str, dim: int | None = None) -> np.ndarray:
+def check_embeddings(x: object, name: str, dim: int | None = None) -> np.ndarray:
     """Return ``x`` as a 2-D float array (float32 kept, other floats later cast per block)."""
     arr = np.asarray(x)
     if arr.ndim != 2:
@@ -170,13 +170,13 @@ def _check_targets(targets: object, n_q: int, n_c: int) -> np.ndarray:
     return t
 
 
-def _check_positive_int(value: object, name: str) -> int:
+def check_positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise InputDataError(f"{name} must be a positive integer; got {value!r}")
     return int(value)
 
 
-def _check_tie_tol(tie_tol: object) -> float:
+def check_tie_tol(tie_tol: object) -> float:
     try:
         tol = float(tie_tol)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -238,7 +238,7 @@ def inverse_row_norms(x: np.ndarray, *, name: str = "embeddings") -> np.ndarray:
     return out
 
 
-def _scaled_rows(x: np.ndarray, inv_norms: np.ndarray) -> np.ndarray:
+def scaled_rows(x: np.ndarray, inv_norms: np.ndarray) -> np.ndarray:
     """``x * inv_norms[:, None]`` in float32 (the one normalisation formula used everywhere)."""
     return np.asarray(x, dtype=np.float32) * inv_norms[:, None]
 
@@ -255,8 +255,8 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (n, r), float32
     """
-    x = _check_embeddings(x, "embeddings")
-    return _scaled_rows(x, inverse_row_norms(x))
+    x = check_embeddings(x, "embeddings")
+    return scaled_rows(x, inverse_row_norms(x))
 
 
 # --- top-k primitives ------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def topk_of_scores(scores: np.ndarray, k: int, offset: int = 0) -> tuple[np.ndar
     scores = np.asarray(scores)
     if scores.ndim != 2:
         raise InputDataError(f"scores must be 2-D (n, m); got shape {scores.shape}")
-    k = _check_positive_int(k, "k")
+    k = check_positive_int(k, "k")
     n, m = scores.shape
     kk = min(k, m)
     if n == 0 or kk == 0:
@@ -351,8 +351,8 @@ def partial_topk(
     indices : ndarray of shape (n, min(k, m)), int64
         Global candidate indices.
     """
-    q_block = _check_embeddings(q_block, "q_block")
-    c_block = _check_embeddings(c_block, "c_block", q_block.shape[1])
+    q_block = check_embeddings(q_block, "q_block")
+    c_block = check_embeddings(c_block, "c_block", q_block.shape[1])
     scores = np.asarray(q_block, dtype=np.float32) @ np.asarray(c_block, dtype=np.float32).T
     return topk_of_scores(scores, k, offset)
 
@@ -378,7 +378,7 @@ def merge_topk(
     scores : ndarray of shape (n, min(k, Σ k_i))
     indices : ndarray of shape (n, min(k, Σ k_i)), int64
     """
-    k = _check_positive_int(k, "k")
+    k = check_positive_int(k, "k")
     if len(partials) == 0:
         raise InputDataError("merge_topk needs at least one partial (scores, indices) pair")
     n = None
@@ -472,7 +472,7 @@ def count_at_or_above_target(
             f"scores {scores.shape}, target_scores {ts.shape} and targets {tg.shape} "
             "must have shapes (n, m), (n,), (n,)"
         )
-    tol = _check_tie_tol(tie_tol)
+    tol = check_tie_tol(tie_tol)
     threshold = (ts - tol).astype(scores.dtype, copy=False)
     counts = np.count_nonzero(scores >= threshold[:, None], axis=1).astype(np.int64)
     local = tg - offset
@@ -577,7 +577,7 @@ class _SearchOutput:
     target_scores: np.ndarray | None  # adjusted target scores
 
 
-def _blocked_search(
+def blocked_search(
     queries: np.ndarray,
     q_inv_norms: np.ndarray,
     candidates: np.ndarray,
@@ -611,8 +611,8 @@ def _blocked_search(
         for q_lo in range(0, n_q, block_q):  # by query block: O(block_q × r) memory
             rows = slice(q_lo, min(q_lo + block_q, n_q))
             t_scores[rows] = target_scores(
-                _scaled_rows(queries[rows], q_inv_norms[rows]),
-                _scaled_rows(candidates[safe[rows]], c_inv_norms[safe[rows]]),
+                scaled_rows(queries[rows], q_inv_norms[rows]),
+                scaled_rows(candidates[safe[rows]], c_inv_norms[safe[rows]]),
                 targets[rows],
             )
         if col_bias is not None:
@@ -621,11 +621,11 @@ def _blocked_search(
         counts = np.zeros(n_q, dtype=np.int64)
     for c_lo in range(0, n_c, block_c):
         c_hi = min(c_lo + block_c, n_c)
-        c_blk = _scaled_rows(candidates[c_lo:c_hi], c_inv_norms[c_lo:c_hi])
+        c_blk = scaled_rows(candidates[c_lo:c_hi], c_inv_norms[c_lo:c_hi])
         bias = None if col_bias is None else col_bias[c_lo:c_hi][None, :]
         for q_lo in range(0, n_q, block_q):
             rows = slice(q_lo, min(q_lo + block_q, n_q))
-            q_blk = _scaled_rows(queries[rows], q_inv_norms[rows])
+            q_blk = scaled_rows(queries[rows], q_inv_norms[rows])
             s = q_blk @ c_blk.T
             if raw is not None:
                 raw.update(rows, s, c_lo)
@@ -648,7 +648,7 @@ def _blocked_search(
     )
 
 
-def _check_common(
+def check_common(
     queries: object,
     candidates: object,
     targets: object,
@@ -657,17 +657,17 @@ def _check_common(
     block_c: object,
     tie_tol: object,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int, float]:
-    q = _check_embeddings(queries, "queries")
-    c = _check_embeddings(candidates, "candidates", q.shape[1])
+    q = check_embeddings(queries, "queries")
+    c = check_embeddings(candidates, "candidates", q.shape[1])
     t = _check_targets(targets, q.shape[0], c.shape[0])
     return (
         q,
         c,
         t,
-        _check_positive_int(k, "k"),
-        _check_positive_int(block_q, "block_q"),
-        _check_positive_int(block_c, "block_c"),
-        _check_tie_tol(tie_tol),
+        check_positive_int(k, "k"),
+        check_positive_int(block_q, "block_q"),
+        check_positive_int(block_c, "block_c"),
+        check_tie_tol(tie_tol),
     )
 
 
@@ -709,10 +709,10 @@ def cosine_retrieval(
     InputDataError
         On malformed inputs (shapes, non-finite values, out-of-range targets, bad parameters).
     """
-    q, c, t, k, block_q, block_c, tol = _check_common(
+    q, c, t, k, block_q, block_c, tol = check_common(
         queries, candidates, targets, k, block_q, block_c, tie_tol
     )
-    out = _blocked_search(
+    out = blocked_search(
         q,
         inverse_row_norms(q, name="queries"),
         c,

@@ -33,16 +33,9 @@ STAGES: tuple[str, ...] = (
     "evaluate",
 )
 
-#: What the README's main command (and the Airflow DAG) runs: the aligned-corpus chain.
-DEMO_CHAIN: tuple[str, ...] = (
-    "ingest",
-    "split",
-    "vocabulary",
-    "tfidf",
-    "train",
-    "embed",
-    "evaluate",
-)
+#: What the README's main command (and the Airflow DAG) runs: the aligned-corpus chain, i.e.
+#: every stage but the Wikipedia ingestion (an alternative first stage).
+DEMO_CHAIN: tuple[str, ...] = tuple(s for s in STAGES if s != "ingest_wikipedia")
 
 
 def get_stage(name: str) -> StageFn:

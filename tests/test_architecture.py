@@ -1,0 +1,116 @@
+"""The package's layering, checked on the code: config at the bottom, maths free of engines and
+I/O, the model API free of Spark, no private names imported across modules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "pipeline"
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute module names imported by ``path`` (module level and inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _modules(sub: str) -> list[Path]:
+    return sorted((PKG / sub).rglob("*.py")) if sub else sorted(PKG.glob("*.py"))
+
+
+def _fresh_import(module: str) -> set[str]:
+    code = (
+        f"import sys, {module}\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith(('pipeline', 'pyspark'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.split())
+
+
+def test_model_api_loads_no_spark_backend_or_evaluation():
+    loaded = _fresh_import("pipeline.model")
+    assert not {m for m in loaded if m.startswith("pyspark")}
+    forbidden = (
+        "pipeline.backends",
+        "pipeline.evaluation",
+        "pipeline.retrieval",
+        "pipeline.stages",
+    )
+    assert not {m for m in loaded if m.startswith(forbidden)}, sorted(loaded)
+
+
+def test_config_is_a_leaf():
+    allowed = {"pipeline.errors", "pipeline.params", "pipeline.wikipedia.config"}
+    for path in (PKG / "config.py", PKG / "params.py", PKG / "wikipedia" / "config.py"):
+        inner = {m for m in _imports(path) if m.startswith("pipeline")}
+        assert {m.rsplit(".", 1)[0] if m not in allowed else m for m in inner} <= allowed | {
+            "pipeline"
+        }, (path, inner)
+    # And it loads without numpy, pyarrow or Spark (the Airflow DAG imports it).
+    loaded = _fresh_import("pipeline.config")
+    assert loaded <= {"pipeline", "pipeline.errors", "pipeline.params", "pipeline.config"} | {
+        "pipeline.wikipedia",
+        "pipeline.wikipedia.config",
+    }
+
+
+@pytest.mark.parametrize("path", _modules("linalg"), ids=lambda p: p.name)
+def test_linalg_is_maths_only(path):
+    bad = {
+        m
+        for m in _imports(path)
+        if m.startswith(
+            ("pyspark", "pyarrow", "pipeline.io", "pipeline.backends", "pipeline.stages")
+        )
+        or m.startswith(("pipeline.evaluation", "pipeline.retrieval", "pipeline.model"))
+    }
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules("retrieval") if p.name != "spark.py"] + _modules("baselines"),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_retrieval_and_baselines_need_no_spark(path):
+    bad = {m for m in _imports(path) if m.startswith(("pyspark", "pipeline.stages", "pipeline.io"))}
+    assert not bad, f"{path} imports {sorted(bad)}"
+
+
+def test_no_private_names_imported_across_modules():
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline"):
+                offenders += [
+                    f"{path.relative_to(ROOT)}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and a.name != "__version__"
+                ]
+    assert not offenders, offenders
+
+
+def test_every_stage_is_a_module_with_run():
+    from pipeline.stages import DEMO_CHAIN, STAGES, get_stage
+
+    assert set(DEMO_CHAIN) <= set(STAGES)
+    on_disk = {p.stem for p in (PKG / "stages").glob("*.py")} - {"__init__"}
+    assert on_disk == set(STAGES)
+    for name in STAGES:
+        assert callable(get_stage(name))
