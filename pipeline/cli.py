@@ -94,6 +94,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from pipeline.config import reference_markdown
+
+    print(reference_markdown(args.section or None))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -121,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     i.add_argument("--idf-from", help="Parquet with lang, term, idf (e.g. out/vocabulary)")
     i.set_defaults(fn=cmd_import)
+    c = sub.add_parser(
+        "config-reference", help="print every configuration key as Markdown (docs/configuration.md)"
+    )
+    c.add_argument("--section", action="append", help="only this section; repeatable")
+    c.set_defaults(fn=cmd_config_reference)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

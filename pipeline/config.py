@@ -727,6 +727,17 @@ def reference_markdown(sections: Sequence[str] | None = None) -> str:
     hints = typing.get_type_hints(Config)
     names = sections or [f.name for f in dataclasses.fields(Config)]
     lines: list[str] = []
+    if not sections:
+        lines += [
+            "# Configuration reference",
+            "",
+            "Every key of every section: its allowed values, default and meaning, generated from",
+            "the declarations in `pipeline/config.py` (`python -m pipeline config-reference >",
+            "docs/configuration.md`; a test keeps this file current). `jobs/<stage>.py",
+            "--help-config [SECTION]` prints the same. Set keys in a YAML profile (`--conf`) or",
+            "with `--set section.key=value` (the value is YAML).",
+            "",
+        ]
     for name in names:
         if name not in hints:
             raise ConfigError(f"unknown configuration section {name!r}; sections: {list(hints)}")

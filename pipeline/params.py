@@ -13,7 +13,9 @@ nothing outside the standard library (the Airflow DAG imports it without numpy o
 from __future__ import annotations
 
 import dataclasses
+import json
 import numbers
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -301,18 +303,28 @@ def _schema(tp: Any, rng: Range | None) -> dict[str, Any]:
     return out
 
 
+def _plain(text: str) -> str:
+    """Sphinx roles and double backticks to plain Markdown code spans."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
 def describe_section(name: str, cls: type) -> list[str]:
     """Markdown lines documenting every key of section ``name`` (for the reference/--help)."""
     lines = []
     doc = (cls.__doc__ or "").strip().splitlines()
-    lines.append(f"### `{name}`" + (f": {doc[0]}" if doc else ""))
+    lines.append(f"### `{name}`" + (f": {_plain(doc[0])}" if doc else ""))
     lines.append("")
     lines.append("| key | allowed | default | meaning |")
     lines.append("|---|---|---|---|")
     for info in section_params(cls):
         if dataclasses.is_dataclass(info.type):
             continue
-        default = "required" if info.default is MISSING else f"`{info.default!r}`"
+        default = (
+            "required"
+            if info.default is MISSING
+            else f"`{json.dumps(info.default, ensure_ascii=False)}`"
+        )
         allowed = info.allowed().replace("|", "\\|")
         meaning = info.doc.replace("|", "\\|")
         lines.append(f"| `{name}.{info.name}` | {allowed} | {default} | {meaning} |")

@@ -4,6 +4,9 @@ Usage (``spark-submit`` or plain ``python``)::
 
     jobs/<stage>.py --conf conf/local.yaml [--conf more.yaml] [--set key.path=value ...]
 
+``--help-config [SECTION]`` prints the configuration reference. The whole configuration is
+loaded and checked (every key's type and range, cross-field rules) before a SparkSession starts.
+
 Exit status: 0 on success, 2 on a user error (bad configuration or input; the
 message says what to fix), 1 on anything unexpected.
 """
@@ -18,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.config import Config, load_config
+from pipeline.config import Config, load_config, reference_markdown
 from pipeline.errors import PipelineError
 from pipeline.stages import DEMO_CHAIN, get_stage
 
@@ -48,10 +51,17 @@ def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argp
         help="override one key, e.g. features.min_df=2",
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--help-config",
+        nargs="?",
+        const="",
+        metavar="SECTION",
+        help="print every configuration key (type, allowed values, default, meaning) of SECTION "
+        "(default: all sections) and exit",
+    )
     if stages is None:
         p.add_argument(
             "--stages",
-            required=True,
             help="comma-separated stages to run in order in one Spark session, "
             "or 'demo' for the README's chain",
         )
@@ -133,6 +143,16 @@ def summarize(name: str, report: dict) -> str:
 
 def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv, stages)
+    if args.help_config is not None:
+        try:
+            print(reference_markdown([args.help_config] if args.help_config else None))
+        except PipelineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if stages is None and not args.stages:
+        print("error: --stages is required (e.g. --stages demo)", file=sys.stderr)
+        return 2
     configure_logging(args.log_level)
     if stages:
         names = list(stages)

@@ -123,3 +123,61 @@ def test_every_solver_parameter_has_a_train_key():
             if sig[name].default is not inspect.Parameter.empty:
                 # The solver's default is the configuration's default (declared once).
                 assert sig[name].default == getattr(cfg.train, name), name
+
+
+def test_configuration_reference_is_current_and_complete():
+    import dataclasses
+
+    from pipeline.config import Config, reference_markdown
+
+    text = reference_markdown()
+    doc = REPO / "docs" / "configuration.md"
+    assert doc.read_text(encoding="utf-8").strip() == text.strip(), (
+        "docs/configuration.md is stale: python -m pipeline config-reference > "
+        "docs/configuration.md"
+    )
+    for section in dataclasses.fields(Config):
+        for key in dataclasses.fields(section.default_factory()):
+            row = f"| `{section.name}.{key.name}` |"
+            assert row in text, row
+            assert key.metadata.get("doc"), f"{section.name}.{key.name} has no doc"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lam=0", "= 0.0 is out of range: must be a real number > 0"),
+        ("train.lam=-1", "= -1.0 is out of range: must be a real number > 0"),
+        ("train.r=0", "= 0 is out of range: must be an int >= 1"),
+        ("train.cg_rtol=1.5", "must be a real number in (0, 1)"),
+        ("train.max_basis=2", "must be None or an int >= 3"),
+        ("embed.batch_rows=0", "= 0 is out of range: must be an int >= 1"),
+        ("evaluate.lambda_grid=[1, 0]", "must be a list of real numbers (each > 0)"),
+        ("evaluate.precision_at=[0]", "(each >= 1)"),
+        ("split.pairs=[en]", "split.pairs[0]: 'en' is not a language pair"),
+    ],
+)
+def test_bad_values_fail_before_spark_starts(monkeypatch, capsys, override, message):
+    import pipeline.spark
+    from pipeline.runner import main
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("a SparkSession was requested for an invalid configuration")
+
+    monkeypatch.setattr(pipeline.spark, "get_spark", no_spark)
+    assert main(["train"], ["--conf", str(LOCAL), "--set", override]) == 2
+    err = capsys.readouterr().err
+    key = override.split("=")[0]
+    assert message in err, err
+    assert f"'{key}'" in err or f"{key}[" in err, err
+    assert "Traceback" not in err
+
+
+def test_help_config_prints_a_section(capsys):
+    from pipeline.runner import main
+
+    assert main(["train"], ["--help-config", "train"]) == 0
+    out = capsys.readouterr().out
+    assert "| `train.lam` | a real number > 0 | `1.0` | Ridge parameter λ. |" in out
+    assert "embed.batch_rows" not in out
+    assert main(["train"], ["--help-config", "trian"]) == 2
