@@ -169,7 +169,10 @@ class TrainConfig:
         "vocabulary|; the λ and solver settings do not apply to it).",
     )
     gamma: float = param(
-        1e-3, lo=0.0, doc="Regularisation of the CCA and OPCA baselines (per-sample covariances)."
+        1e-3,
+        lo=0.0,
+        lo_open=True,
+        doc="Regularisation of the CCA and OPCA baselines (per-sample covariances).",
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
         "joint",

@@ -51,7 +51,6 @@ from pipeline.baselines.common import (
     BaselineResult,
     check_params,
     is_int,
-    is_pos,
     pencil_fit,
     per_language,
     stacked_components,
@@ -184,19 +183,10 @@ def fit_cca(
         "cca",
         params,
         {
-            "r": ("an integer >= 1", is_int(1)),
-            "gamma": ("a positive number", is_pos),
             "min_languages": (
                 f"None or an integer in [2, {n_langs}]",
                 lambda v: is_int(2)(v) and v <= n_langs,
             ),
-            "oversampling": ("an integer >= 0", is_int(0)),
-            "block_size": ("None or an integer >= 1", lambda v: v is None or is_int(1)(v)),
-            "cg_rtol": ("a positive number", is_pos),
-            "cg_maxiter": ("an integer >= 1", is_int(1)),
-            "eig_rtol": ("a positive number", is_pos),
-            "eig_maxiter": ("an integer >= 1", is_int(1)),
-            "seed": ("an integer >= 0", is_int(0)),
         },
     )
     t_start = time.perf_counter()

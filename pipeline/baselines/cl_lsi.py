@@ -34,8 +34,6 @@ import numpy as np
 from pipeline.baselines.common import (
     BaselineResult,
     check_params,
-    is_int,
-    is_pos,
     pass_delta,
     stacked_components,
 )
@@ -116,13 +114,7 @@ def fit_cl_lsi(
         "cl_lsi",
         params,
         {
-            "r": ("an integer >= 1", is_int(1)),
             "side": (f"one of {SIDES}", lambda v: v in SIDES),
-            "oversampling": ("an integer >= 0", is_int(0)),
-            "block_size": ("None or an integer >= 1", lambda v: v is None or is_int(1)(v)),
-            "eig_rtol": ("a positive number", is_pos),
-            "eig_maxiter": ("an integer >= 1", is_int(1)),
-            "seed": ("an integer >= 0", is_int(0)),
         },
     )
     t_start = time.perf_counter()

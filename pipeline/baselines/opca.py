@@ -49,8 +49,6 @@ import numpy as np
 from pipeline.baselines.common import (
     BaselineResult,
     check_params,
-    is_int,
-    is_pos,
     pencil_fit,
     per_language,
     stacked_components,
@@ -156,21 +154,7 @@ def fit_opca(
         "max_basis": max_basis,
         "seed": seed,
     }
-    check_params(
-        "opca",
-        params,
-        {
-            "r": ("an integer >= 1", is_int(1)),
-            "gamma": ("a positive number", is_pos),
-            "oversampling": ("an integer >= 0", is_int(0)),
-            "block_size": ("None or an integer >= 1", lambda v: v is None or is_int(1)(v)),
-            "cg_rtol": ("a positive number", is_pos),
-            "cg_maxiter": ("an integer >= 1", is_int(1)),
-            "eig_rtol": ("a positive number", is_pos),
-            "eig_maxiter": ("an integer >= 1", is_int(1)),
-            "seed": ("an integer >= 0", is_int(0)),
-        },
-    )
+    check_params("opca", params)
     t_start = time.perf_counter()
     passes0 = backend.pass_counts
     layout = TermLayout.of(backend)
