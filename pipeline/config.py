@@ -195,22 +195,30 @@ class TrainConfig:
         None,
         lo=1,
         doc="spark backend: row partitions per language of X (each cached as one CSR block, "
-        "~8 bytes per nonzero). None: one block for a language with at most "
-        "solve_in_task_max_nnz nonzeros, else max(defaultParallelism, ceil(nnz_l / 2M)).",
+        "~8 bytes per nonzero). None: one block up to 2M nonzeros, else "
+        "max(defaultParallelism, ceil(nnz_l / 2M)).",
     )
     solve_in_task_max_nnz: int = param(
-        8_000_000,
+        64_000_000,
         lo=0,
-        doc="spark backend: a language with at most this many nonzeros is cached as ONE "
-        "block and each of its CG solves runs inside that block's task (one Spark job per "
-        "solve instead of one per CG iteration); 0: always row-partitioned.",
+        doc="spark backend: a language with at most this many nonzeros runs each CG solve as "
+        "ONE fused Spark job: every solving task gathers all the language's cached blocks "
+        "(~12 bytes per nonzero of Python memory per task) and solves its share of the "
+        "right-hand sides, instead of one job per CG iteration; 0: never.",
     )
     solve_in_task_memory_mb: int = param(
         512,
         lo=1,
-        doc="spark backend: working memory of one in-task solve's CG vectors (~72 bytes per "
-        "term and right-hand side; columns run in chunks that fit). Python memory on the "
-        "executor: on YARN/Kubernetes it counts against spark.executor.memoryOverhead.",
+        doc="spark backend: working memory of one solving task's CG vectors (~72 bytes per "
+        "term and right-hand side; columns run in chunks that fit). With the gathered blocks "
+        "this is Python memory on the executor: on YARN/Kubernetes it counts against "
+        "spark.executor.memoryOverhead (or spark.executor.pyspark.memory).",
+    )
+    solve_tasks: int | None = param(
+        None,
+        lo=1,
+        doc="spark backend: tasks of one fused solve, each solving a share of the right-hand "
+        "sides with its own copy of X_l; None: Spark's default parallelism.",
     )
     dtype: Literal["float32", "float64"] = param("float32", doc="Arithmetic of the passes over X.")
     lam: float = param(1.0, lo=0.0, lo_open=True, doc="Ridge parameter λ.")
@@ -284,6 +292,7 @@ class TrainConfig:
         opts: dict[str, Any] = {
             "solve_in_task_max_nnz": self.solve_in_task_max_nnz,
             "solve_in_task_memory_mb": self.solve_in_task_memory_mb,
+            "solve_tasks": self.solve_tasks,
         }
         if self.partitions_per_language is not None:
             opts["partitions_per_language"] = self.partitions_per_language

@@ -116,15 +116,28 @@ def backends(spark, tfidf_path):
     built = {}
     for dtype in TOL:
         built["local", dtype] = make_backend("local", spark, tfidf_path, dtype=dtype)
+        # row-partitioned with one job per CG iteration (no fused solves)
         built["spark", dtype] = make_backend(
             "spark",
             spark,
             tfidf_path,
             dtype=dtype,
             partitions_per_language=SPARK_PARTITIONS[dtype],
+            solve_in_task_max_nnz=0,
         )
-    # the default layout for small languages: one block each, CG solves run in-task
+    # the default layout for small languages: one block each, CG solves fused (one job)
     built["spark_in_task", "float64"] = make_backend("spark", spark, tfidf_path, dtype="float64")
+    # row-partitioned like a big language on a cluster, solves fused: every solving task
+    # gathers the 3 blocks; one task (passes comparable with local) or 2 column groups
+    for tasks in (1, 2):
+        built[f"spark_fused{tasks}", "float64"] = make_backend(
+            "spark",
+            spark,
+            tfidf_path,
+            dtype="float64",
+            partitions_per_language=3,
+            solve_tasks=tasks,
+        )
     yield built
     for be in built.values():
         if isinstance(be, SparkCorpusBackend):
@@ -256,19 +269,28 @@ def test_concurrent_passes_from_three_threads(backends, reference, kind):
     assert be.pass_counts["passes"] == {"gram": 2, "xt_gather": 2, "x_scatter": 2}
 
 
-@pytest.mark.parametrize("other", ["spark", "spark_in_task"])
+@pytest.mark.parametrize("other", ["spark", "spark_in_task", "spark_fused1", "spark_fused2"])
 def test_solve_cr5_gives_the_same_subspace_on_both_backends(backends, other):
     """float64 end to end: the backends differ only in summation order, so the subspaces
     agree far below the 0.1 degree acceptance bound; we require 1e-4 degrees. ``spark``
-    drives CG with one job per iteration, ``spark_in_task`` runs each solve in one task."""
+    drives CG with one job per iteration, ``spark_in_task`` runs each solve in one task,
+    ``spark_fused<n>`` each solve in one job of n tasks that gather 3 row blocks."""
     params = dict(lam=10.0, r=5, oversampling=5, cg_rtol=1e-6, w_rtol=1e-10, eig_rtol=1e-4)
     res = {kind: solve_cr5(backends[kind, "float64"], **params) for kind in ("local", other)}
     phi = {kind: np.vstack([r.components[lang] for lang in LANGS]) for kind, r in res.items()}
     angles = np.degrees(scipy.linalg.subspace_angles(phi["local"], phi[other]))
     assert angles.max() < 1e-4, angles
     np.testing.assert_allclose(res[other].eigenvalues, res["local"].eigenvalues, rtol=1e-9)
-    # same CG iterations, so the same passes (in-task iterations count as gram passes)
-    assert res[other].history["passes"] == res["local"].history["passes"]
+    # same CG iterations, so the same passes (in-task iterations count as gram passes);
+    # with columns split over 2 tasks (spark_fused2; spark_in_task on local[2] by default)
+    # each task traverses X for its share: more passes carrying fewer columns, the same
+    # column-passes
+    if other in ("spark", "spark_fused1"):
+        assert res[other].history["passes"] == res["local"].history["passes"]
+    else:
+        mine, ref = res[other].history["passes"], res["local"].history["passes"]
+        assert mine["column_passes"] == ref["column_passes"]
+        assert mine["passes"]["gram"] >= ref["passes"]["gram"]
 
 
 def test_in_task_solve_in_column_chunks_gives_the_same_answer(backends, reference, monkeypatch):
@@ -290,10 +312,13 @@ def test_in_task_solve_in_column_chunks_gives_the_same_answer(backends, referenc
     assert one.pass_counts["column_passes"]["gram"] == sum(per_column)
 
 
-def test_in_task_solves_only_for_single_block_languages(backends, reference):
+@pytest.mark.parametrize("fused", ["spark_in_task", "spark_fused1", "spark_fused2"])
+def test_fused_solves_equal_a_dense_solve(backends, reference, fused):
+    """One block or three gathered into the solving tasks, columns in one task or split over
+    two: the dense solution. Above solve_in_task_max_nnz (here 0) there is no fused solve."""
     ref, _ = reference
-    one, rows = backends["spark_in_task", "float64"], backends["spark", "float64"]
-    assert all(one.n_partitions(lang) == 1 for lang in LANGS)
+    one, rows = backends[fused, "float64"], backends["spark", "float64"]
+    assert all(one.n_partitions(lang) == (1 if fused == "spark_in_task" else 3) for lang in LANGS)
     rng = np.random.default_rng(5)
     for lang, (x, _) in ref.items():
         rhs = rng.standard_normal((x.shape[1], 3))
@@ -303,10 +328,13 @@ def test_in_task_solves_only_for_single_block_languages(backends, reference):
         one.reset_counts()
         res = one.solve_gram(lang, rhs, **kw)
         want = np.linalg.solve(x.T @ x + 0.5 * np.eye(x.shape[1]), rhs)
-        assert res.converged.all()
+        assert res.converged.all() and res.x.shape == rhs.shape
         assert np.linalg.norm(res.x - want) <= 1e-8 * np.linalg.norm(want)
-        assert one.pass_counts["passes"]["gram"] == res.n_iter
         assert one.pass_counts["column_passes"]["gram"] == res.n_column_passes
+        if fused == "spark_fused1":
+            assert one.pass_counts["passes"]["gram"] == res.n_iter
+        else:  # two tasks (columns 0:2 and 2:3), each traversing X once per own iteration
+            assert res.n_iter <= one.pass_counts["passes"]["gram"] <= 2 * res.n_iter
     p0 = one.n_terms(LANGS[0])
     with pytest.warns(ConvergenceWarning, match="in-task"):
         one.solve_gram(

@@ -38,12 +38,18 @@ DEFAULTS: dict[str, Any] = {
     "partitions_per_language": None,
     "solve_in_task_max_nnz": _D.solve_in_task_max_nnz,
     "solve_in_task_memory_mb": _D.solve_in_task_memory_mb,
+    "solve_tasks": _D.solve_tasks,
 }
 
 #: Options each kind accepts beyond ``dtype`` and ``languages``.
 _SPECIFIC = {
     "local": ("transpose",),
-    "spark": ("partitions_per_language", "solve_in_task_max_nnz", "solve_in_task_memory_mb"),
+    "spark": (
+        "partitions_per_language",
+        "solve_in_task_max_nnz",
+        "solve_in_task_memory_mb",
+        "solve_tasks",
+    ),
 }
 
 
@@ -72,11 +78,9 @@ def make_backend(
         Default: every language with training documents, sorted.
     **options
         ``transpose`` ({"implicit", "csr"}, local only, default ``"implicit"``);
-        ``partitions_per_language`` (int, spark only, default: 1 for a language with at most
-        ``solve_in_task_max_nnz`` nonzeros, else ``max(defaultParallelism, ceil(nnz_l /
-        2e6))``); ``solve_in_task_max_nnz`` (int, spark only, default 8e6; 0: never one block);
-        ``solve_in_task_memory_mb`` (int, spark only, default 512: CG vectors of one in-task
-        solve; its columns run in chunks that fit).
+        ``partitions_per_language``, ``solve_in_task_max_nnz``, ``solve_in_task_memory_mb``,
+        ``solve_tasks`` (spark only): the ``train.*`` keys of the same names
+        (docs/configuration.md), whose defaults these are.
 
     Raises
     ------

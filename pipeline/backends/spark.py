@@ -19,12 +19,13 @@ One pass = one Spark job
     partition computes its contribution in that dtype — gram ``X_pᵀ(X_p V)``, xt_gather
     ``X_pᵀ P[c_p]``, x_scatter per-concept sums of ``X_p V`` as ``(unique concept ids,
     sums)``, never a dense ``K x b`` — and the compact partials are added into a dense
-    float64 result on the driver (beyond ``TREE_REDUCE_ABOVE`` = 8 partitions they are first
-    merged on the executors by ``treeAggregate``). The broadcast is destroyed after the job.
+    float64 result on the driver (beyond ``TREE_REDUCE_ABOVE`` = 8 partitions, or when they
+    would not fit ``DRIVER_PARTIALS_MAX_BYTES``, they are first summed on the executors by row
+    range, so the driver holds one result). The broadcast is destroyed after the job.
     Passes are thread-safe: the solver runs one language per Python thread, i.e. concurrent
     jobs, and PySpark's pinned threads make :meth:`SparkCorpusBackend.describe` a per-thread
-    job description. A language cached as a single block runs whole CG solves in one task
-    (:meth:`SparkCorpusBackend.solve_gram`).
+    job description. A language up to ``train.solve_in_task_max_nnz`` nonzeros runs each whole
+    CG solve as one job whose tasks gather its blocks (:meth:`SparkCorpusBackend.solve_gram`).
 
 Per-pass overhead
     Nearly all of a pass's cost on one machine is fixed per Spark job (scheduling, Python task
@@ -44,6 +45,7 @@ Pickling
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import re
@@ -77,9 +79,9 @@ log = logging.getLogger(__name__)
 #: ceil(nnz_l / NNZ_PER_PARTITION))``. 2M nonzeros are ~16 MB of float32 CSR per block.
 NNZ_PER_PARTITION = 2_000_000
 
-#: ``train.solve_in_task_max_nnz``: a language with at most this many nonzeros is cached as
-#: one block (8M: ~64 MB of float32 CSR values + 32 MB of indices) and each of its CG solves
-#: runs inside that block's task (see :meth:`SparkCorpusBackend.solve_gram`).
+#: ``train.solve_in_task_max_nnz``: a language with at most this many nonzeros runs each CG
+#: solve as one fused job whose tasks gather all its blocks (~12 bytes per nonzero of Python
+#: memory per solving task; see :meth:`SparkCorpusBackend.solve_gram`).
 SOLVE_IN_TASK_MAX_NNZ = _D.solve_in_task_max_nnz
 
 #: ``train.solve_in_task_memory_mb``: working memory of the CG vectors of one in-task solve.
@@ -89,9 +91,14 @@ SOLVE_IN_TASK_MAX_NNZ = _D.solve_in_task_max_nnz
 SOLVE_IN_TASK_MEMORY_MB = _D.solve_in_task_memory_mb
 CG_BYTES_PER_ROW_AND_COLUMN = 9 * 8
 
-#: Passes over more partitions than this merge their partials on the executors (treeReduce);
-#: up to it the driver adds them into the result directly.
+#: Passes over more partitions than this merge their partials on the executors; up to it
+#: the driver adds them into the result directly.
 TREE_REDUCE_ABOVE = 8
+
+#: ... and so do passes whose partials would together exceed this many bytes on the driver:
+#: merged on the executors by row range (a keyed reduce), the driver receives each row of the
+#: result once, so its memory is bounded by the result, not by partitions x result.
+DRIVER_PARTIALS_MAX_BYTES = 256 * 2**20
 
 #: Arrow binary values use int32 offsets.
 _MAX_BINARY = 2**31 - 1
@@ -247,15 +254,17 @@ def _merge_rows(
     return ids, out
 
 
-def _add_rows(
-    a: tuple[np.ndarray, np.ndarray] | None, b: tuple[np.ndarray, np.ndarray] | None
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`_merge_rows` with ``None`` as the empty sum (tree aggregation's zero)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return _merge_rows(a, b)
+def _split_rows(
+    edges: np.ndarray, part: tuple[np.ndarray, np.ndarray]
+) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """A compact partial ``(ids, values)`` cut at the row ``edges``: ``(range, piece)`` pairs
+    for the keyed reduce of :meth:`SparkCorpusBackend._run`."""
+    ids, values = part
+    cuts = np.searchsorted(ids, edges)
+    for key in range(len(edges) - 1):
+        lo, hi = cuts[key], cuts[key + 1]
+        if hi > lo:
+            yield key, (ids[lo:hi], values[lo:hi])
 
 
 def _merge_summaries(a: dict, b: dict) -> dict:
@@ -308,18 +317,20 @@ def _x_scatter_partition(v_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]
 
 
 class _BlockGram(BlockOperator):
-    """``X_lᵀX_l + λI`` (p_l × p_l) of a language held in a single cached block (executor
-    side): products in the block's dtype, accumulated into float64 like a driver-side pass."""
+    """``X_lᵀX_l + λI`` (p_l × p_l) of a language from all its cached row blocks, gathered
+    into one task (executor side): products in the blocks' dtype, accumulated into float64
+    like a driver-side pass (same summation order: block by block)."""
 
-    def __init__(self, block: _Block, n_terms: int, lam: float) -> None:
+    def __init__(self, blocks: list[_Block], n_terms: int, lam: float) -> None:
         super().__init__((n_terms, n_terms), np.float64)
-        self.block, self.lam = block, float(lam)
+        self.blocks, self.lam = blocks, float(lam)
 
     def _matmat(self, v: np.ndarray) -> np.ndarray:
-        blk = self.block
         out = self.lam * v
-        sub = np.ascontiguousarray(v[blk.cols], dtype=blk.x.dtype)
-        out[blk.cols] += blk.x.T @ (blk.x @ sub)
+        for blk in self.blocks:
+            if blk.x.shape[0]:
+                sub = np.ascontiguousarray(v[blk.cols], dtype=blk.x.dtype)
+                out[blk.cols] += blk.x.T @ (blk.x @ sub)
         return out
 
     _rmatmat = _matmat
@@ -353,19 +364,20 @@ def _merge_cg_results(parts: list[BlockCGResult]) -> tuple[BlockCGResult, int]:
     return merged, sum(part.n_iter for part in parts)
 
 
-def _solve_partition(payload_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
-    """Run a whole Jacobi-preconditioned block CG on the single block of a language, in
-    column chunks of at most ``chunk`` right-hand sides (bounded working memory)."""
+def _solve_columns(payload_bc: Any, lo: int, hi: int, blocks: Iterator[_Block]) -> Iterator[tuple]:
+    """One task of a fused solve: gather every cached block of the language (the task's
+    input is the whole RDD, coalesced) and run Jacobi-preconditioned block CG on the
+    right-hand-side columns ``lo:hi``, in chunks of at most ``chunk`` columns (bounded
+    working memory). Columns are independent CGs, so any split gives the same answer."""
     rhs, jacobi, lam, rtol, maxiter, name, chunk = payload_bc.value
-    for blk in blocks:
-        op = _BlockGram(blk, rhs.shape[0], lam)
-        parts = []
-        with warnings.catch_warnings():  # the driver re-issues non-convergence
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            for start in range(0, max(rhs.shape[1], 1), chunk):
-                part = rhs[:, start : start + chunk]
-                parts.append(block_cg(op, part, rtol=rtol, maxiter=maxiter, m=jacobi, name=name))
-        yield _merge_cg_results(parts)
+    op = _BlockGram(list(blocks), rhs.shape[0], lam)
+    parts = []
+    with warnings.catch_warnings():  # the driver re-issues non-convergence
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for start in range(lo, max(hi, lo + 1), chunk):
+            part = rhs[:, start : min(start + chunk, hi)]
+            parts.append(block_cg(op, part, rtol=rtol, maxiter=maxiter, m=jacobi, name=name))
+    yield (lo, *_merge_cg_results(parts))
 
 
 def _touch_partition(blocks: Iterator[_Block]) -> Iterator[int]:
@@ -388,12 +400,11 @@ def job_description(stage: str, iteration: int | None = None) -> str:
     return "cr5 train: " + " / ".join(parts)
 
 
-def default_partitions(
-    spark_context: Any, nnz: int, solve_in_task_max_nnz: int = SOLVE_IN_TASK_MAX_NNZ
-) -> int:
-    """1 if ``nnz <= solve_in_task_max_nnz`` (in-task solves), else
-    ``max(defaultParallelism, ceil(nnz / NNZ_PER_PARTITION))``."""
-    if nnz <= solve_in_task_max_nnz:
+def default_partitions(spark_context: Any, nnz: int) -> int:
+    """Cached row blocks of a language: 1 up to ``NNZ_PER_PARTITION`` nonzeros (a pass is
+    then one task), else ``max(defaultParallelism, ceil(nnz / NNZ_PER_PARTITION))`` (passes
+    spread over the executors; solves still fuse, :meth:`SparkCorpusBackend.solve_gram`)."""
+    if nnz <= NNZ_PER_PARTITION:
         return 1
     return max(int(spark_context.defaultParallelism), math.ceil(nnz / NNZ_PER_PARTITION))
 
@@ -456,8 +467,12 @@ class SparkCorpusBackend(CorpusBackend):
     concept_counts : dict of str to ndarray of shape (K,)
     dtype : {"float32", "float64"}
         Arithmetic of the passes (the blocks are stored in it).
+    solve_in_task_max_nnz : int
+        Languages with at most this many nonzeros solve in fused jobs (:meth:`solve_gram`).
     solve_in_task_memory_mb : int
-        Bound on the CG vectors of one in-task solve (:meth:`solve_gram`).
+        Bound on the CG vectors of one solving task (:meth:`solve_gram`).
+    solve_tasks : int or None
+        Tasks (column groups) of one fused solve; None: the default parallelism.
     """
 
     def __init__(
@@ -469,10 +484,14 @@ class SparkCorpusBackend(CorpusBackend):
         column_stats: dict[str, np.ndarray],
         concept_counts: dict[str, np.ndarray],
         dtype: str = "float32",
+        solve_in_task_max_nnz: int = SOLVE_IN_TASK_MAX_NNZ,
         solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
+        solve_tasks: int | None = None,
     ) -> None:
         super().__init__(dtype=dtype)
+        self._solve_max_nnz = int(solve_in_task_max_nnz)
         self._solve_memory_mb = int(solve_in_task_memory_mb)
+        self._solve_tasks = solve_tasks
         self._sc = spark_context
         self._blocks = dict(blocks)
         self._layout = layout
@@ -495,6 +514,7 @@ class SparkCorpusBackend(CorpusBackend):
         partitions_per_language: int | None = None,
         solve_in_task_max_nnz: int = SOLVE_IN_TASK_MAX_NNZ,
         solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
+        solve_tasks: int | None = None,
         languages: Sequence[str] | None = None,
     ) -> SparkCorpusBackend:
         """Load, validate and cache the tfidf dataset at ``tfidf_path``: one job per language
@@ -508,10 +528,13 @@ class SparkCorpusBackend(CorpusBackend):
         partitions_per_language : int, optional
             Row partitions (cached blocks) per language. Default: :func:`default_partitions`.
         solve_in_task_max_nnz : int
-            Without ``partitions_per_language``, languages with at most this many nonzeros
-            are cached as one block and solved in-task (:meth:`solve_gram`); 0: never.
+            Languages with at most this many nonzeros run each CG solve as one fused job
+            (:meth:`solve_gram`); 0: never (one job per CG iteration).
         solve_in_task_memory_mb : int
-            Bound on the CG vectors of one in-task solve (columns run in chunks within it).
+            Bound on the CG vectors of one solving task (columns run in chunks within it).
+        solve_tasks : int, optional
+            Tasks of one fused solve, each solving a share of the columns with its own copy
+            of X_l. Default: the default parallelism.
         languages : sequence of str, optional
             Default: every language with training documents, sorted.
 
@@ -543,9 +566,7 @@ class SparkCorpusBackend(CorpusBackend):
         df = read_dataset(spark, TFIDF, tfidf_path)
 
         def load(lang: str) -> tuple[Any, dict]:
-            parts = partitions_per_language or default_partitions(
-                sc, layout.nnz[lang], solve_in_task_max_nnz
-            )
+            parts = partitions_per_language or default_partitions(sc, layout.nnz[lang])
             sc.setJobDescription(f"cr5 load: X[{lang}] -> {parts} cached CSR blocks")
             rdd = (
                 df.filter(F.col("lang") == lang)
@@ -605,7 +626,9 @@ class SparkCorpusBackend(CorpusBackend):
             column_stats=stats,
             concept_counts=counts,
             dtype=dtype,
+            solve_in_task_max_nnz=solve_in_task_max_nnz,
             solve_in_task_memory_mb=solve_in_task_memory_mb,
+            solve_tasks=solve_tasks,
         )
 
     def close(self) -> None:
@@ -669,19 +692,28 @@ class SparkCorpusBackend(CorpusBackend):
         """One pass: broadcast ``block``, run ``fn`` on every cached block of ``lang``, sum
         the compact partials into a dense float64 array of shape (n_rows, b).
 
-        Up to :data:`TREE_REDUCE_ABOVE` partitions the partials are collected and added
-        straight into the output (``out[ids] += values``), which is cheaper than merging them
-        pairwise first as ``treeReduce`` does (bench/README.md); beyond that, ``treeReduce``
-        merges on the executors so the driver receives one partial.
+        Up to :data:`TREE_REDUCE_ABOVE` partitions whose partials fit
+        :data:`DRIVER_PARTIALS_MAX_BYTES`, the partials are collected and added straight into
+        the output (``out[ids] += values``), which is cheaper than merging them first
+        (bench/README.md). Otherwise each partial is cut into row ranges that are summed on
+        the executors (``reduceByKey``), so the driver receives every row of the result once.
         """
         rdd = self._rdd(lang)
         value = np.ascontiguousarray(block, dtype=self.dtype)
         bc = self._sc.broadcast(value if index is None else (value, index))
+        n_parts = rdd.getNumPartitions()
+        partial_bytes = n_rows * block.shape[1] * np.dtype(self.dtype).itemsize
         try:
             mapped = rdd.mapPartitions(functools.partial(fn, bc))
-            if mapped.getNumPartitions() > TREE_REDUCE_ABOVE:
-                merged = mapped.treeAggregate(None, _add_rows, _add_rows)
-                parts = [] if merged is None else [merged]
+            if n_parts > TREE_REDUCE_ABOVE or n_parts * partial_bytes > DRIVER_PARTIALS_MAX_BYTES:
+                ranges = max(2, min(n_parts, math.ceil(partial_bytes / (32 * 2**20))))
+                edges = np.linspace(0, n_rows, ranges + 1).round().astype(np.int64)
+                parts = (
+                    mapped.flatMap(functools.partial(_split_rows, edges))
+                    .reduceByKey(_merge_rows, numPartitions=ranges)
+                    .values()
+                    .collect()
+                )
             else:
                 parts = mapped.collect()
         finally:
@@ -702,19 +734,24 @@ class SparkCorpusBackend(CorpusBackend):
         maxiter: int,
         name: str = "cg",
     ) -> BlockCGResult | None:
-        """For a language cached as **one** block: the whole CG solve in one task.
+        """A fused solve: the whole CG solve of a language in one Spark job.
 
-        A row-partitioned language needs one job per CG iteration (the partitions' partials
-        must be summed before the next step); a language in a single block does not, so the
-        solve runs next to its block: one job, one broadcast of the right-hand sides, one
-        result, instead of ~15 jobs each moving a p_l x b block both ways (measured in
-        bench/README.md). Other languages return None (the caller drives :meth:`gram`
-        passes). Iterations count as gram passes.
+        For a language with at most ``solve_in_task_max_nnz`` nonzeros (however many row
+        blocks it is cached in), every solving task gathers all the language's cached blocks
+        and runs the CG on its share of the right-hand-side columns: one job of
+        ``solve_tasks`` tasks, one broadcast of the right-hand sides, one result, instead of
+        one job per CG iteration each moving a p_l x b block both ways (measured in
+        bench/README.md). Bigger languages return None (the caller drives :meth:`gram`
+        passes). Every task's iterations count as gram passes (a task traverses X_l once per
+        iteration for its columns).
         """
-        rdd = self._rdd(lang)
-        if rdd.getNumPartitions() != 1:
+        if self._layout.nnz[lang] > self._solve_max_nnz:
             return None
+        rdd = self._rdd(lang)
         self.describe(f"{name}/in-task", None)
+        b = rhs.shape[1]
+        tasks = max(1, min(b, self._solve_tasks or int(self._sc.defaultParallelism)))
+        edges = np.linspace(0, b, tasks + 1).round().astype(int)
         budget = self._solve_memory_mb * 2**20
         chunk = max(1, int(budget // (CG_BYTES_PER_ROW_AND_COLUMN * max(rhs.shape[0], 1))))
         payload = (
@@ -728,11 +765,20 @@ class SparkCorpusBackend(CorpusBackend):
         )
         bc = self._sc.broadcast(payload)
         try:
-            ((result, n_passes),) = rdd.mapPartitions(
-                functools.partial(_solve_partition, bc)
-            ).collect()
+            gathered = rdd.coalesce(1)
+            jobs = [
+                gathered.mapPartitions(functools.partial(_solve_columns, bc, int(lo), int(hi)))
+                for lo, hi in itertools.pairwise(edges)
+                if hi > lo or b == 0
+            ]
+            parts = sorted(
+                (jobs[0] if len(jobs) == 1 else self._sc.union(jobs)).collect(),
+                key=lambda part: part[0],
+            )
         finally:
             bc.destroy()
+        result, _ = _merge_cg_results([res for _, res, _ in parts])
+        n_passes = sum(passes for _, _, passes in parts)
         self._count("gram", result.n_column_passes, n_passes=n_passes)
         if not result.converged.all():
             left = int(np.sum(~result.converged))
