@@ -256,7 +256,9 @@ class TrainConfig:
     max_basis: int | None = param(
         None,
         lo=3,
-        doc="Eigensolver thick-restart size (memory K x max_basis doubles); None: no restart.",
+        doc="Eigensolver thick-restart size: the driver keeps a K x max_basis float64 basis and "
+        "p x max_basis float32 images, whatever the iteration count. None: max(r, b) + 4b "
+        "(b the block width).",
     )
     block_size: int | None = param(
         None,

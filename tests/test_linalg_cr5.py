@@ -156,3 +156,28 @@ def test_cr5_with_thick_restarts_matches_dense_reference(reuse):
     np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-6)
     phi_t = np.vstack([res.components[lang] for lang in problem.sizes]).astype(np.float64)
     assert np.rad2deg(sla.subspace_angles(phi_t, want_phi_t).max()) < 0.1
+
+
+def test_default_basis_is_bounded_and_gives_the_same_subspace():
+    """With no max_basis the eigensolver restarts at max(r, b) + 4b columns (driver memory
+    independent of the iteration count) and converges to the subspace an unbounded basis
+    finds, which is the dense reference."""
+    from pipeline.linalg.cr5 import default_max_basis
+
+    problem = PROBLEMS["three_uneven"]
+    corpus = problem.corpus()
+    k, lam, r, b = problem.n_concepts, 0.3, 4, 1
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    common = dict(lam=lam, r=r, block_size=b, start_steps=0, **TIGHT)
+    bounded = solve_cr5(be, **common)
+    unbounded = solve_cr5(be, max_basis=10**6, **common)
+    cap = default_max_basis(r, b)
+    assert bounded.history["max_basis"] == cap == 8
+    assert bounded.history["eigensolver"]["n_restarts"] > 0
+    assert unbounded.history["eigensolver"]["n_restarts"] == 0
+    assert unbounded.history["eigensolver"]["n_iter"] > cap  # it would have grown past it
+    want_ev, want_phi_t = dense_cr5(corpus, k, lam, r)
+    for res in (bounded, unbounded):
+        np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-6)
+        phi_t = np.vstack([res.components[lang] for lang in problem.sizes]).astype(np.float64)
+        assert np.rad2deg(sla.subspace_angles(phi_t, want_phi_t).max()) < 0.1

@@ -249,6 +249,18 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     return min(wide, max(32, r // 6))
 
 
+def default_max_basis(r: int, b: int) -> int:
+    """Thick-restart size when none is given: ``max(r, b) + 4 b`` columns.
+
+    Bounds the eigensolver's driver memory independently of its iteration count: the basis
+    is ``K x max_basis`` float64 and the tracked images ``p x max_basis`` float32. Four
+    blocks beyond the wanted space leave the usual warm-started solves (2-5 iterations)
+    unrestarted; longer ones restart from the leading ``max(r, max_basis // 2)`` Ritz
+    vectors (Krylov-Schur), which keeps their convergence.
+    """
+    return max(r, b) + 4 * b
+
+
 def resolve_block_size(
     r: int, oversampling: int, block_size: int | None, limit: int, *, warm: bool = False
 ) -> int:
@@ -307,6 +319,7 @@ def solve_cr5(
     k = backend.n_concepts
     layout = TermLayout.of(backend)
     b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
+    basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
 
     t0 = time.perf_counter()
     backend.describe("cr5/mean", None)
@@ -381,7 +394,7 @@ def solve_cr5(
         rtol=eig_rtol,
         maxiter=eig_maxiter,
         seed=seed,
-        max_basis=max_basis,
+        max_basis=basis_cap,
         state=state,
         checkpoint=save_state if store else None,
         checkpoint_every=checkpoint_every,
@@ -421,6 +434,7 @@ def solve_cr5(
         "languages": list(layout.languages),
         "n_terms": list(layout.sizes),
         "block_size": b,
+        "max_basis": basis_cap,
         "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(mu @ ainv.w)},
         "eigensolver": {**eig.to_history(), "resumed_from_iteration": resumed_from},
         "solves": [rec.to_dict() for rec in ainv.records],
