@@ -107,7 +107,7 @@ def test_policy_on_handmade_markup(name):
         "Der Anarchismus (von altgriechisch) ist eine & Lehren.",
         "Geschichte",
         "Punkt mit Link und",
-        "Kategorie:Sichtbar",
+        "Sichtbar",  # [[:Kategorie:Sichtbar]] reads as the category's name
     ], out.text
     assert out.langlinks == [("en", "Anarchism"), ("bg", "Анархизъм")]
     assert out.broken == []

@@ -10,36 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-# Template names (compared case-insensitively, first letter and ``_``/space folded)
-# that mark a disambiguation page, for the languages we know; extend per language.
-DEFAULT_DISAMBIGUATION_TEMPLATES = [
-    "disambiguation",
-    "disambig",
-    "dab",
-    "disamb",
-    "hndis",
-    "geodis",
-    "numberdis",
-    "letter-numbercombdisambig",
-    "mil-unit-dis",
-    "set index article",
-    "surname",
-    "given name",
-    "begriffsklärung",
-    "homonymie",
-    "desambiguación",
-    "desambiguacao",
-    "desambiguação",
-    "disambigua",
-    "пояснителна страница",
-    "многозначность",
-    "неоднозначность",
-    "消歧義",
-    "消歧义",
-    "aimai",
-    "曖昧さ回避",
-]
-
 
 def _bounded(default, *, lo=None, hi=None):
     return field(default=default, metadata={"lo": lo, "hi": hi})
@@ -67,9 +37,25 @@ class WikipediaConfig:
     namespaces: list[int] = field(default_factory=lambda: [0])
     keep_redirects: bool = False
     keep_disambiguation: bool = False
-    disambiguation_templates: list[str] = field(
-        default_factory=lambda: list(DEFAULT_DISAMBIGUATION_TEMPLATES)
-    )
+    # Disambiguation pages are recognised by (1) the __DISAMBIG__ magic word and its
+    # localised spellings, (2) the templates of each wiki shipped in
+    # pipeline/wikipedia/data/disambiguation.json (30 largest Wikipedias and a few more),
+    # (3) templates of the dump itself whose wikitext holds __DISAMBIG__ (and redirects to
+    # them), (4) page_props / Wikidata (below) when given. These keys extend (2):
+    # template names added for every language ...
+    disambiguation_templates: list[str] = field(default_factory=list)
+    # ... and lang -> template names that replace the shipped list of that language.
+    disambiguation_templates_by_lang: dict[str, list[str]] = field(default_factory=dict)
+    # lang -> that wiki's ``page_props`` SQL dump (``*-page_props.sql[.gz]``): pages with
+    # the ``disambiguation`` property (set by the Disambiguator extension) are dropped.
+    page_props: dict[str, str] = field(default_factory=dict)
+    # Drop pages whose Wikidata item is an instance of (P31) Wikimedia disambiguation page
+    # (Q4167410); needs the Wikidata JSON dump as wikidata_sitelinks (the SQL sitelinks
+    # table has no statements).
+    wikidata_disambiguation: bool = True
+    # lang -> extra names of the File/Media namespace (added to MediaWiki's canonical
+    # names, the dump's <siteinfo> and the shipped aliases in data/namespaces.json).
+    file_namespaces: dict[str, list[str]] = field(default_factory=dict)
     # Pages whose cleaned text is shorter than this are dropped as ``too_short``.
     min_text_chars: int = _bounded(1, lo=0)
 
@@ -94,6 +80,18 @@ class WikipediaConfig:
     on_conflict: Literal["keep_first", "error"] = "keep_first"
     # Label propagation rounds for the langlinks components (the graph's diameter is small).
     max_component_iterations: int = _bounded(20, lo=1)
+
+    # --- which wiki a dump is
+    # Every dump's <siteinfo><dbname> must be the configured language's wiki (``vi`` ->
+    # ``viwiki``). lang -> the dbname to expect instead, for mirrors that rename a wiki;
+    # ``"*"`` accepts any dbname for that language.
+    dbname: dict[str, str] = field(default_factory=dict)
+    # A configured language that ends with no documents: ``error`` (default) or ``warn``
+    # (logged and reported; the other languages are written).
+    on_empty_language: Literal["error", "warn"] = "error"
+    # Split a single-stream ``.bz2`` dump (no multistream index) at bz2 block boundaries
+    # into tasks of about split_bytes decompressed bytes each.
+    split_single_stream: bool = True
 
     # --- bad input
     # Fail when, for any language (or any sitelinks/langlinks file), malformed units
