@@ -649,7 +649,9 @@ def read_siteinfo(path: str) -> SiteInfo:
             if buf.find(_PAGE_OPEN) >= 0 or len(buf) > 1 << 24:
                 break
     except StreamError:
-        pass
+        # Truncated or corrupt before the header is complete: nothing to tell here; the
+        # pages' read reports the stream error with its location.
+        return SiteInfo()
     except ET.ParseError as exc:
         raise DumpError(f"{path}: <siteinfo> does not parse: {exc}") from None
     if not _ROOT.search(buf[:65536]) and not buf.lstrip().startswith(b"<"):

@@ -182,7 +182,9 @@ def plan_work(cfg: WikipediaConfig) -> list[WorkItem]:
                 items += [WorkItem(lang, path, a, b, spaces, False, info.dbname) for a, b in ranges]
                 log.info("%s (%s): %d streams in %d ranges", path, lang, len(offsets), len(ranges))
                 continue
-            step = max(1, int(cfg.split_bytes / 4.0))  # bz2 on wikitext: ratio about 4-5
+            # Compressed bytes per range (bz2 on wikitext: ratio about 4-5), at least 64 KiB
+            # (a level-9 block is about 200 kB compressed: smaller ranges are mostly empty).
+            step = max(1 << 16, int(cfg.split_bytes / 4.0))
             if cfg.split_single_stream and size > step and _splittable(path):
                 n = -(-size // step)
                 items += [
@@ -201,8 +203,11 @@ def _splittable(path: str) -> bool:
     """A bz2 dump in UTF-8 (a UTF-16 dump cannot be resynchronised at a block)."""
     if not dump._is_bz2(path):
         return False
-    for chunk in dump.iter_decompressed(path):
-        return not chunk.data.startswith((b"\xff\xfe", b"\xfe\xff"))
+    try:
+        for chunk in dump.iter_decompressed(path):
+            return not chunk.data.startswith((b"\xff\xfe", b"\xfe\xff"))
+    except dump.StreamError:
+        pass  # read whole; the parse reports where the stream breaks
     return False
 
 
