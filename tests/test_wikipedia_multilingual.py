@@ -220,7 +220,7 @@ def test_page_props_wikidata_and_empty_languages(spark, tmp_path):
     assert report["documents_per_language"] == {"vi": 1}
     assert report["disambiguation_after_parse"]["wikidata"] == {"el": 1}
     assert report["disambiguation_after_parse"]["page_props"] == {"fr": 1}
-    assert report["concepts"]["page_props"]["rows"] == 1
+    assert report["page_props"]["rows"] == 1
     assert set(docs_at(spark, str(tmp_path / "documents"))) == {("vi", "Huế")}
 
 
