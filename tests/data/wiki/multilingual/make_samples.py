@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (wikitext lines are data)
 """Write the multilingual dump samples of this folder (see PROVENANCE.md one level up).
 
     python tests/data/wiki/multilingual/make_samples.py
