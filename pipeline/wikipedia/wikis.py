@@ -107,9 +107,16 @@ def category_namespace_names(lang: str | None) -> frozenset[str]:
     return frozenset(normalize_name(n) for n in (*CANONICAL_CATEGORY, *row.get("category", [])))
 
 
+# Many smaller wikis keep (a redirect to) these names for their disambiguation template.
+FALLBACK_DISAMBIGUATION_TEMPLATES = ("Disambig", "Disambiguation")
+
+
 def disambiguation_templates(lang: str | None) -> list[str]:
-    """Shipped disambiguation template names of ``lang`` (empty for a wiki we have no list for)."""
-    return list(_load("disambiguation.json")["templates"].get(lang or "", []))
+    """Shipped disambiguation template names of ``lang``; for a wiki without a shipped
+    list, :data:`FALLBACK_DISAMBIGUATION_TEMPLATES` (the dump's own templates setting
+    ``__DISAMBIG__`` are found whatever their names, see the stage)."""
+    table = _load("disambiguation.json")["templates"]
+    return list(table.get(lang or "", FALLBACK_DISAMBIGUATION_TEMPLATES))
 
 
 def disambiguation_magic_words() -> list[str]:
