@@ -155,6 +155,7 @@ def spark_end_to_end(dump_path: str, copies: int, workdir: str) -> dict:
     from pipeline.spark import get_spark
     from pipeline.stages.ingest_wikipedia import parse_dumps, parse_item, plan_work, run_wikipedia
     from pipeline.wikipedia.config import WikipediaConfig
+    from pipeline.wikipedia.wikis import disambiguation_templates
 
     os.makedirs(workdir, exist_ok=True)
     xml = bz2.decompress(Path(dump_path).read_bytes()).decode("utf-8")
@@ -168,6 +169,9 @@ def spark_end_to_end(dump_path: str, copies: int, workdir: str) -> dict:
         multistream_index=dict.fromkeys(langs, index),
         split_bytes=2_000_000,
         on_missing_concept="own_id",
+        # The copies are one enwiki dump under made-up language codes.
+        dbname=dict.fromkeys(langs, "enwiki"),
+        disambiguation_templates_by_lang=dict.fromkeys(langs, disambiguation_templates("en")),
     )
     cfg = load_config([], ["spark.master=local[2]", "spark.shuffle_partitions=2"])
     spark = get_spark(cfg.spark)

@@ -172,3 +172,99 @@ def test_config_section_loads_and_pickles():
         _build(WikipediaConfig, {"max_malformed_fraction": 2.0}, prefix="wikipedia.", sources={})
     with pytest.raises(ConfigError, match="wikipedia.cleaner"):
         _build(WikipediaConfig, {"cleaner": "regex"}, prefix="wikipedia.", sources={})
+
+
+# --------------------------------------------------------------------------- bz2 blocks
+
+GENSIM_LIKE = WIKI / "enwiki-sample-pages-articles.xml.bz2"
+
+
+def _xml_of_sample() -> bytes:
+    return bz2.decompress(GENSIM_LIKE.read_bytes())
+
+
+def _split_pages(path, n, spaces, blocks=True):
+    size = os.path.getsize(path)
+    step = -(-size // n)
+    pages, problems = [], []
+    for k in range(n):
+        for p in dump.iter_pages(str(path), k * step, min(size, (k + 1) * step), spaces, blocks):
+            (pages if isinstance(p, dump.Page) else problems).append(p)
+    return pages, [p for p in problems if isinstance(p, dump.Problem)]
+
+
+@pytest.mark.parametrize("shift", range(8))
+def test_block_magic_found_at_every_bit_shift(shift):
+    rng = __import__("random").Random(shift)
+    noise = bytes(rng.randrange(256) for _ in range(64))
+    bit = 8 * 20 + shift
+    value = int.from_bytes(noise, "big")
+    width = len(noise) * 8
+    at = width - bit - 48  # place the magic's 48 bits at file bit `bit`
+    value = (value & ~(((1 << 48) - 1) << at)) | (dump._BLOCK_MAGIC << at)
+    data = value.to_bytes(len(noise), "big")
+    marks = dump.find_bz2_marks(data, 1000)
+    assert (1000 * 8 + bit, True) in marks
+
+
+def test_single_stream_split_at_blocks_reads_every_page_once(tmp_path):
+    # Level 1 = 100 kB blocks: the 0.7 MB sample becomes a single stream of several blocks.
+    path = tmp_path / "enwiki-level1-pages-articles.xml.bz2"
+    path.write_bytes(bz2.compress(_xml_of_sample(), 1))
+    with open(path, "rb") as f:
+        marks = dump.find_bz2_marks(f.read(), 0)
+    assert sum(is_block for _, is_block in marks) >= 5 and sum(not b for _, b in marks) == 1
+    whole, _ = pages_and_problems(str(path))
+    spaces = dump.read_siteinfo(str(path)).namespaces
+    for n in (1, 2, 3, 7, 40):
+        pages, problems = _split_pages(path, n, spaces)
+        assert problems == []
+        assert [(p.page_id, p.text) for p in pages] == [(p.page_id, p.text) for p in whole], n
+    # Locations point into the block: its file bit, then the byte in its output.
+    page = _split_pages(path, 3, spaces)[0][-1]
+    assert page.location.kind == "block"
+    assert "in the bz2 block at file bit" in str(page.location)
+    assert (page.location.stream_offset, True) in marks
+
+
+def test_false_block_boundary_is_merged(tmp_path, monkeypatch):
+    path = tmp_path / "level1.xml.bz2"
+    path.write_bytes(bz2.compress(_xml_of_sample(), 1))
+    real = dump._iter_marks
+    blocks = [b for b, is_block in dump.find_bz2_marks(path.read_bytes(), 0) if is_block]
+    fake = (blocks[1] + blocks[2]) // 2  # inside the second block
+
+    def with_fake(f, start, first=dump._SCAN_WINDOW):
+        marks = list(real(f, start, first))
+        if marks and marks[0][0] <= fake:
+            marks = sorted([*marks, (fake, True)])
+        yield from marks
+
+    monkeypatch.setattr(dump, "_iter_marks", with_fake)
+    spaces = dump.read_siteinfo(str(path)).namespaces
+    pages, problems = _split_pages(path, 1, spaces)
+    assert problems == []
+    assert [p.page_id for p in pages] == [p.page_id for p in pages_and_problems(str(path))[0]]
+
+
+def test_block_split_of_a_truncated_file(tmp_path):
+    data = bz2.compress(_xml_of_sample(), 1)
+    path = tmp_path / "cut.xml.bz2"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    spaces = dump.read_siteinfo(str(path)).namespaces
+    pages, problems = _split_pages(path, 2, spaces)
+    # The range owning the cut block reports it; the range before it reports it too when
+    # its last page ran into that block (and names the page lost).
+    assert 1 <= len(problems) <= 2
+    assert {(p.kind, p.location.kind, p.location.stream_offset) for p in problems} == {
+        ("truncated_stream", "block", problems[-1].location.stream_offset)
+    }
+    assert all("truncated" in p.detail for p in problems)
+    assert all(p.title for p in problems[:-1])
+    assert 0 < len(pages) < 69
+
+
+def test_plain_xml_locations_speak_of_bytes():
+    pages, _ = pages_and_problems(DE)
+    assert str(pages[0].location) == f"{DE} at byte {pages[0].location.offset}"
+    assert "bz2" not in str(pages[0].location)

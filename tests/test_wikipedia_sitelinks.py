@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ HANDMADE = DATA / "wiki" / "handmade"
 FAIL = DATA / "wiki" / "failures"
 ITEMS = str(HANDMADE / "wikidatawiki-sample-wb_items_per_site.sql.gz")
 SITES = frozenset({"enwiki", "dewiki", "bgwiki", "frwiki"})
+SITES_VI = frozenset({"viwiki"})
 
 
 def test_parse_insert_with_escapes():
@@ -115,3 +117,28 @@ def test_wikidata_json_lines():
 def test_titles_and_sites():
     assert sitelinks.normalize_title("gregorian_calendar ") == "Gregorian calendar"
     assert sitelinks.site_of("zh-min-nan") == "zh_min_nanwiki"
+
+
+def test_wikidata_disambiguation_items_and_page_props():
+    item = {
+        "id": "Q30",
+        "claims": {"P31": [{"mainsnak": {"datavalue": {"value": {"id": "Q4167410"}}}}]},
+        "sitelinks": {"viwiki": {"title": "Sông Cái"}, "enwiki": {"title": "X"}},
+    }
+    rows = list(sitelinks.parse_wikidata_json_line("w.json", 7, json.dumps(item) + ",", SITES_VI))
+    assert rows == [
+        ("row", "w.json", 7, "viwiki", "Sông Cái", "Q30"),
+        ("disambiguation", "w.json", 7, "viwiki", "Sông Cái", "Q30"),
+    ]
+    item["claims"]["P31"][0]["mainsnak"]["datavalue"]["value"]["id"] = "Q5"
+    rows = list(sitelinks.parse_wikidata_json_line("w.json", 7, json.dumps(item), SITES_VI))
+    assert [r[0] for r in rows] == ["row"]
+
+    line = (
+        "INSERT INTO `page_props` VALUES (12,'disambiguation','',NULL),"
+        "(12,'wikibase_item','Q1',NULL),(13,'disambiguation','',0.5);"
+    )
+    rows = list(sitelinks.parse_page_props_line("p.sql", 0, line, (0, 1)))
+    assert [r[3] for r in rows] == [12, 13]
+    bad = list(sitelinks.parse_page_props_line("p.sql", 9, line[:-5], (0, 1)))
+    assert bad[0][:4] == ("problem", "p.sql", 9, "sql_line")

@@ -42,6 +42,8 @@ def test_plan_splits_a_multistream_dump():
         dumps={"en": EN_MULTI, "de": f"{DE},{EN}"},
         multistream_index={"en": EN_INDEX},
         split_bytes=200_000,
+        dbname={"de": "*"},  # EN is an enwiki dump: accepted for "de" only by this override
+        split_single_stream=False,
     )
     items = plan_work(cfg)
     en = [it for it in items if it.lang == "en"]
@@ -159,7 +161,10 @@ def test_malformed_pages_fail_with_location_or_are_tolerated(spark, tmp_path):
         run_wikipedia(spark, wiki, str(tmp_path / "documents"), 2)
     msg = str(err.value)
     assert "2 malformed unit(s) in 8 pages read" in msg
-    assert f"{bad} at bz2 stream byte 0, decompressed byte " in msg
+    # The page (title and id) and the file byte; a plain .xml file has no bz2 wording.
+    assert f"malformed_xml: page 'Albedo' (id 102) in {bad} at byte 2979" in msg
+    assert "unknown_namespace: page 'Kategorie:Philosophie' (id 105)" in msg
+    assert "bz2" not in msg
     assert "malformed_xml" in msg and "unknown_namespace" in msg and "Nothing was written" in msg
     assert_nothing_written(tmp_path, "documents")
 
@@ -200,14 +205,20 @@ def test_truncated_streams(spark, tmp_path):
     assert_nothing_written(tmp_path, "documents")
 
     tolerant = dataclasses.replace(wiki, max_malformed_fraction=1.0)
+    with pytest.raises(InputDataError, match="no documents for language.s. de"):
+        run_wikipedia(spark, tolerant, str(tmp_path / "documents"), 2)
+    tolerant = dataclasses.replace(tolerant, on_empty_language="warn")
     report = run_wikipedia(spark, tolerant, str(tmp_path / "documents"), 2)
+    assert report["empty_languages"] == ["de"]
     assert report["malformed_by_kind"] == {
         "de": {"truncated_stream": 1},
         "en": {"truncated_stream": 1},
     }
     assert report["per_language"]["en"]["pages_read"] == 31  # 3 streams + the lost one
     ex = {e["lang"]: e for e in report["malformed_examples"]}
-    assert f"bz2 stream byte {offsets[3]}" in ex["en"]["location"]
+    # Without its index the file is split at bz2 blocks: the broken one is the first block
+    # of the fourth stream (4 bytes after the stream's "BZh9" header).
+    assert f"in the bz2 block at file bit {(offsets[3] + 4) * 8} " in ex["en"]["location"]
     assert report["documents_per_language"] == {"en": 3}  # Anarchism, Autism, Albedo
 
 

@@ -107,7 +107,7 @@ def test_policy_on_handmade_markup(name):
         "Der Anarchismus (von altgriechisch) ist eine & Lehren.",
         "Geschichte",
         "Punkt mit Link und",
-        "Kategorie:Sichtbar",
+        "Sichtbar",  # [[:Kategorie:Sichtbar]] reads as the category's name
     ], out.text
     assert out.langlinks == [("en", "Anarchism"), ("bg", "Анархизъм")]
     assert out.broken == []
@@ -143,3 +143,23 @@ def test_disambiguation_detector():
     assert not detect("[[Meno (disambiguation)|Meno]]")
     again = pickle.loads(pickle.dumps(detect))
     assert again("{{dISambiguation}}") and again.template_names == detect.template_names
+
+
+@pytest.mark.parametrize("name", sorted(CLEANERS))
+def test_emptied_sections_and_colon_links(name):
+    text = (
+        "Lead [[:Category:Rivers of Europe]] and [[:fr:Seine]] and [[Paris (France)|]].\n"
+        "== History ==\n=== Early ===\n{{Main|Early history}}\n=== Late ===\nLate text.\n"
+        "== References ==\n{{Reflist}}\n<references/>\n"
+        "== External links ==\n=== Images ===\n[[File:X.jpg|thumb|caption]]\n"
+        "== {{Lang|fr|Titre}} ==\nTail text."
+    )
+    out = CLEANERS[name](text, SiteNames()).text
+    lines = [line for line in out.split("\n") if line]
+    assert lines == [
+        "Lead Rivers of Europe and Seine and Paris.",
+        "History",  # kept: its subsection "Late" has text; "Early" has none
+        "Late",
+        "Late text.",
+        "Tail text.",  # the heading with no title left goes, its text stays
+    ], out

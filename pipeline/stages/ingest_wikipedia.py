@@ -32,9 +32,15 @@ from pyspark.sql.types import (
 from pipeline.errors import InputDataError
 from pipeline.io.datasets import write_dataset
 from pipeline.io.schemas import DOCUMENTS
-from pipeline.wikipedia import dump, sitelinks
+from pipeline.wikipedia import dump, sitelinks, wikis
 from pipeline.wikipedia.config import WikipediaConfig
-from pipeline.wikipedia.wikitext import DisambiguationDetector, SiteNames, get_cleaner
+from pipeline.wikipedia.wikitext import (
+    DisambiguationDetector,
+    SiteNames,
+    get_cleaner,
+    template_names_used,
+    transcludes_magic_word,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +59,36 @@ PARSED_SCHEMA = StructType(
         StructField("links", ArrayType(StringType(), False), True),
         StructField("location", StringType(), True),
         StructField("detail", StringType(), True),
+        # kept articles: the templates they transclude (normalised names), to drop those
+        # using a template of the dump that sets __DISAMBIG__.
+        StructField("templates", ArrayType(StringType(), False), True),
     ]
 )
+# Besides "page", "problem" and "broken", PARSED_SCHEMA rows of kind "template" name a
+# template that sets a disambiguation magic word (reason "disambiguation_template") or a
+# redirect between templates (reason "template_redirect", target in ``redirect``), and
+# one row of kind "item" per work item counts its pages (``page_id``) with the file in
+# ``location`` and the <dbname> it holds in ``detail``.
 
 DROP_REASONS = ("namespace", "redirect", "disambiguation", "not_wikitext", "too_short")
 
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One task's input: ``path[start:end]`` of ``lang``'s dump (``end`` None: to EOF)."""
+    """One task's input: ``path[start:end]`` of ``lang``'s dump (``end`` None: to EOF).
+
+    ``blocks``: a single-stream ``.bz2`` split at bz2 blocks; the item reads the pages
+    starting in the blocks that start in ``[start, end)``
+    (:func:`pipeline.wikipedia.dump.iter_pages` with ``blocks=True``).
+    """
 
     lang: str
     path: str
     start: int = 0
     end: int | None = None
     namespaces: tuple[tuple[int, str], ...] = ()
+    blocks: bool = False
+    dbname: str | None = None
 
 
 # --------------------------------------------------------------------------- planning
@@ -99,8 +120,33 @@ def dump_paths(cfg: WikipediaConfig) -> dict[str, list[str]]:
     return out
 
 
+def check_dbname(lang: str, path: str, info: dump.SiteInfo, cfg: WikipediaConfig) -> None:
+    """Refuse a dump whose ``<dbname>`` is not the configured language's wiki."""
+    expected = cfg.dbname.get(lang, wikis.expected_dbname(lang))
+    if expected == "*":
+        return
+    if info.dbname is None:
+        log.warning(
+            "%s has no <dbname> in its <siteinfo>: cannot check that it is %s (%s)",
+            path,
+            expected,
+            lang,
+        )
+        return
+    if info.dbname.strip() != expected:
+        raise InputDataError(
+            f"wikipedia.dumps.{lang}: {path} is a dump of {info.dbname.strip()!r} "
+            f"(<dbname> in its <siteinfo>), but language {lang!r} expects {expected!r}. "
+            f"Fix: map {lang!r} to a {expected} dump, or, for a mirror that renames the "
+            f"wiki, set wikipedia.dbname.{lang}={info.dbname.strip()} (or '*' to skip the "
+            "check)."
+        )
+
+
 def plan_work(cfg: WikipediaConfig) -> list[WorkItem]:
-    """Work items for every dump; a multistream dump with an index splits by streams."""
+    """Work items for every dump: a multistream dump with an index splits by streams, a
+    single-stream ``.bz2`` by bz2 blocks (``split_single_stream``), anything else is one
+    item. Every dump's ``<dbname>`` is checked against its language."""
     items: list[WorkItem] = []
     for lang, paths in dump_paths(cfg).items():
         index = cfg.multistream_index.get(lang)
@@ -110,28 +156,59 @@ def plan_work(cfg: WikipediaConfig) -> list[WorkItem]:
                 f"wikipedia.dumps.{lang} (got {len(paths)})"
             )
         for path in paths:
-            if not index:
-                items.append(WorkItem(lang, path))
-                continue
-            if not os.path.isfile(index):
-                raise InputDataError(f"wikipedia.multistream_index.{lang}: {index} does not exist")
             try:
                 info = dump.read_siteinfo(path)
-                offsets = dump.read_index_offsets(index)
             except dump.DumpError as exc:
                 raise InputDataError(str(exc)) from None
-            size = os.path.getsize(path)
-            bad = [o for o in offsets if o >= size]
-            if bad:
-                raise InputDataError(
-                    f"{index}: stream offset {bad[0]} is beyond the end of {path} ({size} bytes)."
-                    " Fix: use the index published with this dump."
-                )
+            check_dbname(lang, path, info, cfg)
             spaces = tuple(sorted(info.namespaces.items()))
-            for start, end in dump.plan_ranges(offsets, size, cfg.split_bytes):
-                items.append(WorkItem(lang, path, start, end, spaces))
-            log.info("%s: %d streams in %d ranges", path, len(offsets), len(items))
+            size = os.path.getsize(path)
+            if index:
+                if not os.path.isfile(index):
+                    raise InputDataError(
+                        f"wikipedia.multistream_index.{lang}: {index} does not exist"
+                    )
+                try:
+                    offsets = dump.read_index_offsets(index)
+                except dump.DumpError as exc:
+                    raise InputDataError(str(exc)) from None
+                bad = [o for o in offsets if o >= size]
+                if bad:
+                    raise InputDataError(
+                        f"{index}: stream offset {bad[0]} is beyond the end of {path} "
+                        f"({size} bytes). Fix: use the index published with this dump."
+                    )
+                ranges = dump.plan_ranges(offsets, size, cfg.split_bytes)
+                items += [WorkItem(lang, path, a, b, spaces, False, info.dbname) for a, b in ranges]
+                log.info("%s (%s): %d streams in %d ranges", path, lang, len(offsets), len(ranges))
+                continue
+            # Compressed bytes per range (bz2 on wikitext: ratio about 4-5), at least 64 KiB
+            # (a level-9 block is about 200 kB compressed: smaller ranges are mostly empty).
+            step = max(1 << 16, int(cfg.split_bytes / 4.0))
+            if cfg.split_single_stream and size > step and _splittable(path):
+                n = -(-size // step)
+                items += [
+                    WorkItem(
+                        lang, path, k * step, min(size, (k + 1) * step), spaces, True, info.dbname
+                    )
+                    for k in range(n)
+                ]
+                log.info("%s (%s): single bz2 stream split at blocks into %d ranges", path, lang, n)
+            else:
+                items.append(WorkItem(lang, path, 0, None, spaces, False, info.dbname))
     return items
+
+
+def _splittable(path: str) -> bool:
+    """A bz2 dump in UTF-8 (a UTF-16 dump cannot be resynchronised at a block)."""
+    if not dump._is_bz2(path):
+        return False
+    try:
+        for chunk in dump.iter_decompressed(path):
+            return not chunk.data.startswith((b"\xff\xfe", b"\xfe\xff"))
+    except dump.StreamError:
+        pass  # read whole; the parse reports where the stream breaks
+    return False
 
 
 # --------------------------------------------------------------------------- parsing
@@ -150,25 +227,47 @@ def _row(lang: str, kind: str, **kw: Any) -> tuple:
         kw.get("links"),
         kw.get("location"),
         kw.get("detail"),
+        kw.get("templates"),
     )
+
+
+def _detector(lang: str, spaces: dict[int, str], cfg: WikipediaConfig) -> DisambiguationDetector:
+    names = cfg.disambiguation_templates_by_lang.get(lang, wikis.disambiguation_templates(lang))
+    return DisambiguationDetector(
+        [*names, *cfg.disambiguation_templates],
+        template_prefixes=_template_prefixes(spaces),
+    )
+
+
+def _template_prefixes(spaces: dict[int, str]) -> list[str]:
+    return [*wikis.CANONICAL_TEMPLATE, *([spaces[10]] if spaces.get(10) else [])]
 
 
 def parse_item(item: WorkItem, cfg: WikipediaConfig) -> Any:
     """Rows (:data:`PARSED_SCHEMA`) for every page and problem of one work item."""
     clean = get_cleaner(cfg.cleaner)
-    is_disambiguation = DisambiguationDetector(cfg.disambiguation_templates)
     keep_ns = set(cfg.namespaces)
     spaces = dict(item.namespaces)
-    site = SiteNames.from_namespaces(spaces)
     lang = item.lang
+    extra_files = cfg.file_namespaces.get(lang, ())
+    site = SiteNames.from_namespaces(spaces, lang, extra_files)
+    is_disambiguation = _detector(lang, spaces, cfg)
+    prefixes = frozenset(wikis.normalize_name(p) for p in _template_prefixes(spaces))
     want_links = cfg.inline_langlinks
     want_redirects = cfg.inline_langlinks or bool(cfg.langlinks)
+    find_templates = not cfg.keep_disambiguation
+    n_pages, dbname = 0, item.dbname
     try:
-        pages = dump.iter_pages(item.path, item.start, item.end, spaces)
+        pages = dump.iter_pages(item.path, item.start, item.end, spaces, item.blocks)
         for p in pages:
             if isinstance(p, dump.SiteInfo):
-                site = SiteNames.from_namespaces(p.namespaces)
+                spaces = p.namespaces or spaces
+                dbname = p.dbname or dbname
+                site = SiteNames.from_namespaces(spaces, lang, extra_files)
+                is_disambiguation = _detector(lang, spaces, cfg)
+                prefixes = frozenset(wikis.normalize_name(x) for x in _template_prefixes(spaces))
                 continue
+            n_pages += 1
             if isinstance(p, dump.Problem):
                 yield _row(
                     lang,
@@ -181,6 +280,8 @@ def parse_item(item: WorkItem, cfg: WikipediaConfig) -> Any:
                 )
                 continue
             loc = str(p.location)
+            if p.ns == 10 and find_templates:
+                yield from _template_rows(lang, p, is_disambiguation.magic_words)
             if p.ns not in keep_ns:
                 yield _row(lang, "page", status="dropped", reason="namespace", page_id=p.page_id)
             elif p.redirect is not None and not cfg.keep_redirects:
@@ -230,6 +331,7 @@ def parse_item(item: WorkItem, cfg: WikipediaConfig) -> Any:
                     text=cleaned.text,
                     links=links,
                     location=loc,
+                    templates=template_names_used(p.text, prefixes) if find_templates else None,
                 )
     except dump.DumpError as exc:
         yield _row(
@@ -239,6 +341,24 @@ def parse_item(item: WorkItem, cfg: WikipediaConfig) -> Any:
             location=f"{item.path} at byte {item.start}",
             detail=str(exc),
         )
+    yield _row(lang, "item", page_id=n_pages, location=item.path, detail=dbname)
+
+
+def _template_rows(lang: str, page: dump.Page, magic_words: list[str]) -> Any:
+    """A template that sets a disambiguation magic word, or a redirect between templates."""
+    name = wikis.normalize_name(page.title.partition(":")[2] or page.title)
+    if page.redirect is not None:
+        _, sep, target = page.redirect.partition(":")
+        if sep and target:
+            yield _row(
+                lang,
+                "template",
+                reason="template_redirect",
+                title=name,
+                redirect=wikis.normalize_name(target),
+            )
+    elif transcludes_magic_word(page.text, magic_words):
+        yield _row(lang, "template", reason="disambiguation_template", title=name)
 
 
 def parse_dumps(spark: SparkSession, cfg: WikipediaConfig, items: list[WorkItem]) -> DataFrame:
@@ -302,6 +422,143 @@ def summarize_parsed(parsed: DataFrame, cfg: WikipediaConfig) -> dict[str, Any]:
     }
 
 
+def _where(example: dict[str, Any]) -> str:
+    """``page 'Title' (id 12) in <location>`` for an example row (what is known of it)."""
+    page = []
+    if example.get("title") is not None:
+        page.append(repr(example["title"]))
+    if example.get("page_id") is not None:
+        page.append(f"(id {example['page_id']})")
+    head = f"page {' '.join(page)} in " if page else ""
+    return head + str(example.get("location"))
+
+
+def check_files(parsed: DataFrame, report: dict[str, Any]) -> None:
+    """Pages read per dump file (reported); a file without a single ``<page>`` is an error."""
+    rows = (
+        parsed.filter("kind = 'item'")
+        .groupBy("lang", "location")
+        .agg(F.sum("page_id").alias("pages"), F.max("detail").alias("dbname"))
+        .collect()
+    )
+    files: dict[str, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (r["lang"], r["location"])):
+        files.setdefault(r["lang"], {})[r["location"]] = {
+            "pages": int(r["pages"] or 0),
+            "dbname": r["dbname"],
+        }
+    report["files"] = files
+    empty = [(lang, f) for lang, fs in files.items() for f, row in fs.items() if not row["pages"]]
+    if empty:
+        raise InputDataError(
+            "wikipedia: no <page> in "
+            + "; ".join(f"{f} (wikipedia.dumps.{lang})" for lang, f in empty)
+            + ". Fix: point the language at its *-pages-articles[-multistream].xml[.bz2] "
+            "dump (not an index, a stub or a file cut before its first page). Nothing was "
+            "written."
+        )
+
+
+def _record_disambiguation(report: dict[str, Any], source: str, counts: dict[str, int]) -> None:
+    """Count articles dropped after parsing as disambiguation pages (found by ``source``)."""
+    report.setdefault("disambiguation_after_parse", {})[source] = dict(sorted(counts.items()))
+    for lang, n in counts.items():
+        row = report["per_language"][lang]
+        row["kept"] -= n
+        row["dropped"] += n
+        reasons = report["dropped_by_reason"].setdefault(lang, {})
+        reasons["disambiguation"] = reasons.get("disambiguation", 0) + n
+
+
+def disambiguation_templates_in_dump(parsed: DataFrame) -> dict[str, list[str]]:
+    """lang -> templates of the dump that set a disambiguation magic word, with the
+    templates redirecting to them (chains followed)."""
+    rows = parsed.filter("kind = 'template'").select("lang", "reason", "title", "redirect")
+    names: dict[str, set[str]] = {}
+    redirects: dict[str, dict[str, str]] = {}
+    for r in rows.collect():
+        if r["reason"] == "disambiguation_template":
+            names.setdefault(r["lang"], set()).add(r["title"])
+        elif r["redirect"]:
+            redirects.setdefault(r["lang"], {})[r["title"]] = r["redirect"]
+    for lang, found in names.items():
+        grew = True
+        while grew:
+            new = {a for a, b in redirects.get(lang, {}).items() if b in found} - found
+            found |= new
+            grew = bool(new)
+    return {lang: sorted(v) for lang, v in sorted(names.items())}
+
+
+def drop_template_disambiguation(
+    docs: DataFrame, parsed: DataFrame, report: dict[str, Any]
+) -> DataFrame:
+    """Drop articles that use a template of the dump setting ``__DISAMBIG__`` (how the
+    Disambiguator extension marks pages, whatever the template is called)."""
+    found = disambiguation_templates_in_dump(parsed)
+    report["disambiguation_templates_in_dump"] = {k: len(v) for k, v in found.items()}
+    if not found:
+        return docs
+    cond = F.lit(False)
+    for lang, names in found.items():
+        hit = F.arrays_overlap(F.col("templates"), F.array(*[F.lit(n) for n in names]))
+        cond = cond | ((F.col("lang") == lang) & F.coalesce(hit, F.lit(False)))
+    counts = {r["lang"]: r["count"] for r in docs.filter(cond).groupBy("lang").count().collect()}
+    _record_disambiguation(report, "template_magic_word", counts)
+    return docs.filter(~cond)
+
+
+def read_page_props(
+    spark: SparkSession, cfg: WikipediaConfig, langs: list[str], report: dict
+) -> DataFrame | None:
+    """(lang, page_id) of the pages with the ``disambiguation`` page property, or None."""
+    if not cfg.page_props:
+        return None
+    sc = spark.sparkContext
+    frames = []
+    for lang, path in sorted(cfg.page_props.items()):
+        if lang not in langs:
+            raise InputDataError(
+                f"wikipedia.page_props.{lang} is set but wikipedia.dumps has no {lang!r}"
+            )
+        if not os.path.isfile(path):
+            raise InputDataError(f"wikipedia.page_props.{lang}: {path} does not exist")
+        try:
+            cols = sitelinks.column_positions(path, "page_props")
+        except sitelinks.SqlLineError as exc:
+            raise InputDataError(str(exc)) from None
+        lines = sitelinks.read_lines(sc, [path], sc.defaultParallelism)
+        recs = lines.flatMap(lambda t, c=cols: sitelinks.parse_page_props_line(t[0], t[1], t[2], c))
+        frames.append(_records_frame(spark, recs).withColumn("lang", F.lit(lang)))
+    frame = frames[0]
+    for f in frames[1:]:
+        frame = frame.unionByName(f)
+    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    _check_records("page_props", frame, cfg, report)
+    return (
+        frame.filter("kind = 'row'")
+        .select("lang", F.col("a").cast("long").alias("page_id"))
+        .dropDuplicates()
+    )
+
+
+def drop_page_props_disambiguation(
+    spark: SparkSession,
+    docs: DataFrame,
+    cfg: WikipediaConfig,
+    langs: list[str],
+    report: dict[str, Any],
+) -> DataFrame:
+    """Drop articles that ``page_props`` marks as disambiguation pages."""
+    props = read_page_props(spark, cfg, langs, report)
+    if props is None:
+        return docs
+    hits = docs.select("lang", "page_id").join(props, ["lang", "page_id"])
+    counts = {r["lang"]: r["count"] for r in hits.groupBy("lang").count().collect()}
+    _record_disambiguation(report, "page_props", counts)
+    return docs.join(props, ["lang", "page_id"], "left_anti")
+
+
 def check_tolerance(report: dict[str, Any], cfg: WikipediaConfig) -> None:
     """Raise :class:`InputDataError` when malformed or broken pages exceed the tolerances."""
     for lang, row in report["per_language"].items():
@@ -312,9 +569,7 @@ def check_tolerance(report: dict[str, Any], cfg: WikipediaConfig) -> None:
                 f"wikipedia {lang}: {row['malformed']} malformed unit(s) in {row['pages_read']} "
                 f"pages read ({report['malformed_by_kind'].get(lang)}), more than "
                 f"wikipedia.max_malformed_fraction={cfg.max_malformed_fraction}; e.g.:\n"
-                + "\n".join(
-                    f"  - {e.get('reason')}: {e.get('location')}: {e.get('detail')}" for e in ex
-                )
+                + "\n".join(f"  - {e.get('reason')}: {_where(e)}: {e.get('detail')}" for e in ex)
                 + "\nFix: re-download the named file(s) (check their published checksums), or "
                 "raise wikipedia.max_malformed_fraction to skip them. Nothing was written."
             )
@@ -326,9 +581,7 @@ def check_tolerance(report: dict[str, Any], cfg: WikipediaConfig) -> None:
                 f"wikipedia {lang}: {row['broken_markup']} article(s) with broken markup of "
                 f"{row['kept']}, more than wikipedia.max_broken_markup_fraction="
                 f"{cfg.max_broken_markup_fraction}; e.g.:\n"
-                + "\n".join(
-                    f"  - {e.get('title')!r} at {e.get('location')}: {e.get('detail')}" for e in ex
-                )
+                + "\n".join(f"  - {_where(e)}: {e.get('detail')}" for e in ex)
                 + "\nNothing was written."
             )
 
@@ -378,8 +631,10 @@ def _check_records(name: str, recs: DataFrame, cfg: WikipediaConfig, report: dic
 
 def read_wikidata(
     spark: SparkSession, cfg: WikipediaConfig, langs: list[str], report: dict
-) -> DataFrame | None:
-    """(lang, title, qid) from the Wikidata sitelinks source, or None when not configured."""
+) -> tuple[DataFrame, DataFrame] | None:
+    """(lang, title, qid) from the Wikidata sitelinks source, and (lang, title) of the pages
+    whose item is a Wikimedia disambiguation page (JSON dumps only); None when not
+    configured."""
     if not cfg.wikidata_sitelinks:
         return None
     paths = [p.strip() for p in cfg.wikidata_sitelinks.split(",") if p.strip()]
@@ -406,13 +661,17 @@ def read_wikidata(
     frame = _records_frame(spark, recs).persist(StorageLevel.MEMORY_AND_DISK)
     _check_records("wikidata_sitelinks", frame, cfg, report)
     mapping = spark.createDataFrame(list(site_to_lang.items()), "site string, lang string")
-    return (
-        frame.filter("kind = 'row'")
-        .select(F.col("a").alias("site"), F.col("b").alias("title"), F.col("c").alias("qid"))
-        .join(F.broadcast(mapping), "site")
-        .select("lang", "title", "qid")
-        .dropDuplicates(["lang", "title"])
-    )
+
+    def pick(kind: str) -> DataFrame:
+        return (
+            frame.filter(F.col("kind") == kind)
+            .select(F.col("a").alias("site"), F.col("b").alias("title"), F.col("c").alias("qid"))
+            .join(F.broadcast(mapping), "site")
+            .select("lang", "title", "qid")
+            .dropDuplicates(["lang", "title"])
+        )
+
+    return pick("row"), pick("disambiguation").select("lang", "title")
 
 
 def read_langlinks(
@@ -502,6 +761,13 @@ def assign_concepts(
     )
     wikidata = read_wikidata(spark, cfg, langs, concepts)
     if wikidata is not None:
+        wikidata, disambiguation = wikidata
+        if cfg.wikidata_disambiguation and not cfg.keep_disambiguation:
+            hits = nodes.join(disambiguation, ["lang", "title"])
+            counts = {r["lang"]: r["count"] for r in hits.groupBy("lang").count().collect()}
+            _record_disambiguation(report, "wikidata", counts)
+            nodes = nodes.join(disambiguation, ["lang", "title"], "left_anti")
+            docs = docs.join(disambiguation, ["lang", "title"], "left_anti")
         nodes = nodes.join(wikidata, ["lang", "title"], "left")
     else:
         nodes = nodes.withColumn("qid", F.lit(None).cast("string"))
@@ -627,11 +893,19 @@ def build_documents(
         "work_items": len(items),
         "cleaner": cfg.cleaner,
     }
+    report["dbnames"] = {
+        lang: sorted({str(it.dbname) for it in items if it.lang == lang}) for lang in langs
+    }
     report.update(summarize_parsed(parsed, cfg))
     check_tolerance(report, cfg)
+    check_files(parsed, report)
     docs = parsed.filter("kind = 'page' AND status = 'kept'").select(
-        "lang", "page_id", "title", "text", "links"
+        "lang", "page_id", "title", "text", "links", "templates"
     )
+    if not cfg.keep_disambiguation:
+        docs = drop_template_disambiguation(docs, parsed, report)
+        docs = drop_page_props_disambiguation(spark, docs, cfg, langs, report)
+    docs = docs.drop("templates")
     labelled = assign_concepts(spark, docs, parsed, cfg, langs, report)
     out = labelled.select(
         F.concat(F.col("lang"), F.lit("wiki:"), F.col("page_id").cast("string")).alias("doc_id"),
@@ -641,6 +915,26 @@ def build_documents(
         "text",
     )
     return out, report, [parsed]
+
+
+def check_every_language(report: dict[str, Any], cfg: WikipediaConfig) -> None:
+    """Every configured language must end with documents (``on_empty_language``)."""
+    empty = sorted(
+        lang for lang in cfg.dumps if not report["per_language"].get(lang, {}).get("documents")
+    )
+    if not empty:
+        return
+    why = {lang: report["per_language"].get(lang, {}) for lang in empty}
+    msg = (
+        f"wikipedia: no documents for language(s) {', '.join(empty)} (per language: {why}). "
+        "Fix: check that each is mapped to its own pages-articles dump in wikipedia.dumps and "
+        "that the concept source (wikidata_sitelinks / langlinks) covers it, or set "
+        "wikipedia.on_empty_language=warn to write the other languages."
+    )
+    report["empty_languages"] = empty
+    if cfg.on_empty_language == "error":
+        raise InputDataError(msg + " Nothing was written.")
+    log.warning("%s", msg)
 
 
 def run_wikipedia(
@@ -670,6 +964,7 @@ def run_wikipedia(
         for lang, row in report["per_language"].items():
             row["documents"] = per_lang.get(lang, 0)
             row["without_concept"] = report["concepts"]["without_concept"].get(lang, 0)
+        check_every_language(report, cfg)
         report["documents_per_language"] = per_lang
         report["documents"] = sum(per_lang.values())
         report["n_concepts"] = docs.select("concept_id").distinct().count()

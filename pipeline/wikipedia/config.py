@@ -1,8 +1,9 @@
 """The ``wikipedia`` configuration section (stage ``ingest_wikipedia``).
 
 Declared like every section of :mod:`pipeline.config` (a frozen dataclass of
-:func:`~pipeline.params.param` fields), in its own leaf module because the default
-disambiguation-template list is long.
+:func:`~pipeline.params.param` fields), in its own leaf module beside the Wikipedia code.
+Per-wiki data (namespace aliases, disambiguation templates) is shipped in ``data/`` and read
+by :mod:`pipeline.wikipedia.wikis`; the keys below extend or replace it.
 """
 
 from __future__ import annotations
@@ -11,36 +12,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipeline.params import param
-
-# Template names (compared case-insensitively, first letter and ``_``/space folded)
-# that mark a disambiguation page, for the languages we know; extend per language.
-DEFAULT_DISAMBIGUATION_TEMPLATES = [
-    "disambiguation",
-    "disambig",
-    "dab",
-    "disamb",
-    "hndis",
-    "geodis",
-    "numberdis",
-    "letter-numbercombdisambig",
-    "mil-unit-dis",
-    "set index article",
-    "surname",
-    "given name",
-    "begriffsklärung",
-    "homonymie",
-    "desambiguación",
-    "desambiguacao",
-    "desambiguação",
-    "disambigua",
-    "пояснителна страница",
-    "многозначность",
-    "неоднозначность",
-    "消歧義",
-    "消歧义",
-    "aimai",
-    "曖昧さ回避",
-]
 
 
 @dataclass(frozen=True)
@@ -67,7 +38,13 @@ class WikipediaConfig:
     split_bytes: int = param(
         64 * 1024 * 1024,
         lo=1,
-        doc="Decompressed bytes (approximately) per task when a dump is split by its index.",
+        doc="Decompressed bytes (approximately) per task when a dump is split (by its index "
+        "or at bz2 blocks).",
+    )
+    split_single_stream: bool = param(
+        True,
+        doc="Split a single-stream .bz2 dump (no multistream index) at bz2 block boundaries "
+        "into tasks of about split_bytes decompressed bytes each.",
     )
 
     # --- which pages are articles
@@ -75,9 +52,30 @@ class WikipediaConfig:
     keep_redirects: bool = param(False, doc="Keep redirect pages.")
     keep_disambiguation: bool = param(False, doc="Keep disambiguation pages.")
     disambiguation_templates: list[str] = param(
-        default_factory=lambda: list(DEFAULT_DISAMBIGUATION_TEMPLATES),
-        doc="Template names (case-insensitive, first letter and _/space folded) that mark a "
-        "disambiguation page.",
+        default_factory=list,
+        doc="Template names added for every language to the disambiguation templates "
+        "(besides __DISAMBIG__ and its localised spellings, the per-wiki lists shipped in "
+        "pipeline/wikipedia/data/disambiguation.json, the dump's own templates that hold "
+        "__DISAMBIG__, and page_props / Wikidata below).",
+    )
+    disambiguation_templates_by_lang: dict[str, list[str]] = param(
+        default_factory=dict,
+        doc="lang -> template names that replace the shipped disambiguation list of that language.",
+    )
+    page_props: dict[str, str] = param(
+        default_factory=dict,
+        doc="lang -> that wiki's page_props SQL dump (*-page_props.sql[.gz]): pages with the "
+        "disambiguation property are dropped.",
+    )
+    wikidata_disambiguation: bool = param(
+        True,
+        doc="Drop pages whose Wikidata item is an instance of (P31) Wikimedia disambiguation "
+        "page (Q4167410); needs the Wikidata JSON dump as wikidata_sitelinks.",
+    )
+    file_namespaces: dict[str, list[str]] = param(
+        default_factory=dict,
+        doc="lang -> extra names of the File/Media namespace (added to MediaWiki's canonical "
+        "names, the dump's <siteinfo> and the shipped aliases in data/namespaces.json).",
     )
     min_text_chars: int = param(
         1, lo=0, doc="Pages whose cleaned text is shorter are dropped as too_short."
@@ -117,6 +115,19 @@ class WikipediaConfig:
     )
     max_component_iterations: int = param(
         20, lo=1, doc="Label-propagation rounds for the langlinks components."
+    )
+
+    # --- which wiki a dump is
+    dbname: dict[str, str] = param(
+        default_factory=dict,
+        doc="Every dump's <siteinfo><dbname> must be the configured language's wiki (vi -> "
+        "viwiki); lang -> the dbname to expect instead, for mirrors that rename a wiki; '*' "
+        "accepts any.",
+    )
+    on_empty_language: Literal["error", "warn"] = param(
+        "error",
+        doc="A configured language that ends with no documents: fail, or warn (logged and "
+        "reported; the other languages are written).",
     )
 
     # --- bad input

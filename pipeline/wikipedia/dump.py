@@ -20,6 +20,7 @@ from __future__ import annotations
 import bz2
 import codecs
 import io
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -34,13 +35,29 @@ _ROOT = re.compile(rb"<mediawiki\b[^>]*>")
 
 @dataclass(frozen=True)
 class Location:
-    """Where something is in a dump: file, bz2 stream offset, offset in its output."""
+    """Where something is in a dump.
+
+    ``kind`` says what the two offsets count: ``plain`` (uncompressed file: ``offset`` is
+    the file byte), ``stream`` (``stream_offset`` is the file byte where the bz2 stream
+    starts, ``offset`` the byte in that stream's decompressed output; for a single-stream
+    file that is the decompressed offset in the whole dump), ``block`` (a single-stream
+    dump split at bz2 blocks: ``stream_offset`` is the file *bit* where the block starts,
+    ``offset`` the byte in that block's decompressed output).
+    """
 
     path: str
     stream_offset: int
     offset: int
+    kind: str = "stream"
 
     def __str__(self) -> str:
+        if self.kind == "plain":
+            return f"{self.path} at byte {self.offset}"
+        if self.kind == "block":
+            return (
+                f"{self.path} in the bz2 block at file bit {self.stream_offset} (byte "
+                f"{self.stream_offset // 8}), decompressed byte {self.offset} of that block"
+            )
         return (
             f"{self.path} at bz2 stream byte {self.stream_offset}, decompressed byte {self.offset}"
         )
@@ -114,8 +131,10 @@ def _local(tag: str) -> str:
 @dataclass
 class _Chunk:
     data: bytes
-    stream_offset: int  # compressed offset of the bz2 stream these bytes came from
-    offset: int  # decompressed offset of data[0] within that stream
+    stream_offset: int  # compressed offset of the bz2 stream (bit of the block) of data
+    offset: int  # decompressed offset of data[0] within that stream (block)
+    kind: str = "stream"  # Location.kind
+    owned: bool = True  # block mode: pages starting in these bytes belong to this range
 
 
 def _is_bz2(path: str) -> bool:
@@ -141,7 +160,7 @@ def iter_decompressed(path: str, start: int = 0, end: int | None = None) -> Iter
                 buf = f.read(_READ if remaining is None else min(_READ, remaining))
                 if not buf:
                     return
-                yield _Chunk(buf, 0, pos)
+                yield _Chunk(buf, 0, pos, "plain")
                 pos += len(buf)
                 if remaining is not None:
                     remaining -= len(buf)
@@ -196,6 +215,138 @@ def iter_decompressed(path: str, start: int = 0, end: int | None = None) -> Iter
                     buf = b""
 
 
+# --------------------------------------------------------------------------- bz2 blocks
+# A bz2 stream is "BZh<level>", then blocks, each starting with the 48-bit magic
+# 0x314159265359 and its 32-bit CRC, then the end-of-stream magic 0x177245385090 and the
+# combined CRC. Blocks are bit-aligned, not byte-aligned, and independent: one block,
+# cut out at its bit offsets and wrapped as a stream of its own (header, the block, the
+# end-of-stream magic and, as combined CRC, the block's CRC), decompresses alone. This is
+# how a single-stream dump is split into parallel tasks (bzip2recover finds blocks the
+# same way). The magic can occur by chance inside compressed data (2^-48 per bit); a
+# candidate boundary that does not decode is merged with the next one.
+
+_BLOCK_MAGIC = 0x314159265359
+_EOS_MAGIC = 0x177245385090
+_SCAN_WINDOW = 1 << 22
+
+
+def _magic_patterns(magic: int) -> list[tuple[int, bytes, int, int, int, int]]:
+    """Per bit shift s: (s, the 5 whole bytes, first byte, its mask, last byte, its mask)."""
+    out = []
+    for shift in range(8):
+        value = (magic << (8 - shift)).to_bytes(7, "big")
+        mask = (((1 << 48) - 1) << (8 - shift)).to_bytes(7, "big")
+        out.append((shift, value[1:6], value[0], mask[0], value[6], mask[6]))
+    return out
+
+
+_PATTERNS = ((_magic_patterns(_BLOCK_MAGIC), True), (_magic_patterns(_EOS_MAGIC), False))
+
+
+def find_bz2_marks(data: bytes, base: int, limit_bit: int | None = None) -> list[tuple[int, bool]]:
+    """Block (True) and end-of-stream (False) magics in ``data`` (file bytes from ``base``):
+    sorted ``(file bit, is_block)`` for magics starting before ``limit_bit``."""
+    found = []
+    n = len(data)
+    for patterns, is_block in _PATTERNS:
+        for shift, middle, first, first_mask, last, last_mask in patterns:
+            i = data.find(middle, 1)
+            while i >= 0:
+                j = i - 1
+                if (data[j] & first_mask) == first and (
+                    not last_mask or (i + 5 < n and (data[i + 5] & last_mask) == last)
+                ):
+                    bit = (base + j) * 8 + shift
+                    if limit_bit is None or bit < limit_bit:
+                        found.append((bit, is_block))
+                i = data.find(middle, i + 1)
+    return sorted(found)
+
+
+def _iter_marks(f, start: int, first: int = _SCAN_WINDOW) -> Iterator[tuple[int, bool]]:
+    """Magics from file byte ``start`` on, scanning windows (overlapping by 7 bytes); the
+    first window is ``first`` bytes (the task's range), the next ones smaller."""
+    w, size = start, max(1, min(first, _SCAN_WINDOW))
+    while True:
+        f.seek(w)
+        data = f.read(size + 7)
+        yield from find_bz2_marks(data, w, (w + size) * 8)
+        if len(data) < size + 7:
+            return
+        w += size
+        size = _SCAN_WINDOW // 4
+
+
+def decode_bz2_block(f, bit_start: int, bit_end: int) -> bytes:
+    """Decompress the bz2 block in file bits ``[bit_start, bit_end)`` (raises OSError or
+    ValueError if those bits are not one or more whole blocks)."""
+    b0, b1 = bit_start // 8, (bit_end + 7) // 8
+    f.seek(b0)
+    raw = f.read(b1 - b0)
+    nbits = bit_end - bit_start
+    if len(raw) < b1 - b0 or nbits < 80:
+        raise ValueError("block bits beyond the end of the file")
+    block = (int.from_bytes(raw, "big") >> (len(raw) * 8 - (bit_end - b0 * 8))) & ((1 << nbits) - 1)
+    crc = (block >> (nbits - 80)) & 0xFFFFFFFF
+    value = (((block << 48) | _EOS_MAGIC) << 32) | crc
+    total = nbits + 80
+    pad = (-total) % 8
+    return bz2.decompress(b"BZh9" + (value << pad).to_bytes((total + pad) // 8, "big"))
+
+
+def iter_bz2_blocks(path: str, start: int, end: int | None) -> Iterator[_Chunk]:
+    """Decompressed bz2 blocks of ``path`` that start in file bytes ``[start, end)``
+    (``owned``), then the blocks after them (not owned) for as long as the caller reads.
+
+    Raises :class:`StreamError` for a block that does not decode (after trying to merge it
+    with up to two following candidate boundaries) or is cut by the end of the file.
+    """
+    size = os.path.getsize(path)
+    end_bit = (size if end is None else end) * 8
+    with open(path, "rb") as f:
+        marks = _iter_marks(f, start, (end_bit // 8) - start + 1)
+        ahead: list[tuple[int, bool]] = []
+
+        def peek(k: int) -> tuple[int, bool] | None:
+            while len(ahead) <= k:
+                m = next(marks, None)
+                if m is None:
+                    return None
+                ahead.append(m)
+            return ahead[k]
+
+        while peek(0) is not None:
+            bit, is_block = ahead.pop(0)
+            if not is_block:
+                continue
+            data = None
+            error: Exception | None = None
+            for extra in range(3):
+                nxt = peek(extra)
+                stop = nxt[0] if nxt is not None else size * 8
+                try:
+                    data = decode_bz2_block(f, bit, stop)
+                except (OSError, ValueError, EOFError) as exc:
+                    error = error or exc
+                    if nxt is None:
+                        break
+                    continue
+                del ahead[:extra]
+                break
+            if data is None:
+                cut = peek(0) is None
+                raise StreamError(
+                    "truncated_stream" if cut else "corrupt_stream",
+                    Location(path, bit, 0, "block"),
+                    (
+                        "the last bz2 block has no end-of-stream marker after it (file truncated)"
+                        if cut
+                        else f"the bz2 block does not decompress: {error}"
+                    ),
+                )
+            yield _Chunk(data, bit, 0, "block", bit < end_bit)
+
+
 class StreamError(Exception):
     def __init__(self, kind: str, location: Location, detail: str) -> None:
         super().__init__(f"{location}: {detail}")
@@ -224,35 +375,45 @@ def _sniff_encoding(data: bytes) -> str | None:
 
 
 def iter_page_xml(
-    path: str, start: int = 0, end: int | None = None
+    path: str, start: int = 0, end: int | None = None, blocks: bool = False
 ) -> Iterator[tuple[bytes, Location] | Problem | SiteInfo]:
     """Yield the raw bytes of each ``<page>..</page>`` with its location.
 
     Also yields the :class:`SiteInfo` when the range holds the header, and
     :class:`Problem` records for stream errors and unclosed pages (reading then stops:
     nothing after a broken stream can be trusted).
+
+    ``blocks``: ``path`` is a bz2 file read from the bz2 blocks that start in bytes
+    ``[start, end)`` (:func:`iter_bz2_blocks`). The range owns the pages whose ``<page>``
+    starts in those blocks: the bytes before its first ``<page>`` (the end of a page
+    owned by the range before) are skipped, and reading goes on into the next blocks
+    until its last page is closed.
     """
     buf = bytearray()
-    # Where the bytes of buf come from: (index in buf, stream_offset, offset) per chunk.
-    marks: list[tuple[int, int, int]] = []
+    # Where the bytes of buf come from, per chunk: (index in buf, stream_offset, offset,
+    # kind, owned).
+    marks: list[tuple[int, int, int, str, bool]] = []
 
-    def where(i: int) -> Location:
+    def mark(i: int) -> tuple[int, int, int, str, bool]:
         k = len(marks) - 1
         while k > 0 and marks[k][0] > i:
             k -= 1
-        at, stream, off = marks[k] if marks else (0, start, 0)
-        return Location(path, stream, off + i - at)
+        return marks[k] if marks else (0, start, 0, "stream", True)
+
+    def where(i: int) -> Location:
+        at, stream, off, kind, _ = mark(i)
+        return Location(path, stream, off + i - at, kind)
 
     header_done = start > 0
     recode = None
     first = True
-    chunks = iter_decompressed(path, start, end)
+    chunks = iter_bz2_blocks(path, start, end) if blocks else iter_decompressed(path, start, end)
     try:
         for chunk in chunks:
             data = chunk.data
             if first:
                 first = False
-                enc = _sniff_encoding(data)
+                enc = _sniff_encoding(data) if not header_done else None
                 if enc:
                     recode = _Utf16ToUtf8(enc) if enc == "utf-16" else None
                     if enc == "utf-8-sig":
@@ -260,7 +421,7 @@ def iter_page_xml(
             if recode is not None:
                 data = recode(data)
             # (Offsets in a re-encoded UTF-16 dump count UTF-8 bytes.)
-            marks.append((len(buf), chunk.stream_offset, chunk.offset))
+            marks.append((len(buf), chunk.stream_offset, chunk.offset, chunk.kind, chunk.owned))
             buf += data
             pos = 0
             if not header_done:
@@ -292,6 +453,8 @@ def iter_page_xml(
                 if i < 0:
                     pos = max(pos, len(buf) - len(_PAGE_OPEN))
                     break
+                if not mark(i)[4]:
+                    return  # the next range's first page
                 j = buf.find(_PAGE_CLOSE, i)
                 if j < 0:
                     pos = i
@@ -304,25 +467,32 @@ def iter_page_xml(
                         loc,
                         f"<page> is not closed before the next <page> "
                         f"(decompressed byte {where(nxt).offset})",
+                        page_id=_peek_id(buf[i:nxt]),
                         title=_peek_title(buf[i:nxt]),
                     )
                     pos = nxt
                     continue
                 yield bytes(buf[i : j + len(_PAGE_CLOSE)]), loc
                 pos = j + len(_PAGE_CLOSE)
+            if not chunk.owned and buf.find(_PAGE_OPEN, pos) < 0:
+                # Past the range: done unless a "<page>" of ours is cut at the end of buf.
+                k = buf.find(b"<", max(pos, len(buf) - len(_PAGE_OPEN) + 1))
+                if k < 0 or not mark(k)[4]:
+                    return
             del buf[:pos]
             keep = [m for m in marks if m[0] > pos]
             first_kept = [m for m in marks if m[0] <= pos][-1:]
             if first_kept:
-                at, stream, off = first_kept[0]
-                keep.insert(0, (pos, stream, off + pos - at))
-            marks[:] = [(at - pos, stream, off) for at, stream, off in keep]
+                at, stream, off, kind, owned = first_kept[0]
+                keep.insert(0, (pos, stream, off + pos - at, kind, owned))
+            marks[:] = [(at - pos, *rest) for at, *rest in keep]
     except StreamError as exc:
         i = buf.find(_PAGE_OPEN)
         yield Problem(
             exc.kind,
             exc.location,
             exc.detail + ("; an incomplete <page> is lost" if i >= 0 else ""),
+            page_id=_peek_id(buf[i:]) if i >= 0 else None,
             title=_peek_title(buf[i:]) if i >= 0 else None,
         )
         return
@@ -332,11 +502,19 @@ def iter_page_xml(
             "unclosed_page",
             where(i),
             "<page> is not closed before the end of the input",
+            page_id=_peek_id(buf[i:]),
             title=_peek_title(buf[i:]),
         )
 
 
 _TITLE = re.compile(rb"<title>([^<]{0,300})</title>")
+_ID = re.compile(rb"<id>\s*(\d{1,18})\s*</id>")
+
+
+def _peek_id(raw: bytes | bytearray) -> int | None:
+    """The page id of a raw ``<page>`` (its first ``<id>``, before the revision's)."""
+    m = _ID.search(raw[:8192])
+    return int(m.group(1)) if m else None
 
 
 def _peek_title(raw: bytes | bytearray) -> str | None:
@@ -355,6 +533,7 @@ def parse_page(raw: bytes, location: Location, namespaces: dict[int, str]) -> Pa
             location,
             f"page XML does not parse: {exc.msg if hasattr(exc, 'msg') else exc} "
             f"(line {line}, column {col} of the page)",
+            page_id=_peek_id(raw),
             title=_peek_title(raw),
         )
     title = el.findtext("title")
@@ -371,7 +550,11 @@ def parse_page(raw: bytes, location: Location, namespaces: dict[int, str]) -> Pa
             if not ok
         ]
         return Problem(
-            "missing_field", location, f"page lacks {', '.join(missing)}", title=title or None
+            "missing_field",
+            location,
+            f"page lacks {', '.join(missing)}",
+            page_id=_peek_id(raw),
+            title=title or None,
         )
     page_id = int(id_text)
     ns_text = el.findtext("ns")
@@ -426,10 +609,15 @@ def iter_pages(
     start: int = 0,
     end: int | None = None,
     namespaces: dict[int, str] | None = None,
+    blocks: bool = False,
 ) -> Iterator[Page | Problem | SiteInfo]:
-    """Pages and problems of ``path[start:end]`` in file order (plus the header's SiteInfo)."""
+    """Pages and problems of ``path[start:end]`` in file order (plus the header's SiteInfo).
+
+    ``blocks``: the pages of the bz2 blocks starting in ``[start, end)`` (see
+    :func:`iter_page_xml`).
+    """
     spaces = dict(namespaces or {})
-    for item in iter_page_xml(path, start, end):
+    for item in iter_page_xml(path, start, end, blocks):
         if isinstance(item, SiteInfo):
             if item.namespaces:
                 spaces = item.namespaces
@@ -461,7 +649,9 @@ def read_siteinfo(path: str) -> SiteInfo:
             if buf.find(_PAGE_OPEN) >= 0 or len(buf) > 1 << 24:
                 break
     except StreamError:
-        pass
+        # Truncated or corrupt before the header is complete: nothing to tell here; the
+        # pages' read reports the stream error with its location.
+        return SiteInfo()
     except ET.ParseError as exc:
         raise DumpError(f"{path}: <siteinfo> does not parse: {exc}") from None
     if not _ROOT.search(buf[:65536]) and not buf.lstrip().startswith(b"<"):

@@ -39,7 +39,10 @@ _COLUMN = re.compile(r"^\s*`([^`]+)`\s", re.M)
 TABLES = {
     "wb_items_per_site": (("ips_item_id", "ips_site_id", "ips_site_page"), (1, 2, 3)),
     "langlinks": (("ll_from", "ll_lang", "ll_title"), (0, 1, 2)),
+    "page_props": (("pp_page", "pp_propname"), (0, 1)),
 }
+# Wikidata item "Wikimedia disambiguation page": pages whose item is an instance (P31) of it.
+DISAMBIGUATION_ITEM = "Q4167410"
 
 
 class SqlLineError(ValueError):
@@ -180,10 +183,41 @@ def parse_langlinks_line(
     yield from out
 
 
+def parse_page_props_line(
+    path: str, offset: int, line: str, cols: tuple[int, ...], propname: str = "disambiguation"
+) -> Iterator[tuple]:
+    """``page_props`` line -> ("row", path, offset, page_id, None, None) for each page with
+    the property ``propname`` (the Disambiguator extension sets ``disambiguation``)."""
+    if not line.startswith("INSERT INTO"):
+        return
+    page_i, name_i = cols
+    width = max(cols) + 1
+    out = []
+    try:
+        for row in parse_insert(line, "page_props"):
+            if len(row) < width or not isinstance(row[page_i], int):
+                raise SqlLineError(f"a row does not match (pp_page, pp_propname, ...): {row!r}", 0)
+            if row[name_i] == propname:
+                out.append(("row", path, offset, row[page_i], None, None))
+    except SqlLineError as exc:
+        out = [("problem", path, offset, "sql_line", str(exc), None)]
+    yield from out
+
+
+def _is_disambiguation_item(entity: dict) -> bool:
+    for claim in (entity.get("claims") or {}).get("P31") or []:
+        value = ((claim.get("mainsnak") or {}).get("datavalue") or {}).get("value")
+        if isinstance(value, dict) and value.get("id") == DISAMBIGUATION_ITEM:
+            return True
+    return False
+
+
 def parse_wikidata_json_line(
     path: str, offset: int, line: str, sites: frozenset[str]
 ) -> Iterator[tuple]:
-    """One line of the Wikidata JSON dump -> ("row", path, offset, site, title, id)."""
+    """One line of the Wikidata JSON dump -> ("row", path, offset, site, title, id), plus
+    ("disambiguation", path, offset, site, title, id) for the same sitelinks when the item
+    is an instance of Wikimedia disambiguation page (Q4167410)."""
     s = line.strip()
     if s in ("[", "]", ""):
         return
@@ -203,6 +237,8 @@ def parse_wikidata_json_line(
             for site, link in links.items()
             if site in sites
         ]
+        if out and DISAMBIGUATION_ITEM in s and _is_disambiguation_item(entity):
+            out += [("disambiguation", *r[1:]) for r in out]
     except (ValueError, KeyError, TypeError) as exc:
         out = [("problem", path, offset, "json_line", f"{type(exc).__name__}: {exc}"[:300], None)]
     yield from out

@@ -24,6 +24,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.wikipedia import wikis
+
 # Wikipedia language editions (interlanguage link prefixes), 2024.
 _CODES = """
     aa ab ace ady af ak als alt am ami an ang anp ar arc ary arz as ast atj av avk awa ay az
@@ -44,9 +46,6 @@ _CODES = """
     """
 LANGUAGE_CODES = frozenset(_CODES.split())
 
-# Namespace names for files and categories in every wiki, besides the local ones.
-_FILE_NAMES = ("file", "image", "media")
-_CATEGORY_NAMES = ("category",)
 # Extension tags whose content is not prose: dropped with their content.
 DROP_TAGS = (
     "ref",
@@ -77,20 +76,33 @@ DROP_TAGS = (
 
 @dataclass(frozen=True)
 class SiteNames:
-    """Per-wiki names the cleaner needs (local namespace names from ``<siteinfo>``)."""
+    """Per-wiki namespace names the cleaner needs (normalised, see :func:`wikis.normalize_name`).
 
-    file_prefixes: frozenset[str] = frozenset(_FILE_NAMES)
-    category_prefixes: frozenset[str] = frozenset(_CATEGORY_NAMES)
+    File links are recognised by MediaWiki's canonical names (``File``, ``Image``,
+    ``Media``), the local names of the dump's ``<siteinfo>``, the localised aliases
+    MediaWiki defines for the wiki's language (shipped data, :mod:`wikis`; aliases never
+    appear in ``<siteinfo>``) and any extra names configured; and, for a prefix that is
+    none of these nor a language code, by a target ending in a media file extension.
+    """
+
+    file_prefixes: frozenset[str] = wikis.file_namespace_names(None)
+    category_prefixes: frozenset[str] = wikis.category_namespace_names(None)
 
     @classmethod
-    def from_namespaces(cls, namespaces: dict[int, str]) -> SiteNames:
-        files = set(_FILE_NAMES)
-        cats = set(_CATEGORY_NAMES)
+    def from_namespaces(
+        cls,
+        namespaces: dict[int, str],
+        lang: str | None = None,
+        extra_file_names: tuple[str, ...] | list[str] = (),
+    ) -> SiteNames:
+        files = set(wikis.file_namespace_names(lang))
+        cats = set(wikis.category_namespace_names(lang))
+        files.update(wikis.normalize_name(n) for n in extra_file_names)
         for key, name in namespaces.items():
             if key in (6, -2) and name:
-                files.add(name.lower())
+                files.add(wikis.normalize_name(name))
             elif key == 14 and name:
-                cats.add(name.lower())
+                cats.add(wikis.normalize_name(name))
         return cls(frozenset(files), frozenset(cats))
 
 
@@ -102,44 +114,141 @@ class Cleaned:
 
 
 def _link_kind(target: str, site: SiteNames) -> str:
-    """``file``, ``category``, ``lang`` or ``link`` for a wiki link target."""
+    """``file``, ``category``, ``lang`` or ``link`` for a wiki link target.
+
+    A leading colon (``[[:Category:X]]``) makes any target a plain link.
+    """
     if target.startswith(":"):
         return "link"
-    prefix, sep, _ = target.partition(":")
+    prefix, sep, rest = target.partition(":")
     if not sep:
         return "link"
-    p = prefix.strip().lower().replace("_", " ")
+    p = wikis.normalize_name(prefix)
     if p in site.file_prefixes:
         return "file"
     if p in site.category_prefixes:
         return "category"
     if p in LANGUAGE_CODES:
         return "lang"
+    if _has_media_extension(rest):
+        return "file"
     return "link"
 
 
-def _disambiguation_re(names: list[str]) -> re.Pattern[str]:
-    alts = "|".join(re.escape(n.strip().replace("_", " ")).replace(r"\ ", "[ _]+") for n in names)
-    return re.compile(r"\{\{\s*(?:template\s*:\s*)?(?:" + alts + r")\s*[|}]|__DISAMBIG__", re.I)
+def _has_media_extension(name: str) -> bool:
+    stem, dot, ext = name.strip().rpartition(".")
+    return bool(dot and stem) and ext.lower() in wikis.MEDIA_EXTENSIONS
+
+
+def _displayed_title(target: str, site: SiteNames) -> str:
+    """What MediaWiki shows for a link without anchor text: the target, but for a colon
+    link into the File/Media/Category namespace or another language (``[[:Category:X]]``,
+    ``[[:fr:X]]``) the page name without that prefix, as a reader reads it."""
+    t = target.lstrip(":").split("#", 1)[0] or target.lstrip(":#")
+    if target.startswith(":"):
+        prefix, sep, rest = t.partition(":")
+        p = wikis.normalize_name(prefix)
+        if (
+            sep
+            and rest.strip()
+            and (p in site.file_prefixes or p in site.category_prefixes or p in LANGUAGE_CODES)
+        ):
+            return rest.strip()
+    return t
+
+
+def _pipe_trick(target: str) -> str:
+    """``[[Namespace:Title (x)|]]`` shows ``Title`` (MediaWiki's pipe trick)."""
+    t = target.lstrip(":").split("#", 1)[0]
+    t = t.partition(":")[2] or t
+    t = re.sub(r"\s*\([^()]*\)\s*$", "", t)
+    return t.split(",", 1)[0].strip()
+
+
+def _disambiguation_re(names: list[str], prefixes: list[str]) -> re.Pattern[str]:
+    def alt(n: str) -> str:
+        return re.escape(" ".join(n.replace("_", " ").split())).replace(r"\ ", "[ _]+")
+
+    alts = "|".join(alt(n) for n in names)
+    pre = "|".join(alt(p) for p in prefixes)
+    return re.compile(r"\{\{\s*(?:(?:" + pre + r")\s*:\s*)?(?:" + alts + r")\s*[|}]", re.I)
 
 
 class DisambiguationDetector:
-    """True for wikitext carrying one of the given templates or ``__DISAMBIG__``."""
+    """True for wikitext carrying one of the given templates or a ``__DISAMBIG__`` magic word.
 
-    def __init__(self, template_names: list[str]) -> None:
+    ``template_names`` compare case-insensitively (``_`` = space), with or without a
+    ``Template:`` prefix (or one of ``template_prefixes``, the wiki's local names of the
+    Template namespace). Magic words compare case-sensitively, as MediaWiki does.
+    """
+
+    def __init__(
+        self,
+        template_names: list[str],
+        magic_words: list[str] | None = None,
+        template_prefixes: list[str] | None = None,
+    ) -> None:
         self.template_names = list(template_names)
-        self._re = _disambiguation_re(self.template_names) if template_names else None
+        self.magic_words = list(
+            wikis.disambiguation_magic_words() if magic_words is None else magic_words
+        )
+        self.template_prefixes = list(template_prefixes or wikis.CANONICAL_TEMPLATE)
+        self._re = (
+            _disambiguation_re(self.template_names, self.template_prefixes)
+            if template_names
+            else None
+        )
+
+    def has_magic_word(self, wikitext: str) -> bool:
+        return any(w in wikitext for w in self.magic_words)
 
     def __call__(self, wikitext: str) -> bool:
-        if self._re is None:
-            return "__DISAMBIG__" in wikitext
-        return self._re.search(wikitext) is not None
+        if self.has_magic_word(wikitext):
+            return True
+        return self._re is not None and self._re.search(wikitext) is not None
 
     def __getstate__(self):  # ship the names, recompile on the executor
-        return {"template_names": self.template_names}
+        return {
+            "template_names": self.template_names,
+            "magic_words": self.magic_words,
+            "template_prefixes": self.template_prefixes,
+        }
 
     def __setstate__(self, state):
-        self.__init__(state["template_names"])
+        self.__init__(state["template_names"], state["magic_words"], state["template_prefixes"])
+
+
+_TEMPLATE_NAME = re.compile(r"\{\{\s*([^{}|#<>\[\]\n]+?)\s*(?:\||\}\})")
+_NOINCLUDE = re.compile(r"<noinclude>.*?(?:</noinclude>|\Z)", re.S | re.I)
+
+
+def template_names_used(wikitext: str, template_prefixes: frozenset[str]) -> list[str]:
+    """Normalised names of the templates a page transcludes (``{{Name|...}}``), sorted.
+
+    Parser functions and variables (``{{#if:``, ``{{PAGENAME}}``) are left out; a
+    ``Template:`` prefix (canonical or local, normalised in ``template_prefixes``) is
+    removed.
+    """
+    out = set()
+    for m in _TEMPLATE_NAME.finditer(wikitext):
+        name = m.group(1)
+        if name.startswith(("#", "subst:", "safesubst:")) or name.isupper():
+            continue
+        prefix, sep, rest = name.partition(":")
+        if sep:
+            if wikis.normalize_name(prefix) not in template_prefixes:
+                continue  # a parser function or magic word with an argument
+            name = rest
+        out.add(wikis.normalize_name(name))
+    out.discard("")
+    return sorted(out)
+
+
+def transcludes_magic_word(template_wikitext: str, magic_words: list[str]) -> bool:
+    """Whether a template's wikitext puts a disambiguation magic word on the pages that use
+    it (text inside ``<noinclude>`` is not transcluded)."""
+    text = _NOINCLUDE.sub("", template_wikitext)
+    return any(w in text for w in magic_words)
 
 
 # --------------------------------------------------------------------------- fast cleaner
@@ -233,8 +342,9 @@ def clean_fast(text: str, site: SiteNames = SiteNames()) -> Cleaned:
             return ""
         if bar and anchor.strip():
             return anchor
-        target = target.lstrip(":").split("#", 1)[0] or target.lstrip(":#")
-        return target
+        if bar:
+            return _pipe_trick(target)
+        return _displayed_title(target, site)
 
     t = _iterate(_LINK, link, t)
     if "{{" in t or "}}" in t:
@@ -244,7 +354,7 @@ def clean_fast(text: str, site: SiteNames = SiteNames()) -> Cleaned:
     t = _STRAY.sub("", t)
     t = _BARE_URL.sub("", t)
     t = _QUOTES.sub("", t)
-    t = _HEADING.sub(lambda m: m.group(2), t)
+    t = _HEADING.sub(lambda m: _heading_mark(len(m.group(1)), m.group(2)), t)
     t = _LIST.sub("", t)
     t = _HR.sub("", t)
     t = _SWITCH.sub("", t)
@@ -253,14 +363,49 @@ def clean_fast(text: str, site: SiteNames = SiteNames()) -> Cleaned:
     return Cleaned(t, langlinks, broken)
 
 
+# Headings are marked "\x01<level>\x02<title>" while cleaning, so that _finish can drop
+# those whose section has no text left (a "References" section of templates only).
+_HEADING_MARK = "\x01"
+
+
+def _heading_mark(level: int, title: str) -> str:
+    return f"{_HEADING_MARK}{level}\x02{title}"
+
+
 def _finish(t: str) -> str:
     t = _SPACES.sub(" ", t)
     t = _EMPTY_PARENS.sub("", t)
     t = _SPACE_PUNCT.sub(r"\1", t)
-    lines = [line.strip() for line in t.split("\n")]
-    t = "\n".join(line for line in lines if not _is_noise(line))
+    items: list[tuple[int, str]] = []  # (heading level, or 0 for text; line)
+    for raw in t.split("\n"):
+        line = raw.strip()
+        if line.startswith(_HEADING_MARK):
+            level, _, title = line[1:].partition("\x02")
+            items.append((int(level), title.strip()))
+        elif not _is_noise(line):
+            items.append((0, line))
+    t = "\n".join(_drop_empty_sections(items))
     t = _BLANK_LINES.sub("\n\n", t)
     return t.strip()
+
+
+def _drop_empty_sections(items: list[tuple[int, str]]) -> list[str]:
+    """Lines without the headings whose section (up to the next heading of the same or a
+    higher level, subsections included) has no text, or whose own title is empty."""
+    out = []
+    for i, (level, line) in enumerate(items):
+        if not level:
+            out.append(line)
+            continue
+        if not any(c.isalnum() for c in line):
+            continue
+        for lvl, text in items[i + 1 :]:
+            if lvl and lvl <= level:
+                break
+            if not lvl and text:
+                out.append(line)
+                break
+    return out
 
 
 def _is_noise(line: str) -> bool:
@@ -293,8 +438,10 @@ def clean_mwparserfromhell(text: str, site: SiteNames = SiteNames()) -> Cleaned:
                 elif kind == "link":
                     if node.text is not None and str(node.text).strip():
                         walk(node.text)
+                    elif node.text is not None:
+                        out.append(_pipe_trick(target))
                     else:
-                        out.append(target.lstrip(":").split("#", 1)[0])
+                        out.append(_displayed_title(target, site))
             elif isinstance(node, nodes.ExternalLink):
                 if node.title is not None:
                     walk(node.title)
@@ -309,7 +456,7 @@ def clean_mwparserfromhell(text: str, site: SiteNames = SiteNames()) -> Cleaned:
                     if tag in ("li", "dd", "dt", "div", "tr"):
                         out.append("\n")
             elif isinstance(node, nodes.Heading):
-                out.append("\n")
+                out.append("\n" + _heading_mark(node.level, ""))
                 walk(node.title)
                 out.append("\n")
             elif isinstance(node, nodes.HTMLEntity):
