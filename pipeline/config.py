@@ -69,6 +69,13 @@ class PathsConfig:
     # them (pip install 'cr5-on-spark[delta]'). Readers read any path holding a _delta_log/
     # as Delta, whatever this says. See deploy/README.md, "Delta Lake output".
     format: Literal["parquet", "delta"] = "parquet"
+    # A second run writing the same dataset waits this long for the first to finish, then
+    # fails (exit 2) naming it; 0: fail at once (pipeline/io/publish.py).
+    write_lock_wait_seconds: float = _bounded(600.0, lo=0.0)
+    # A writer's lock and temporary directory count as abandoned when its heartbeat (every
+    # min(30 s, this / 4)) is older than this; on the writer's own host a dead pid is
+    # recognised at once. Only then are they removed by another run.
+    stale_write_seconds: float = _bounded(300.0, lo=1.0)
     documents: str | None = None
     vocabulary: str | None = None
     tfidf: str | None = None

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.features.indexing import dense_index
-from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import TFIDF, VOCABULARY
 from pipeline.linalg.backend import pass_delta
 from pipeline.model.format import LanguageMap, save_model
@@ -111,7 +111,7 @@ def select_training_rows(
         "source": tfidf_path,
     }
     path = cfg.paths.root.rstrip("/") + "/train_rows"
-    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, format=cfg.paths.format)
+    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths))
     df.unpersist()
     report["rows_path"] = path
     return path, report

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import InputDataError, ModelError
-from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset
+from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json, verify_files
@@ -180,7 +180,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "embed_seconds": round(seconds, 2),
     }
     write_dataset(
-        spark, out, EMBEDDINGS, path, manifest={"report": report}, format=cfg.paths.format
+        spark, out, EMBEDDINGS, path, manifest={"report": report}, **write_options(cfg.paths)
     )
     out.unpersist()
     report["path"] = path

@@ -35,7 +35,7 @@ from pipeline.evaluation.config import (
     parse_pair,
     split_config,
 )
-from pipeline.io.datasets import read_dataset, write_dataset
+from pipeline.io.datasets import read_dataset, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS, SPLITS
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def run(spark: SparkSession, cfg: Config, split_cfg: SplitConfig | None = None) 
         SPLITS,
         path,
         manifest={"report": report, "settings": vars(s)},
-        format=cfg.paths.format,
+        **write_options(cfg.paths),
     )
     splits.unpersist()
     if cfg.heldout_path() != path:

@@ -45,7 +45,7 @@ from pipeline.evaluation.report import evaluation_rows, write_reports
 from pipeline.evaluation.shared_space import densify_cross_sides
 from pipeline.evaluation.spark_retrieval import retrieve_spark
 from pipeline.features.indexing import dense_index
-from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json
@@ -678,7 +678,9 @@ def run_evaluation(
         "results": test,
         "test_seconds": round(eval_seconds, 2),
     }
-    write_dataset(spark, df, EVALUATION, path, manifest={"report": report}, format=cfg.paths.format)
+    write_dataset(
+        spark, df, EVALUATION, path, manifest={"report": report}, **write_options(cfg.paths)
+    )
     report["path"] = path
     report["total_seconds"] = round(time.perf_counter() - t_start, 2)
     files = write_reports(cfg, e, report)

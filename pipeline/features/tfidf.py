@@ -29,7 +29,7 @@ from pipeline.errors import InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.features.selection import count_by_reason, length_reason, remove_heldout
 from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
-from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import CONCEPTS, DOCUMENTS, TFIDF, VOCABULARY
 from pipeline.text.tokenizer import Tokenizer, distinct_tokens_per_doc
 
@@ -176,11 +176,11 @@ def build_tfidf(spark: SparkSession, cfg: Config) -> tuple[DataFrame, DataFrame,
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     tfidf, concepts, report = build_tfidf(spark, cfg)
     manifest = {"report": report}
-    fmt = cfg.paths.format
+    opts = write_options(cfg.paths)
     write_dataset(
-        spark, concepts, CONCEPTS, cfg.paths.dataset("concepts"), manifest=manifest, format=fmt
+        spark, concepts, CONCEPTS, cfg.paths.dataset("concepts"), manifest=manifest, **opts
     )
-    write_dataset(spark, tfidf, TFIDF, cfg.paths.dataset("tfidf"), manifest=manifest, format=fmt)
+    write_dataset(spark, tfidf, TFIDF, cfg.paths.dataset("tfidf"), manifest=manifest, **opts)
     tfidf.unpersist()
     concepts.unpersist()
     report["path"] = cfg.paths.dataset("tfidf")

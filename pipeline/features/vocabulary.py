@@ -29,7 +29,7 @@ from pipeline.features.selection import (
     length_reason,
     remove_heldout,
 )
-from pipeline.io.datasets import read_dataset, write_dataset
+from pipeline.io.datasets import read_dataset, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS, VOCABULARY
 from pipeline.text.tokenizer import Tokenizer
 
@@ -101,7 +101,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     }
     path = cfg.paths.dataset("vocabulary")
     write_dataset(
-        spark, vocab, VOCABULARY, path, manifest={"report": report}, format=cfg.paths.format
+        spark, vocab, VOCABULARY, path, manifest={"report": report}, **write_options(cfg.paths)
     )
     vocab.unpersist()
     tokenized.unpersist()
