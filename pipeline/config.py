@@ -127,6 +127,10 @@ class FeaturesConfig:
     min_df: int = _bounded(3, lo=1)
     min_unique_words: int = _bounded(50, lo=0)
     max_unique_words: int = _bounded(1000, lo=1)
+    # A language of the documents left with no vocabulary by the filters (too few or too
+    # short documents, or every concept held out) disappears from tfidf and model: "warn"
+    # (a WARNING in the stage summary and the vocabulary manifest) or "error".
+    on_dropped_language: Literal["warn", "error"] = "warn"
     # Parquet dataset with a ``concept_id`` column, or the word ``splits`` for this run's
     # splits dataset: these concepts' documents are excluded from vocabulary, IDF and the
     # training matrix.
@@ -168,6 +172,9 @@ class TrainConfig:
     # Restrict training to these languages (empty: all languages of the tfidf dataset).
     languages: list[str] = field(default_factory=list)
     backend: Literal["local", "spark"] = "local"
+    # Training rows of a single language give a model that is not crosslingual: "warn"
+    # (recorded in model.json and the stage summary) or "error".
+    on_single_language: Literal["warn", "error"] = "warn"
     # spark backend: row partitions per language of X (each cached on an executor as one
     # CSR block, ~8 bytes per nonzero in float32). None: max(defaultParallelism,
     # ceil(nnz_l / 2M)), i.e. ~16 MB blocks.
@@ -232,6 +239,9 @@ class EmbedConfig:
     format: Literal["auto", "parquet", "jsonl"] = "auto"
     # Embed only these languages (empty: every language of the model found in the input).
     languages: list[str] = field(default_factory=list)
+    # Input documents in a language the model lacks: skipped with a WARNING in the report
+    # ("warn") or refused ("error").
+    on_unknown_language: Literal["warn", "error"] = "warn"
     # Documents per Arrow batch on the executors: bounds their memory.
     batch_rows: int = _bounded(4096, lo=1)
     # L2-normalise the vectors (cosine retrieval does not need it).

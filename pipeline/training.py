@@ -31,12 +31,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.config import Config
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import TFIDF, VOCABULARY
 from pipeline.linalg.backend import pass_delta
 from pipeline.model.format import LanguageMap, save_model
+from pipeline.preflight import check_rank
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,27 @@ def fit_baseline(t: Any, backend: Any, terms: dict[str, Any] | None = None) -> A
     return FIT_FUNCTIONS[t.method](backend, **common)
 
 
+def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
+    """What the user should know about the training rows (or an error, by configuration).
+
+    One language gives a model whose space no other language shares: not crosslingual.
+    ``train.on_single_language`` makes that a warning (recorded in ``model.json`` and
+    the stage summary) or an error.
+    """
+    if len(languages) != 1:
+        return []
+    msg = (
+        f"training on one language only ({languages[0]}): the model is not crosslingual "
+        "(no other language shares its space). Check ingest.languages, train.languages and "
+        "the documents dataset"
+    )
+    if cfg.train.on_single_language == "error":
+        raise InputDataError(msg + ", or set train.on_single_language=warn to allow it.")
+    msg += " (train.on_single_language=error refuses such runs)."
+    log.warning("%s", msg)
+    return [msg]
+
+
 def checkpoint_dir(cfg: Config) -> str | None:
     """Where the solver checkpoints: one directory per training configuration."""
     if cfg.train.checkpoint_dir == "":
@@ -265,6 +287,14 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         t.r,
         t.lam,
     )
+    warnings_ = training_warnings(cfg, languages)
+    if t.method != "untranslated":
+        check_rank(
+            t.r,
+            backend.n_concepts,
+            sum(backend.n_terms(lang) for lang in languages),
+            where=f"the training rows (train.setup={t.setup}, languages {languages})",
+        )
     ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
     t0 = time.perf_counter()
     if t.method == "cr5":
@@ -324,6 +354,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "eigenvalues": [float(x) for x in eigenvalues],
         "training": training,
         "versions": _versions(),
+        "warnings": warnings_,
     }
     model_path = cfg.paths.dataset("model")
     save_model(model_path, maps, meta)
@@ -343,4 +374,5 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "eigensolver_iterations": n_iter,
         "fit_seconds": round(fit_seconds, 2),
         "passes_over_x": passes["passes"],
+        "warnings": warnings_,
     }

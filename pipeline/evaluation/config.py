@@ -59,8 +59,12 @@ class SplitConfig:
     n_test: int = _bounded(1000, lo=1)
     n_validation: int = _bounded(1000, lo=0)
     seed: int = _bounded(0, lo=0)
-    # A pair whose intersection is too small: take what there is ("shrink", with a
-    # warning and the sizes in the report) or stop ("error").
+    # At most this fraction of a pair's shared concepts (its intersection) is held out
+    # for test + validation, so the rest can train.
+    max_heldout_fraction: float = _bounded(0.5, lo=0.01, hi=0.99)
+    # A pair whose intersection is too small for n_test + n_validation within
+    # max_heldout_fraction: "shrink" both to that fraction (in the ratio n_test :
+    # n_validation, with a WARNING in the stage summary and the manifest) or stop ("error").
     on_small_intersection: Literal["shrink", "error"] = "shrink"
 
 
