@@ -36,9 +36,7 @@ def write(path: str, rows: int, files: int, sleep: float, wait: float, stale: fl
                         f.write(json.dumps({"row": j, "writer": token}) + "\n")
                 start += n
                 time.sleep(sleep)
-            counted = sum(
-                sum(1 for _ in open(f"{tmp}/{name}")) for name in sorted(data_files(fs, tmp))
-            )
+            counted = sum(fs.read_text(f"{tmp}/{name}").count("\n") for name in data_files(fs, tmp))
             manifest = {
                 "rows": counted,
                 "files": data_files(fs, tmp),

@@ -109,7 +109,7 @@ def test_writer_killed_mid_write_does_not_block_or_litter_the_next(tmp_path):
     assert ".documents.lock" in leftovers(tmp_path)  # its lock and temporary are left
     assert published(path) == before  # the previous version is intact
     nxt = writer(path, 7, wait=0)  # its pid is dead: the lock is broken at once
-    code, (out, err) = nxt.wait(timeout=30), nxt.communicate()
+    code, (_, err) = nxt.wait(timeout=30), nxt.communicate()
     assert code == 0, err
     assert "breaking the write lock" in err
     assert published(path)[1] == 7
@@ -137,9 +137,11 @@ def test_a_live_writer_on_another_host_is_respected_until_stale(tmp_path):
     lock, tmp = _foreign_writer(tmp_path, "documents", age=5)
     recover(fs, str(path), stale_seconds=60)
     assert tmp.exists()  # not ours to remove: its heartbeat is fresh
-    with pytest.raises(ConcurrentWriteError, match="pid 4242 on host another-host"):
-        with write_lock(fs, str(path), wait_seconds=0.3, stale_seconds=60):
-            pass
+    with (
+        pytest.raises(ConcurrentWriteError, match="pid 4242 on host another-host"),
+        write_lock(fs, str(path), wait_seconds=0.3, stale_seconds=60),
+    ):
+        pass
     assert lock.exists() and tmp.exists()
     old = time.time() - 120
     for p in tmp_path.iterdir():
@@ -230,3 +232,167 @@ def test_two_real_ingest_jobs_on_one_root(spark, tmp_path, fmt):
     if fmt == "parquet":
         assert manifest["rows"] == manifest["report"]["documents"]
     assert leftovers(root) == []
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def run_job(capsys, *args: str, stages=("train",)) -> tuple[int, str]:
+    """pipeline.runner.main in-process; (exit code, stderr)."""
+    from pipeline.runner import main
+
+    code = main(list(stages), ["--conf", str(REPO / "conf" / "local.yaml"), *args])
+    return code, capsys.readouterr().err
+
+
+def assert_clean_error(err: str, *needles: str) -> None:
+    assert "Traceback" not in err and err.startswith("error: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+@pytest.mark.parametrize(
+    "master",
+    ["local", "local[2]", "local[*]", "local[4,3]", "local[*,2]", "spark://h1:7077,h2:7077",
+     "spark://127.0.0.1:7077", "yarn", "k8s://https://10.0.0.1:443", "k8s://host",
+     "mesos://zk://a:2181/mesos", "local-cluster[2,1,1024]"],
+)  # fmt: skip
+def test_spark_master_forms_spark_accepts(master):
+    from pipeline.preflight import check_spark_master
+
+    check_spark_master(master)
+
+
+@pytest.mark.parametrize("master", ["3", "local[0]", "local[x]", "spark://host", "yarn-client", ""])
+def test_bad_spark_master_fails_before_spark(capsys, tmp_path, master):
+    t0 = time.perf_counter()
+    code, err = run_job(
+        capsys, "--set", f"spark.master={master}", "--set", f"paths.root={tmp_path}"
+    )
+    assert code == 2 and time.perf_counter() - t0 < 5  # no Spark session was started
+    assert_clean_error(err, "spark.master", "is not a Spark master URL", "local[2]")
+
+
+def test_unwritable_output_root_fails_before_spark(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    code, err = run_job(capsys, "--set", f"paths.root={blocker}/out", stages=("ingest",))
+    assert code == 2
+    assert_clean_error(err, f"{blocker}/out (paths.root) is not writable", "Fix: set paths.root")
+    # A dataset path set outside the root is probed too; URIs of other stores are not.
+    code, err = run_job(
+        capsys,
+        "--set",
+        f"paths.root={tmp_path}/ok",
+        "--set",
+        f"paths.model={blocker}/model",
+        stages=("ingest",),
+    )
+    assert code == 2 and "(paths.model) is not writable" in err
+    from pipeline.config import load_config
+    from pipeline.preflight import output_roots
+
+    cfg = load_config([], ["paths.root=hdfs:///data/cr5", "paths.model=s3a://b/model"])
+    assert output_roots(cfg) == {}
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
+def test_read_only_output_root_fails_before_spark(capsys, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        code, err = run_job(capsys, "--set", f"paths.root={ro}", stages=("ingest",))
+    finally:
+        ro.chmod(0o755)
+    assert code == 2
+    assert_clean_error(err, f"{ro} (paths.root) is not writable", "Permission denied")
+
+
+def _fake_dataset(path: Path, report: dict) -> None:
+    path.mkdir(parents=True)
+    (path / MANIFEST).write_text(json.dumps({"dataset": path.name, "report": report}))
+
+
+def test_rank_larger_than_the_corpus_fails_before_spark(capsys, tmp_path):
+    """r against the concepts/vocabulary manifests of an earlier run (300 concepts)."""
+    _fake_dataset(tmp_path / "concepts", {"concepts": 300})
+    _fake_dataset(tmp_path / "vocabulary", {"vocabulary_size": {"en": 900, "de": 800}})
+    code, err = run_job(capsys, "--set", f"paths.root={tmp_path}")  # default r = 300
+    assert code == 2
+    assert_clean_error(err, "train.r = 300", "300 training concepts", "min(K - 1, p) = 299")
+    assert "--set train.r=" in err
+    # A chain that rebuilds the data first cannot know: no preflight verdict.
+    from pipeline.config import load_config
+    from pipeline.preflight import check_rank_against_data
+
+    cfg = load_config([], [f"paths.root={tmp_path}"])
+    check_rank_against_data(cfg, ["tfidf", "train"])
+    check_rank_against_data(load_config([], [f"paths.root={tmp_path}", "train.r=299"]), ["train"])
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.fixture
+def cli_model(tmp_path):
+    from tests.test_model import make_model
+
+    make_model(tmp_path / "model")
+    return tmp_path / "model"
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    from pipeline.cli import main
+
+    try:
+        code = main(["embed", *args])
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_bad_inputs_exit_2_with_a_message(capsys, cli_model, tmp_path):
+    m = ["--model", str(cli_model), "--lang", "en"]
+    code, _, err = cli(capsys, *m, "--input", str(tmp_path / "missing.txt"))
+    assert code == 2 and "missing.txt: cannot read it" in err and "Traceback" not in err
+
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("cat\ndog caf\u00e9\n".encode("latin-1"))
+    out = tmp_path / "v.jsonl"
+    code, _, err = cli(capsys, *m, "--input", str(bad), "--output", str(out))
+    assert code == 2 and "latin1.txt: line 2 is not valid UTF-8" in err and "iconv" in err
+    assert not out.exists() and not list(tmp_path.glob(".v.jsonl.tmp-*"))  # nothing partial
+
+    good = tmp_path / "in.txt"
+    good.write_text("cat dog\nhouse\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, _, err = cli(capsys, *m, "--input", str(good), "--output", f"{blocker}/v.npy")
+    assert code == 2 and "cannot write there" in err
+
+    for batch in ("-1", "0", "x"):
+        code, _, err = cli(capsys, *m, "--input", str(good), "--batch", batch)
+        assert code == 2 and "--batch" in err, (batch, err)
+
+    code, _, err = cli(capsys, "--model", str(cli_model), "--lang", "xx", "--input", str(good))
+    assert code == 2 and "'xx' is not a language of the model" in err
+
+
+def test_cli_language_codes_and_empty_input(capsys, cli_model, tmp_path):
+    """The CLI, the API and the Spark job all read ' EN' as 'en' (canonical_lang)."""
+    from pipeline.model import Cr5Model
+
+    good = tmp_path / "in.txt"
+    good.write_text("cat dog\nhouse\n")
+    code, out, _ = cli(capsys, "--model", str(cli_model), "--lang", "EN", "--input", str(good))
+    assert code == 0
+    vectors = [json.loads(line)["vector"] for line in out.splitlines()]
+    api = Cr5Model.load(cli_model).embed(["cat dog", "house"], " En ")
+    assert vectors == [[round(float(x), 7) for x in v] for v in api]
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    code, out, err = cli(capsys, "--model", str(cli_model), "--lang", "en", "--input", str(empty))
+    assert code == 0 and out == "" and "has no lines: no vector was written" in err
