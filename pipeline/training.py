@@ -34,6 +34,7 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
+from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import TFIDF, VOCABULARY
 from pipeline.linalg.backend import pass_delta
 from pipeline.model.format import LanguageMap, save_model
@@ -109,12 +110,12 @@ def select_training_rows(
         "nnz": sum(v["nnz"] for v in per_language.values()),
         "concepts": manifest["concepts"],  # K unchanged: concept_index stays valid
         "selection": report,
-        "source": tfidf_path,
+        "source": to_manifest(tfidf_path, cfg.paths.root),
     }
     path = cfg.paths.root.rstrip("/") + "/train_rows"
     write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths))
     df.unpersist()
-    report["rows_path"] = path
+    report["rows_path"] = to_manifest(path, cfg.paths.root)
     return path, report
 
 
@@ -335,7 +336,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         )
     passes = pass_delta(passes0, backend.pass_counts)
     training = {
-        "tfidf": cfg.paths.dataset("tfidf"),
+        "tfidf": to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
         "selection": data.selection,
         "documents": {lang: backend.n_docs(lang) for lang in languages},
         "concepts": backend.n_concepts,

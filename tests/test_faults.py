@@ -396,3 +396,57 @@ def test_cli_language_codes_and_empty_input(capsys, cli_model, tmp_path):
     empty.write_text("")
     code, out, err = cli(capsys, "--model", str(cli_model), "--lang", "en", "--input", str(empty))
     assert code == 0 and out == "" and "has no lines: no vector was written" in err
+
+
+# --------------------------------------------------------------------------- relocation
+
+
+def _corpus(path: Path, n_concepts: int, langs=("en", "de")) -> Path:
+    import random
+
+    rng = random.Random(0)
+    words = {lang: [f"{lang}w{i}" for i in range(60)] for lang in langs}
+    with path.open("w") as f:
+        for c in range(n_concepts):
+            for lang in langs:
+                text = " ".join(rng.sample(words[lang], 15) + [f"{lang}c{c % 30}"])
+                f.write(json.dumps({"concept_id": f"c{c}", "lang": lang, "text": text}) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_moved_run_root_still_works(spark, tmp_path):
+    """Manifests name datasets of the run relative to paths.root: move the root after
+    vocabulary and run tfidf there (was: 'built with heldout_concepts=./out/splits')."""
+    import shutil
+
+    from pipeline.config import load_config
+    from pipeline.io.datasets import read_manifest
+    from pipeline.io.schemas import TFIDF, VOCABULARY
+    from pipeline.stages import get_stage
+
+    corpus = _corpus(tmp_path / "corpus.jsonl", 120)
+
+    def cfg_at(root: Path):
+        return load_config(
+            [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"],
+            [
+                f"paths.root={root}",
+                f"ingest.input={corpus}",
+                "features.heldout_concepts=splits",
+                "split.n_test=10",
+                "split.n_validation=10",
+                "spark.shuffle_partitions=2",
+            ],
+        )
+
+    first = cfg_at(tmp_path / "a" / "out")
+    for stage in ("ingest", "split", "vocabulary"):
+        get_stage(stage)(spark, first)
+    settings = read_manifest(spark, VOCABULARY, first.paths.dataset("vocabulary"))["report"]
+    assert settings["settings"]["heldout_concepts"] == "<paths.root>/splits"
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    moved = cfg_at(tmp_path / "b" / "out")
+    report = get_stage("tfidf")(spark, moved)
+    assert report["concepts"] == 100  # 120 minus the 20 held out
+    assert read_manifest(spark, TFIDF, moved.paths.dataset("tfidf"))["rows"] == 200

@@ -30,6 +30,7 @@ from pipeline.features.selection import (
     remove_heldout,
 )
 from pipeline.io.datasets import read_dataset, write_dataset, write_options
+from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import DOCUMENTS, VOCABULARY
 from pipeline.text.tokenizer import Tokenizer
 
@@ -142,7 +143,8 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "max_vocabulary": cfg.features.max_vocabulary,
         "min_unique_words": cfg.features.min_unique_words,
         "max_unique_words": cfg.features.max_unique_words,
-        "heldout_concepts": cfg.heldout_path(),
+        # Relative to paths.root, so a copied or moved root still checks out in tfidf.
+        "heldout_concepts": to_manifest(cfg.heldout_path(), cfg.paths.root),
         "text": cfg.to_dict()["text"],
         "idf": "ln(N_l / df)",
     }
