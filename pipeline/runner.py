@@ -129,7 +129,9 @@ def summarize(name: str, report: dict) -> str:
         lines.append(f"   WARNING: {warning}")
     if name == "evaluate" and report.get("table"):
         lines.append(report["table"])
-        lines.append(f"   report: {report.get('report_md')}")
+        for label, key in (("report", "report_md"), ("data", "report_json"), ("plot", "plot")):
+            if report.get(key):
+                lines.append(f"   {label}: {report[key]}")
     return "\n".join(lines)
 
 
