@@ -409,7 +409,7 @@ def _corpus(path: Path, n_concepts: int, langs=("en", "de")) -> Path:
     with path.open("w") as f:
         for c in range(n_concepts):
             for lang in langs:
-                text = " ".join(rng.sample(words[lang], 15) + [f"{lang}c{c % 30}"])
+                text = " ".join([*rng.sample(words[lang], 15), f"{lang}c{c % 30}"])
                 f.write(json.dumps({"concept_id": f"c{c}", "lang": lang, "text": text}) + "\n")
     return path
 
@@ -450,3 +450,131 @@ def test_a_moved_run_root_still_works(spark, tmp_path):
     report = get_stage("tfidf")(spark, moved)
     assert report["concepts"] == 100  # 120 minus the 20 held out
     assert read_manifest(spark, TFIDF, moved.paths.dataset("tfidf"))["rows"] == 200
+
+
+# --------------------------------------------------------------------------- no silent outcomes
+
+
+def test_summary_prints_warnings_and_every_report_path():
+    from pipeline.runner import summarize
+
+    text = summarize(
+        "evaluate",
+        {
+            "table": "T",
+            "report_md": "r/evaluation.md",
+            "report_json": "r/evaluation.json",
+            "plot": "r/precision_at_k.png",
+            "warnings": ["language 'fr' is dropped"],
+        },
+    )
+    for needle in ("WARNING: language 'fr' is dropped", "evaluation.md", ".json", ".png"):
+        assert needle in text
+
+
+def test_single_language_training_warns_or_fails():
+    from pipeline.config import load_config
+    from pipeline.errors import InputDataError
+    from pipeline.training import training_warnings
+
+    cfg = load_config([], [])
+    assert training_warnings(cfg, ["en", "de"]) == []
+    (msg,) = training_warnings(cfg, ["en"])
+    assert "not crosslingual" in msg and "train.on_single_language" in msg
+    strict = load_config([], ["train.on_single_language=error"])
+    with pytest.raises(InputDataError, match="one language only"):
+        training_warnings(strict, ["en"])
+
+
+@pytest.mark.slow
+def test_small_corpus_split_and_a_dropped_language(spark, tmp_path):
+    """The issue's case: conf/sample.yaml (200 + 200 held out per pair) on a 300-concept
+    corpus. split shrinks to split.max_heldout_fraction with a warning (or fails naming the
+    keys), and vocabulary then works; a language with one document is reported dropped."""
+    from pipeline.config import load_config
+    from pipeline.errors import InputDataError
+    from pipeline.io.datasets import read_manifest
+    from pipeline.io.schemas import SPLITS, VOCABULARY
+    from pipeline.stages import get_stage
+
+    corpus = _corpus(tmp_path / "corpus.jsonl", 300)
+    with corpus.open("a") as f:
+        text = "un seul document " + " ".join(f"mot{i}" for i in range(12))
+        f.write(json.dumps({"concept_id": "c0", "lang": "fr", "text": text}) + "\n")
+    profiles = [REPO / "conf" / n for n in ("local.yaml", "short-docs.yaml", "sample.yaml")]
+
+    def cfg(*extra):
+        return load_config(
+            profiles,
+            [
+                f"paths.root={tmp_path}/out",
+                f"ingest.input={corpus}",
+                "split.pairs=[de-en]",
+                "spark.shuffle_partitions=2",
+                *extra,
+            ],
+        )
+
+    get_stage("ingest")(spark, cfg())
+    with pytest.raises(InputDataError, match=r"split\.n_test / split\.n_validation.*fraction"):
+        get_stage("split")(spark, cfg("split.on_small_intersection=error"))
+    with pytest.warns(UserWarning, match="share too few concepts"):
+        report = get_stage("split")(spark, cfg())
+    pair = report["pairs"]["de-en"]
+    assert pair["intersection"] == 300 and pair["test"] + pair["validation"] <= 150
+    assert pair["test"] >= 70 and pair["validation"] >= 70  # the 1:1 ratio, about 75 + 75
+    manifest = read_manifest(spark, SPLITS, f"{tmp_path}/out/splits")
+    assert "split.max_heldout_fraction" in manifest["report"]["warnings"][0]
+
+    vocab = get_stage("vocabulary")(spark, cfg())
+    assert sorted(vocab["vocabulary_size"]) == ["de", "en"]
+    (warning,) = vocab["warnings"]
+    assert "language 'fr' is dropped" in warning and "features.min_df" in warning
+    manifest = read_manifest(spark, VOCABULARY, f"{tmp_path}/out/vocabulary")
+    assert manifest["report"]["warnings"] == [warning]
+    with pytest.raises(InputDataError, match="'fr' is dropped"):
+        get_stage("vocabulary")(spark, cfg("features.on_dropped_language=error"))
+
+
+@pytest.mark.slow
+def test_embed_job_language_codes_and_unknown_languages(spark, cli_model, tmp_path):
+    """The Spark job reads 'EN' as the API does, and warns about (or refuses) languages
+    the model lacks and documents that embed as zero vectors."""
+    from pipeline.config import load_config
+    from pipeline.errors import InputDataError
+    from pipeline.io.datasets import read_dataset, read_manifest
+    from pipeline.io.schemas import EMBEDDINGS
+    from pipeline.model import Cr5Model
+    from pipeline.stages import get_stage
+
+    rows = [
+        {"doc_id": "a", "lang": "EN", "text": "cat dog"},
+        {"doc_id": "b", "lang": " en", "text": "nothing known"},
+        {"doc_id": "c", "lang": "xx", "text": "unknown language"},
+    ]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def cfg(*extra):
+        return load_config(
+            [REPO / "conf/local.yaml"],
+            [
+                f"paths.root={tmp_path}/out",
+                f"paths.model={cli_model}",
+                f"embed.input={src}",
+                "spark.shuffle_partitions=2",
+                *extra,
+            ],
+        )
+
+    report = get_stage("embed")(spark, cfg())
+    unknown, zeros = report["warnings"]
+    assert "xx (1)" in unknown and "1 document(s) have no word" in zeros
+    path = cfg().paths.dataset("embeddings")
+    assert read_manifest(spark, EMBEDDINGS, path)["report"]["warnings"] == report["warnings"]
+    got = {r["doc_id"]: r for r in read_dataset(spark, EMBEDDINGS, path).collect()}
+    assert sorted(got) == ["a", "b"] and got["a"]["lang"] == "en"
+    api = Cr5Model.load(cli_model).embed(["cat dog"], "EN")[0]
+    assert list(got["a"]["vector"]) == api.tolist()
+    with pytest.raises(InputDataError, match="embed.on_unknown_language=warn"):
+        get_stage("embed")(spark, cfg("embed.on_unknown_language=error"))

@@ -113,8 +113,12 @@ def dropped_language_warnings(
                 f"no training document is left after the filters ({counts}); lower "
                 f"features.min_unique_words ({f.min_unique_words}) or raise "
                 f"features.max_unique_words ({f.max_unique_words}), e.g. --conf "
-                "conf/short-docs.yaml, or hold out fewer concepts (split.n_test / "
-                "split.n_validation)"
+                "conf/short-docs.yaml"
+                + (
+                    ", or hold out fewer concepts (split.n_test / split.n_validation)"
+                    if counts.get("heldout")
+                    else ""
+                )
             )
         else:
             why = (

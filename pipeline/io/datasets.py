@@ -3,23 +3,32 @@
 A dataset is a Parquet directory with a ``_manifest.json`` written last. A writer
 never touches the published directory while it works:
 
-1. the data is written to a hidden sibling ``.<name>.tmp-<uuid>`` (Spark and
-   Hadoop skip names starting with ``.``), then the manifest is added to it;
-2. the previous version, if any, is renamed to ``.<name>.old-<uuid>``;
-3. the temporary directory is renamed to ``<name>`` and the old one deleted.
+1. it takes the dataset's write lock and owns a hidden sibling ``.<name>.tmp-<token>``
+   (Spark and Hadoop skip names starting with ``.``) through an owner record
+   (:mod:`pipeline.io.publish`: host, pid, process start time, heartbeat); a second
+   writer waits ``paths.write_lock_wait_seconds`` or fails clearly;
+2. the data is written to the temporary directory, its rows are counted from the
+   files, then the manifest is added (``rows``, ``rows_by_<partition>``, ``files``,
+   ``write_token``);
+3. the manifest and the files are checked against each other, the previous version,
+   if any, is renamed to ``.<name>.old-<token>``, the temporary directory to
+   ``<name>``, and the old one deleted.
 
-A job killed in step 1 leaves the previous dataset as it was (the stale temporary
-directory is removed by the next write). A crash between 2 and 3 leaves the
-previous version under ``.old-``; the next write or read restores it. Readers
-require the manifest, so a half-written directory is never read as a dataset.
-Renames go through Hadoop's FileSystem, so this works on local disks and HDFS;
-object stores without atomic rename should use the Delta output format.
+A job killed in step 2 leaves the previous dataset as it was; its temporary directory
+is removed by the next writer once its owner is known to be gone (never a live
+writer's). A crash between the two renames leaves the previous version under
+``.old-``; the next write or read restores it. Readers require the manifest, so a
+half-written directory is never read as a dataset. On local disks the protocol uses
+POSIX calls (atomic exclusive create and rename); elsewhere Hadoop's FileSystem, so
+this works on HDFS too; object stores without atomic rename should use the Delta
+output format.
 
 With ``paths.format: delta`` (``format="delta"`` here) a dataset is a Delta Lake
 table instead, written by :mod:`pipeline.io.delta`: each write is one atomic Delta
 commit (a new table version; overwrite mode, so earlier versions stay in the
 history) and the manifest is stored in that commit. Only a table replacing a
 Parquet dataset is built in a temporary sibling and renamed into place as above.
+Delta writes take the same write lock, so concurrent runs commit one after the other.
 Readers do not care about the format: a directory with a ``_delta_log/`` is read as
 a Delta table, whatever the configuration says.
 """
@@ -187,8 +196,8 @@ def write_dataset(
                 if spec.partition_by:
                     writer = writer.partitionBy(*spec.partition_by)
                 writer.parquet(tmp)
-                full.update(_count_rows(spark, spec, tmp, expected_rows))
                 full["files"] = data_files(ops, tmp)
+                full.update(_count_rows(spark, spec, tmp, full["files"], expected_rows))
                 text = json.dumps(full, indent=2, sort_keys=True, default=str)
                 ops.write_text(f"{tmp}/{MANIFEST}", text)
                 return full
@@ -199,14 +208,31 @@ def write_dataset(
 
 
 def _count_rows(
-    spark: SparkSession, spec: DatasetSpec, directory: str, expected: int | None
+    spark: SparkSession,
+    spec: DatasetSpec,
+    directory: str,
+    written: Mapping[str, int],
+    expected: int | None,
 ) -> dict[str, Any]:
     """``rows`` (and ``rows_by_<partition column>``) of the Parquet files in ``directory``.
 
     Row counts come from the files' footers (no column is read).
     """
-    df = spark.read.schema(spec.schema).parquet(directory)
+    # The data files themselves, not the hidden directory (Spark would warn that it
+    # ignores a path starting with "."); partition values come from the directories.
+    files = [
+        f"{directory}/{rel}"
+        for rel in written
+        if rel.endswith(".parquet") and not rel.rsplit("/", 1)[-1].startswith((".", "_"))
+    ]
     out: dict[str, Any] = {}
+    if not files:
+        out["rows"] = 0
+        if len(spec.partition_by) == 1:
+            out[f"rows_by_{spec.partition_by[0]}"] = {}
+        _check_rows(spec, directory, out["rows"], expected)
+        return out
+    df = spark.read.schema(spec.schema).option("basePath", directory).parquet(*files)
     if len(spec.partition_by) == 1:
         col = spec.partition_by[0]
         by = {str(r[col]): int(r["count"]) for r in df.groupBy(col).count().collect()}
@@ -214,13 +240,17 @@ def _count_rows(
         out["rows"] = sum(by.values())
     else:
         out["rows"] = df.count()
-    if expected is not None and out["rows"] != expected:
+    _check_rows(spec, directory, out["rows"], expected)
+    return out
+
+
+def _check_rows(spec: DatasetSpec, directory: str, rows: int, expected: int | None) -> None:
+    if expected is not None and rows != expected:
         raise DatasetIntegrityError(
-            f"dataset {spec.name!r}: the files written to {directory} hold {out['rows']} rows "
+            f"dataset {spec.name!r}: the files written to {directory} hold {rows} rows "
             f"but the stage computed {expected}; nothing was published. This is a bug or a "
             "concurrent modification of the temporary directory: rerun the stage."
         )
-    return out
 
 
 def _check_delta(
