@@ -578,3 +578,20 @@ def test_embed_job_language_codes_and_unknown_languages(spark, cli_model, tmp_pa
     assert list(got["a"]["vector"]) == api.tolist()
     with pytest.raises(InputDataError, match="embed.on_unknown_language=warn"):
         get_stage("embed")(spark, cfg("embed.on_unknown_language=error"))
+
+
+def test_manifest_paths_relative_to_the_root(tmp_path, monkeypatch):
+    from pipeline.io.locations import from_manifest, same_location, to_manifest
+
+    monkeypatch.chdir(tmp_path)
+    assert to_manifest("./out/splits", "./out") == "<paths.root>/splits"
+    assert to_manifest(f"{tmp_path}/out/splits", "out") == "<paths.root>/splits"
+    assert to_manifest("/elsewhere/held.parquet", "./out") == "/elsewhere/held.parquet"
+    assert to_manifest("hdfs://nn/runs/1/splits", "hdfs://nn/runs/1/") == "<paths.root>/splits"
+    assert to_manifest(None, "./out") is None
+    assert from_manifest("<paths.root>/splits", "/new/root/") == "/new/root/splits"
+    assert same_location("<paths.root>/splits", "/new/root/splits", "/new/root")
+    assert not same_location("<paths.root>/splits", "/new/root/other", "/new/root")
+    # Values written before the rule: relative to the working directory, or absolute.
+    assert same_location("./out/splits", f"{tmp_path}/out/splits", "./out")
+    assert same_location(None, None, "./out") and not same_location(None, "./x", "./out")
