@@ -93,8 +93,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
     model = Cr5Model.load(args.model)
     if canonical_lang(args.lang) not in model.languages:  # before any input is read
         raise ModelError(
-            f"--lang {args.lang!r} is not a language of the model {args.model}; its languages "
-            f"are: {', '.join(model.languages)}"
+            f"--lang: language {args.lang!r} is not in this model; its languages are: "
+            f"{', '.join(model.languages)} (model {args.model})"
         )
     fmt = args.format or ("npy" if args.output and args.output.endswith(".npy") else "jsonl")
     to_file = args.output not in (None, "-")

@@ -377,7 +377,7 @@ def test_cli_bad_inputs_exit_2_with_a_message(capsys, cli_model, tmp_path):
         assert code == 2 and "--batch" in err, (batch, err)
 
     code, _, err = cli(capsys, "--model", str(cli_model), "--lang", "xx", "--input", str(good))
-    assert code == 2 and "'xx' is not a language of the model" in err
+    assert code == 2 and "'xx' is not in this model" in err
 
 
 def test_cli_language_codes_and_empty_input(capsys, cli_model, tmp_path):
@@ -595,3 +595,41 @@ def test_manifest_paths_relative_to_the_root(tmp_path, monkeypatch):
     # Values written before the rule: relative to the working directory, or absolute.
     assert same_location("./out/splits", f"{tmp_path}/out/splits", "./out")
     assert same_location(None, None, "./out") and not same_location(None, "./x", "./out")
+
+
+def test_protocol_through_hadoop_filesystem(spark, tmp_path):
+    """The route HDFS and other stores take (HadoopFS's create_new, touch, mtime,
+    list_files), exercised on the local disk through Hadoop's LocalFileSystem."""
+    from pipeline.io.hadoop import HadoopFS
+    from pipeline.io.publish import data_files, publish
+
+    path = f"{tmp_path}/documents"
+    fs = HadoopFS(spark, path)
+    assert fs.create_new(f"{tmp_path}/x", "1") and not fs.create_new(f"{tmp_path}/x", "2")
+    assert fs.read_text(f"{tmp_path}/x") == "1" and fs.mtime(f"{tmp_path}/x") > 0
+    with pytest.raises(FileNotFoundError):
+        fs.read_text(f"{tmp_path}/missing")
+    for rows in (3, 5):
+        with write_lock(fs, path, wait_seconds=0, stale_seconds=60) as lock:
+            with (
+                pytest.raises(ConcurrentWriteError, match="being written"),
+                write_lock(LocalFS(), path, wait_seconds=0, stale_seconds=60),
+            ):
+                pass
+
+            def write(tmp: str, rows=rows, lock=lock) -> dict:
+                fs.mkdirs(f"{tmp}/lang=en")
+                fs.write_text(f"{tmp}/lang=en/part-0", "r\n" * rows)
+                manifest = {
+                    "rows": rows,
+                    "files": data_files(fs, tmp),
+                    "write_token": lock.owner.token,
+                }
+                fs.write_text(f"{tmp}/{MANIFEST}", json.dumps(manifest))
+                return manifest
+
+            publish(fs, lock, write)
+        assert json.loads(fs.read_text(f"{path}/{MANIFEST}"))["files"] == {
+            "lang=en/part-0": 2 * rows
+        }
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".documents")) == []

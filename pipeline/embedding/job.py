@@ -162,6 +162,11 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     for lang, n in sorted(skipped.items()):
         if lang not in unknown:
             log.info("skipping %d document(s) in language %r (not in embed.languages)", n, lang)
+    if not wanted:
+        raise InputDataError(
+            f"no document is in a language of the model {model_path} (input languages: "
+            f"{sorted(found)}; model languages: {meta['languages']})"
+        )
     verify_files(model_path, meta, wanted, checksums=True)
 
     location = ship_model(spark.sparkContext, model_path)
