@@ -414,7 +414,6 @@ def _corpus(path: Path, n_concepts: int, langs=("en", "de")) -> Path:
     return path
 
 
-@pytest.mark.slow
 def test_a_moved_run_root_still_works(spark, tmp_path):
     """Manifests name datasets of the run relative to paths.root: move the root after
     vocabulary and run tfidf there (was: 'built with heldout_concepts=./out/splits')."""
@@ -486,7 +485,6 @@ def test_single_language_training_warns_or_fails():
         training_warnings(strict, ["en"])
 
 
-@pytest.mark.slow
 def test_small_corpus_split_and_a_dropped_language(spark, tmp_path):
     """The issue's case: conf/sample.yaml (200 + 200 held out per pair) on a 300-concept
     corpus. split shrinks to split.max_heldout_fraction with a warning (or fails naming the
@@ -536,7 +534,6 @@ def test_small_corpus_split_and_a_dropped_language(spark, tmp_path):
         get_stage("vocabulary")(spark, cfg("features.on_dropped_language=error"))
 
 
-@pytest.mark.slow
 def test_embed_job_language_codes_and_unknown_languages(spark, cli_model, tmp_path):
     """The Spark job reads 'EN' as the API does, and warns about (or refuses) languages
     the model lacks and documents that embed as zero vectors."""
