@@ -16,35 +16,97 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from itertools import islice
-from typing import TextIO
+from typing import BinaryIO
 
 import numpy as np
 
-from pipeline.errors import PipelineError
+from pipeline.errors import InputDataError, PipelineError
 
 
-def _batches(stream: TextIO, size: int) -> Iterator[list[str]]:
-    lines = (line.rstrip("\n") for line in stream)
+def _lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """Decode ``stream`` line by line as UTF-8; a bad line is an error naming it."""
+    for number, raw in enumerate(stream, 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = raw[exc.start : exc.start + 4]
+            raise InputDataError(
+                f"{name}: line {number} is not valid UTF-8 (byte {exc.start} of the line: "
+                f"{bad!r}). Fix: convert the input to UTF-8, e.g. iconv -f latin1 -t utf-8."
+            ) from None
+        yield text.rstrip("\n").rstrip("\r")
+
+
+def _batches(lines: Iterator[str], size: int) -> Iterator[list[str]]:
     while batch := list(islice(lines, size)):
         yield batch
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be at least 1 (lines embedded per batch), got {value}"
+        )
+    return value
+
+
+def _open_input(path: str | None) -> tuple[BinaryIO, str]:
+    if path in (None, "-"):
+        return sys.stdin.buffer, "standard input"
+    try:
+        return open(path, "rb"), path  # closed by the caller
+    except OSError as exc:
+        raise InputDataError(
+            f"--input {path}: cannot read it ({exc.strerror}). Fix: give an existing text "
+            "file with one document per line, or omit --input to read standard input."
+        ) from None
+
+
+def _staged_output(path: str) -> str:
+    """A temporary sibling of ``path`` to write first (renamed into place at the end)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    probe = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with open(probe, "wb"):
+            pass
+    except OSError as exc:
+        raise InputDataError(
+            f"--output {path}: cannot write there ({exc.strerror}). Fix: choose a writable "
+            "directory, or omit --output to write to standard output."
+        ) from None
+    return probe
+
+
 def cmd_embed(args: argparse.Namespace) -> int:
+    from pipeline.errors import ModelError
     from pipeline.model import Cr5Model
+    from pipeline.model.cr5_model import canonical_lang
 
     model = Cr5Model.load(args.model)
+    if canonical_lang(args.lang) not in model.languages:  # before any input is read
+        raise ModelError(
+            f"--lang: language {args.lang!r} is not in this model; its languages are: "
+            f"{', '.join(model.languages)} (model {args.model})"
+        )
     fmt = args.format or ("npy" if args.output and args.output.endswith(".npy") else "jsonl")
-    stream = sys.stdin if args.input in (None, "-") else open(args.input, encoding="utf-8")  # noqa: SIM115
+    to_file = args.output not in (None, "-")
+    staged = _staged_output(args.output) if to_file else None
+    stream, name = _open_input(args.input)
     out_text = None
     if fmt == "jsonl":
-        out_text = sys.stdout if args.output in (None, "-") else open(args.output, "w")  # noqa: SIM115
+        out_text = open(staged, "w", encoding="utf-8") if staged else sys.stdout  # noqa: SIM115
     chunks: list[np.ndarray] = []
     line = 0
     try:
-        for batch in _batches(stream, args.batch):
+        for batch in _batches(_lines(stream, name), args.batch):
             vectors, counts = model.embed_with_counts(batch, args.lang)
             if args.normalize:
                 norms = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -64,19 +126,30 @@ def cmd_embed(args: argparse.Namespace) -> int:
                     line += 1
             else:
                 chunks.append(vectors)
+                line += len(batch)
+        if fmt == "npy":
+            array = np.concatenate(chunks) if chunks else np.zeros((0, model.dim), np.float32)
+            if staged:
+                with open(staged, "wb") as f:
+                    np.save(f, array)
+            else:
+                buf = io.BytesIO()
+                np.save(buf, array)
+                sys.stdout.buffer.write(buf.getvalue())
+        if out_text is not None and out_text is not sys.stdout:
+            out_text.close()
+        if staged:
+            os.replace(staged, args.output)
+            staged = None
     finally:
-        if stream is not sys.stdin:
+        if stream is not sys.stdin.buffer:
             stream.close()
         if out_text not in (None, sys.stdout):
             out_text.close()
-    if fmt == "npy":
-        array = np.concatenate(chunks) if chunks else np.zeros((0, model.dim), np.float32)
-        if args.output in (None, "-"):
-            buf = io.BytesIO()
-            np.save(buf, array)
-            sys.stdout.buffer.write(buf.getvalue())
-        else:
-            np.save(args.output, array)
+        if staged and os.path.exists(staged):
+            os.unlink(staged)  # a failed run leaves no partial output
+    if line == 0:
+        print(f"warning: {name} has no lines: no vector was written", file=sys.stderr)
     return 0
 
 
@@ -115,7 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="default: npy if --output ends with .npy, else jsonl",
     )
     e.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
-    e.add_argument("--batch", type=int, default=10_000, help="lines per batch (memory bound)")
+    e.add_argument(
+        "--batch", type=_positive_int, default=10_000, help="lines per batch (memory bound), >= 1"
+    )
     e.set_defaults(fn=cmd_embed)
     i = sub.add_parser("import-cr5", help="import the original Cr5 word-vector release")
     i.add_argument("--out", required=True, help="model directory to write")

@@ -76,6 +76,19 @@ class PathsConfig:
         "Parquet files Spark wrote (pip install 'cr5-on-spark[delta]'). Readers read any path "
         "holding a _delta_log/ as Delta. See deploy/README.md, 'Delta Lake output'.",
     )
+    write_lock_wait_seconds: float = param(
+        600.0,
+        lo=0.0,
+        doc="A second run writing the same dataset waits this long for the first to finish, "
+        "then fails (exit 2) naming it; 0: fail at once (pipeline/io/publish.py).",
+    )
+    stale_write_seconds: float = param(
+        300.0,
+        lo=1.0,
+        doc="A writer's lock and temporary directory count as abandoned when its heartbeat "
+        "(every min(30 s, this / 4)) is older than this (on the writer's own host a dead pid "
+        "is recognised at once); only then are they removed by another run.",
+    )
     documents: str | None = param(
         None, doc="Path of the documents dataset (default <root>/documents)."
     )
@@ -146,6 +159,12 @@ class FeaturesConfig:
     max_unique_words: int = param(
         1000, lo=1, doc="Training documents may have at most this many distinct words."
     )
+    on_dropped_language: Literal["warn", "error"] = param(
+        "warn",
+        doc="A language left with no vocabulary by the filters (too few or too short "
+        "documents, or every concept held out) disappears from tfidf and model: warn (a "
+        "WARNING in the stage summary and the vocabulary manifest) or error.",
+    )
     heldout_concepts: str | None = param(
         None,
         doc="Parquet dataset with a concept_id column, or the word `splits` for this run's "
@@ -190,6 +209,11 @@ class TrainConfig:
         "local",
         doc="local: X collected to the driver as scipy CSR; spark: X cached on the executors "
         "as CSR blocks.",
+    )
+    on_single_language: Literal["warn", "error"] = param(
+        "warn",
+        doc="Training rows of a single language give a model that is not crosslingual: warn "
+        "(recorded in model.json and the stage summary) or error.",
     )
     partitions_per_language: int | None = param(
         None,
@@ -340,6 +364,11 @@ class EmbedConfig:
         default_factory=list,
         doc="Embed only these languages (empty: every language of the model found in the input).",
     )
+    on_unknown_language: Literal["warn", "error"] = param(
+        "warn",
+        doc="Input documents in a language the model lacks: skipped with a WARNING in the "
+        "report, or refused.",
+    )
     batch_rows: int = param(
         4096, lo=1, doc="Documents per Arrow batch on the executors: bounds their memory."
     )
@@ -371,10 +400,18 @@ class SplitConfig:
     n_test: int = param(1000, lo=1, doc="Test concepts per pair.")
     n_validation: int = param(1000, lo=0, doc="Validation concepts per pair (for λ, γ).")
     seed: int = param(0, lo=0, doc="Seed of the concept priorities and roles.")
+    max_heldout_fraction: float = param(
+        0.5,
+        lo=0.01,
+        hi=0.99,
+        doc="At most this fraction of a pair's shared concepts is held out for test + "
+        "validation, so the rest can train.",
+    )
     on_small_intersection: Literal["shrink", "error"] = param(
         "shrink",
-        doc="A pair whose intersection is too small: take what there is (warning, sizes in "
-        "the report) or stop.",
+        doc="A pair whose intersection is too small for n_test + n_validation within "
+        "max_heldout_fraction: shrink both to that fraction (in the ratio n_test : "
+        "n_validation, with a WARNING in the stage summary and the manifest) or stop.",
     )
 
 

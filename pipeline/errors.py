@@ -25,6 +25,14 @@ class DatasetNotFoundError(PipelineError, FileNotFoundError):
     """A dataset an upstream stage should have written is missing or incomplete."""
 
 
+class DatasetIntegrityError(PipelineError, RuntimeError):
+    """What a writer is about to publish does not match its manifest; nothing is published."""
+
+
+class ConcurrentWriteError(DatasetIntegrityError):
+    """Another run is writing the same dataset (or took over this run's write lock)."""
+
+
 class ModelError(PipelineError, ValueError):
     """A model directory is missing, corrupted, truncated or of an unknown version."""
 

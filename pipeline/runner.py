@@ -135,9 +135,13 @@ def summarize(name: str, report: dict) -> str:
     extra = {k: report[k] for k in keys if k in report}
     if extra:
         lines.append("   " + json.dumps(extra, sort_keys=True, default=str))
+    for warning in report.get("warnings") or ():
+        lines.append(f"   WARNING: {warning}")
     if name == "evaluate" and report.get("table"):
         lines.append(report["table"])
-        lines.append(f"   report: {report.get('report_md')}")
+        for label, key in (("report", "report_md"), ("data", "report_json"), ("plot", "plot")):
+            if report.get(key):
+                lines.append(f"   {label}: {report[key]}")
     return "\n".join(lines)
 
 
@@ -165,6 +169,10 @@ def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None)
         cfg = load_config(profiles, args.overrides)
         for name in names:
             get_stage(name)  # fail on a typo before starting Spark
+        from pipeline.preflight import run_preflight
+        from pipeline.spark import launched_by_spark_submit
+
+        run_preflight(cfg, names, submitted=launched_by_spark_submit())
         run_stages(names, cfg)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)

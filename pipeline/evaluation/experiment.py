@@ -40,7 +40,7 @@ from pipeline.evaluation.protocol import (
     validation_score,
 )
 from pipeline.evaluation.report import evaluation_rows, write_reports
-from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import EVALUATION, SPLITS
 from pipeline.model.format import read_model_json
 from pipeline.stages import train as training
@@ -321,7 +321,7 @@ def write_outputs(
     df = ctx.spark.createDataFrame(rows, EVALUATION_SCHEMA)
     path = ctx.cfg.paths.dataset("evaluation")
     write_dataset(
-        ctx.spark, df, EVALUATION, path, manifest={"report": report}, format=ctx.cfg.paths.format
+        ctx.spark, df, EVALUATION, path, manifest={"report": report}, **write_options(ctx.cfg.paths)
     )
     report["path"] = path
     report["total_seconds"] = round(time.perf_counter() - t_start, 2)

@@ -23,6 +23,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pipeline.config import Config
+from pipeline.io.locations import same_location
 from pipeline.model.format import read_model_json
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,9 @@ def reusable_model(cfg: Config, lam: float) -> str | None:
         and {k: v for k, v in params.items() if k != "lam"}
         == {k: v for k, v in t.solver_params().items() if k != "lam"}
         and meta.get("preprocessing", {}).get("features") == cfg.to_dict()["features"]
-        and meta.get("training", {}).get("tfidf") == cfg.paths.dataset("tfidf")
+        and same_location(
+            meta.get("training", {}).get("tfidf"), cfg.paths.dataset("tfidf"), cfg.paths.root
+        )
         and meta.get("training", {}).get("selection", {}).get("setup") == t.setup
         and list(meta.get("training", {}).get("selection", {}).get("pair", [])) == list(t.pair)
     )

@@ -200,51 +200,79 @@ def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
     return "\n".join(out)
 
 
+# One look per method (or per measure when a single method is plotted): colour, line
+# style and marker all differ, so curves stay apart in grey-scale print and where
+# they overlap. The two directions of a pair: filled vs open markers.
+_LOOKS = (
+    ("tab:blue", "-", "o"),
+    ("tab:orange", "--", "s"),
+    ("tab:green", ":", "^"),
+    ("tab:red", "-.", "D"),
+    ("tab:purple", (0, (5, 1, 1, 1)), "v"),
+    ("tab:brown", (0, (1, 1)), "P"),
+)
+
+
 def _plot(report: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
     except ImportError:
         log.warning("matplotlib is not installed: no precision-at-k plot (pip install matplotlib)")
         return False
     pairs = report["pairs"]
     methods = _methods_in(report["results"])
     several = len(methods) > 1
-    styles = ["-", "--", ":", "-."]
+    # Curves: methods (cosine only, to stay readable) or, for one method, measures.
+    series = methods if several else sorted({r["measure"] for r in report["results"]})
+    look = {name: _LOOKS[i % len(_LOOKS)] for i, name in enumerate(series)}
     cols = min(3, len(pairs))
     rows = -(-len(pairs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, pair in zip(axes.flat, pairs):
+        first = pair.split("-")[0]
         for r in report["results"]:
             if r["pair"] != pair or (several and r["measure"] != "cosine"):
                 continue
+            name = r.get("method", "cr5") if several else r["measure"]
+            color, style, marker = look[name]
             ks = sorted(r["precision_at"])
-            style = "-" if r["measure"] == "cosine" else "--"
-            if several:  # one line style per method; cosine only, to stay readable
-                style = styles[methods.index(r.get("method", "cr5")) % len(styles)]
             ax.plot(
                 ks,
                 [r["precision_at"][k] for k in ks],
-                style,
-                marker="o",
-                markersize=3,
-                label=f"{r['query_lang']}→{r['target_lang']} "
-                + (r.get("method", "cr5") if several else r["measure"]),
+                color=color,
+                linestyle=style,
+                marker=marker,
+                markersize=4,
+                linewidth=1.3,
+                markerfacecolor=color if r["query_lang"] == first else "white",
             )
         ax.set_title(pair)
         ax.set_xlabel("k")
         ax.set_ylabel("precision at k")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[len(pairs) :]:
         ax.axis("off")
+    handles = [
+        Line2D([], [], color=c, linestyle=ls, marker=m, label=name)
+        for name, (c, ls, m) in look.items()
+    ] + [
+        Line2D([], [], color="grey", marker="o", linestyle="none", label="l1→l2 (pair order)"),
+        Line2D(
+            [], [], color="grey", marker="o", markerfacecolor="white", linestyle="none",
+            label="l2→l1",
+        ),
+    ]  # fmt: skip
+    # One legend for all panels, outside the axes so it never covers a curve.
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     title = ", ".join(methods) + " (cosine)" if several else report.get("method", "cr5")
     fig.suptitle(f"{title}; {report['setup']}, λ={report['lam']:g}, r={report['r']}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
 

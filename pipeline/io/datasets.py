@@ -3,23 +3,32 @@
 A dataset is a Parquet directory with a ``_manifest.json`` written last. A writer
 never touches the published directory while it works:
 
-1. the data is written to a hidden sibling ``.<name>.tmp-<uuid>`` (Spark and
-   Hadoop skip names starting with ``.``), then the manifest is added to it;
-2. the previous version, if any, is renamed to ``.<name>.old-<uuid>``;
-3. the temporary directory is renamed to ``<name>`` and the old one deleted.
+1. it takes the dataset's write lock and owns a hidden sibling ``.<name>.tmp-<token>``
+   (Spark and Hadoop skip names starting with ``.``) through an owner record
+   (:mod:`pipeline.io.publish`: host, pid, process start time, heartbeat); a second
+   writer waits ``paths.write_lock_wait_seconds`` or fails clearly;
+2. the data is written to the temporary directory, its rows are counted from the
+   files, then the manifest is added (``rows``, ``rows_by_<partition>``, ``files``,
+   ``write_token``);
+3. the manifest and the files are checked against each other, the previous version,
+   if any, is renamed to ``.<name>.old-<token>``, the temporary directory to
+   ``<name>``, and the old one deleted.
 
-A job killed in step 1 leaves the previous dataset as it was (the stale temporary
-directory is removed by the next write). A crash between 2 and 3 leaves the
-previous version under ``.old-``; the next write or read restores it. Readers
-require the manifest, so a half-written directory is never read as a dataset.
-Renames go through Hadoop's FileSystem, so this works on local disks and HDFS;
-object stores without atomic rename should use the Delta output format.
+A job killed in step 2 leaves the previous dataset as it was; its temporary directory
+is removed by the next writer once its owner is known to be gone (never a live
+writer's). A crash between the two renames leaves the previous version under
+``.old-``; the next write or read restores it. Readers require the manifest, so a
+half-written directory is never read as a dataset. On local disks the protocol uses
+POSIX calls (atomic exclusive create and rename); elsewhere Hadoop's FileSystem, so
+this works on HDFS too; object stores without atomic rename should use the Delta
+output format.
 
 With ``paths.format: delta`` (``format="delta"`` here) a dataset is a Delta Lake
 table instead, written by :mod:`pipeline.io.delta`: each write is one atomic Delta
 commit (a new table version; overwrite mode, so earlier versions stay in the
 history) and the manifest is stored in that commit. Only a table replacing a
 Parquet dataset is built in a temporary sibling and renamed into place as above.
+Delta writes take the same write lock, so concurrent runs commit one after the other.
 Readers do not care about the format: a directory with a ``_delta_log/`` is read as
 a Delta table, whatever the configuration says.
 """
@@ -29,44 +38,59 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import __version__
-from pipeline.errors import ConfigError, DatasetNotFoundError, InputDataError
+from pipeline.errors import (
+    ConcurrentWriteError,
+    ConfigError,
+    DatasetIntegrityError,
+    DatasetNotFoundError,
+    InputDataError,
+)
 from pipeline.io import delta
 from pipeline.io.hadoop import HadoopFS as HadoopFS  # re-exported: stages import it here
+from pipeline.io.publish import MANIFEST, FileOps, LocalFS, data_files, publish, recover, write_lock
 from pipeline.io.schemas import DatasetSpec
+
+if TYPE_CHECKING:
+    from pipeline.config import PathsConfig
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "_manifest.json"
 FORMATS = ("parquet", "delta")
 Format = Literal["parquet", "delta"]
 
 
-def _split(path: str) -> tuple[str, str]:
-    path = path.rstrip("/")
-    parent, _, name = path.rpartition("/")
-    return (parent or "."), name
+def _path_defaults() -> tuple[float, float]:
+    """``paths.write_lock_wait_seconds`` and ``paths.stale_write_seconds`` defaults."""
+    from pipeline.config import PathsConfig
+
+    return PathsConfig.write_lock_wait_seconds, PathsConfig.stale_write_seconds
 
 
-def _recover(fs: HadoopFS, path: str) -> None:
-    """Restore a version stranded by a crash mid-commit; drop stale temporaries."""
-    parent, name = _split(path)
-    siblings = fs.list_names(parent)
-    olds = sorted(s for s in siblings if s.startswith(f".{name}.old-"))
-    if olds and not fs.exists(path):
-        log.warning("restoring %s from %s left by an interrupted commit", path, olds[-1])
-        fs.rename(f"{parent}/{olds[-1]}", path)
-        olds = olds[:-1]
-    for stale in olds + [s for s in siblings if s.startswith(f".{name}.tmp-")]:
-        log.info("removing leftover %s/%s from an interrupted write", parent, stale)
-        fs.delete(f"{parent}/{stale}")
+def write_options(paths: PathsConfig) -> dict[str, Any]:
+    """The keyword arguments of :func:`write_dataset` that ``paths.*`` sets."""
+    return {
+        "format": paths.format,
+        "wait_seconds": paths.write_lock_wait_seconds,
+        "stale_seconds": paths.stale_write_seconds,
+    }
+
+
+def _ops(fs: HadoopFS, path: str) -> tuple[FileOps, str]:
+    """The file operations of the commit protocol for ``path``, and the path they use.
+
+    Local disks get :class:`~pipeline.io.publish.LocalFS` (POSIX atomic create and
+    rename) and the absolute path; other stores Hadoop's FileSystem and ``path``.
+    """
+    if fs.is_local():
+        return LocalFS(), fs.qualify(path)[1]
+    return fs, path.rstrip("/")
 
 
 def conform(df: DataFrame, spec: DatasetSpec) -> DataFrame:
@@ -95,6 +119,9 @@ def write_dataset(
     *,
     manifest: Mapping[str, Any] | None = None,
     format: Format = "parquet",
+    wait_seconds: float | None = None,
+    stale_seconds: float | None = None,
+    expected_rows: int | None = None,
 ) -> dict[str, Any]:
     """Write ``df`` as dataset ``spec`` at ``path`` atomically; return the manifest.
 
@@ -111,11 +138,22 @@ def write_dataset(
     format : {"parquet", "delta"}
         ``paths.format`` of the configuration: a Parquet directory with a
         ``_manifest.json``, or a new version of a Delta table (module docstring).
+    wait_seconds, stale_seconds : float, optional
+        ``paths.write_lock_wait_seconds`` and ``paths.stale_write_seconds``
+        (:func:`write_options`; default: their defaults).
+    expected_rows : int, optional
+        The number of rows the stage computed; the write fails, publishing nothing, if
+        the files written hold a different number.
 
     Raises
     ------
     ConfigError
         For an unknown format, or ``delta`` without Delta's jars or ``deltalake``.
+    ConcurrentWriteError
+        When another run holds the dataset's write lock for longer than
+        ``wait_seconds``, or took this run's lock over.
+    DatasetIntegrityError
+        When the rows written differ from ``expected_rows``.
     """
     if format not in FORMATS:
         raise ConfigError(f"dataset format {format!r} is not one of {', '.join(FORMATS)}")
@@ -130,54 +168,114 @@ def write_dataset(
     }
     data = conform(df, spec)
     fs = HadoopFS(spark, path)
-    _recover(fs, path)
-    if format == "delta":
-        if delta.is_delta_table(fs, path) or not fs.exists(path):
-            # A commit is atomic by itself: no temporary copy needed.
-            delta.write_delta(spark, data, spec, path, full)
+    ops, where = _ops(fs, path)
+    default_wait, default_stale = _path_defaults()
+    wait = default_wait if wait_seconds is None else wait_seconds
+    stale = default_stale if stale_seconds is None else stale_seconds
+    with write_lock(ops, where, wait_seconds=wait, stale_seconds=stale, dataset=spec.name) as lock:
+        full["write_token"] = lock.owner.token
+        if format == "delta":
+            if delta.is_delta_table(fs, where) or not fs.exists(where):
+                # A commit is atomic by itself: no temporary copy needed.
+                delta.write_delta(spark, data, spec, where, full)
+            else:
+                log.info("replacing the Parquet dataset at %s with a Delta table", path)
+                publish(ops, lock, lambda tmp: delta.write_delta(spark, data, spec, tmp, full))
+            lock.verify()
+            _check_delta(spark, fs, spec, where, full, expected_rows)
         else:
-            log.info("replacing the Parquet dataset at %s with a Delta table", path)
-            _publish(fs, path, lambda tmp: delta.write_delta(spark, data, spec, tmp, full))
-    else:
-        if delta.is_delta_table(fs, path):
-            log.warning(
-                "paths.format=parquet: replacing the Delta table at %s, and its history, "
-                "with a Parquet dataset",
-                path,
-            )
+            if delta.is_delta_table(fs, where):
+                log.warning(
+                    "paths.format=parquet: replacing the Delta table at %s, and its history, "
+                    "with a Parquet dataset",
+                    path,
+                )
 
-        def write_parquet(tmp: str) -> None:
-            writer = data.write.mode("errorifexists")
-            if spec.partition_by:
-                writer = writer.partitionBy(*spec.partition_by)
-            writer.parquet(tmp)
-            text = json.dumps(full, indent=2, sort_keys=True, default=str)
-            fs.write_text(f"{tmp}/{MANIFEST}", text)
+            def write_parquet(tmp: str) -> dict[str, Any]:
+                writer = data.write.mode("errorifexists")
+                if spec.partition_by:
+                    writer = writer.partitionBy(*spec.partition_by)
+                writer.parquet(tmp)
+                full["files"] = data_files(ops, tmp)
+                full.update(_count_rows(spark, spec, tmp, full["files"], expected_rows))
+                text = json.dumps(full, indent=2, sort_keys=True, default=str)
+                ops.write_text(f"{tmp}/{MANIFEST}", text)
+                return full
 
-        _publish(fs, path, write_parquet)
-    log.info("wrote dataset %s to %s (%s)", spec.name, path, format)
+            publish(ops, lock, write_parquet)
+    log.info("wrote dataset %s to %s (%s, %s rows)", spec.name, path, format, full.get("rows"))
     return full
 
 
-def _publish(fs: HadoopFS, path: str, write: Callable[[str], None]) -> None:
-    """Run ``write(tmp)`` on a hidden sibling, then rename it to ``path`` (steps 1-3)."""
-    parent, name = _split(path)
-    fs.mkdirs(parent)
-    token = uuid.uuid4().hex[:12]
-    tmp = f"{parent}/.{name}.tmp-{token}"
-    try:
-        write(tmp)
-        old = f"{parent}/.{name}.old-{token}"
-        if fs.exists(path):
-            fs.rename(path, old)
-        fs.rename(tmp, path)
-        if fs.exists(old):
-            fs.delete(old)
-    except BaseException:
-        # Leave nothing half-written behind; the published version is untouched.
-        if fs.exists(tmp):
-            fs.delete(tmp)
-        raise
+def _count_rows(
+    spark: SparkSession,
+    spec: DatasetSpec,
+    directory: str,
+    written: Mapping[str, int],
+    expected: int | None,
+) -> dict[str, Any]:
+    """``rows`` (and ``rows_by_<partition column>``) of the Parquet files in ``directory``.
+
+    Row counts come from the files' footers (no column is read).
+    """
+    # The data files themselves, not the hidden directory (Spark would warn that it
+    # ignores a path starting with "."); partition values come from the directories.
+    files = [
+        f"{directory}/{rel}"
+        for rel in written
+        if rel.endswith(".parquet") and not rel.rsplit("/", 1)[-1].startswith((".", "_"))
+    ]
+    out: dict[str, Any] = {}
+    if not files:
+        out["rows"] = 0
+        if len(spec.partition_by) == 1:
+            out[f"rows_by_{spec.partition_by[0]}"] = {}
+        _check_rows(spec, directory, out["rows"], expected)
+        return out
+    df = spark.read.schema(spec.schema).option("basePath", directory).parquet(*files)
+    if len(spec.partition_by) == 1:
+        col = spec.partition_by[0]
+        by = {str(r[col]): int(r["count"]) for r in df.groupBy(col).count().collect()}
+        out[f"rows_by_{col}"] = dict(sorted(by.items()))
+        out["rows"] = sum(by.values())
+    else:
+        out["rows"] = df.count()
+    _check_rows(spec, directory, out["rows"], expected)
+    return out
+
+
+def _check_rows(spec: DatasetSpec, directory: str, rows: int, expected: int | None) -> None:
+    if expected is not None and rows != expected:
+        raise DatasetIntegrityError(
+            f"dataset {spec.name!r}: the files written to {directory} hold {rows} rows "
+            f"but the stage computed {expected}; nothing was published. This is a bug or a "
+            "concurrent modification of the temporary directory: rerun the stage."
+        )
+
+
+def _check_delta(
+    spark: SparkSession,
+    fs: HadoopFS,
+    spec: DatasetSpec,
+    path: str,
+    full: Mapping[str, Any],
+    expected: int | None,
+) -> None:
+    """After a Delta write: the newest manifest is this writer's (and rows as expected)."""
+    found = delta.read_delta_manifest(fs, path)
+    if found is None or found.get("write_token") != full["write_token"]:
+        raise ConcurrentWriteError(
+            f"dataset {spec.name!r} at {path}: the newest Delta commit is not this run's "
+            f"(its write token is {None if found is None else found.get('write_token')!r}): "
+            "another run committed to the table while this run held its write lock."
+        )
+    if expected is not None:
+        rows = read_table(spark, path, fs=fs).count()
+        if rows != expected:
+            raise DatasetIntegrityError(
+                f"dataset {spec.name!r} at {path}: Delta version {found['delta_version']} "
+                f"holds {rows} rows but the stage computed {expected}."
+            )
 
 
 def read_manifest(spark: SparkSession, spec: DatasetSpec, path: str) -> dict[str, Any]:
@@ -192,7 +290,8 @@ def read_manifest(spark: SparkSession, spec: DatasetSpec, path: str) -> dict[str
 def _manifest_of(fs: HadoopFS, spec: DatasetSpec, path: str) -> dict[str, Any]:
     root = path.rstrip("/")
     if not (fs.exists(f"{root}/{MANIFEST}") or delta.is_delta_table(fs, root)):
-        _recover(fs, path)
+        ops, where = _ops(fs, path)
+        recover(ops, where, stale_seconds=_path_defaults()[1])
     if delta.is_delta_table(fs, root):
         found = delta.read_delta_manifest(fs, root)
         if found is not None:

@@ -6,6 +6,8 @@ same code work on local disks, HDFS and every store Spark itself can write to.
 
 from __future__ import annotations
 
+import time
+
 from pyspark.sql import SparkSession
 
 
@@ -25,6 +27,9 @@ class HadoopFS:
         return bool(self.fs.exists(self._Path(p)))
 
     def rename(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst``; never into an existing ``dst`` (Hadoop would nest it)."""
+        if self.exists(dst):
+            raise FileExistsError(f"could not rename {src} to {dst}: the target exists")
         if not self.fs.rename(self._Path(src), self._Path(dst)):
             raise OSError(f"could not rename {src} to {dst}")
 
@@ -46,7 +51,47 @@ class HadoopFS:
         finally:
             out.close()
 
+    def create_new(self, p: str, text: str) -> bool:
+        """Create ``p`` holding ``text`` unless it exists (atomic on HDFS, where the
+        NameNode decides; local disks go through :class:`pipeline.io.publish.LocalFS`)."""
+        try:
+            out = self.fs.create(self._Path(p), False)
+        except Exception as exc:  # py4j wraps FileAlreadyExistsException
+            if "FileAlreadyExists" in str(exc) or self.exists(p):
+                return False
+            raise
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        return True
+
+    def touch(self, p: str) -> None:
+        if self.exists(p):
+            self.fs.setTimes(self._Path(p), int(time.time() * 1000), -1)
+
+    def mtime(self, p: str) -> float | None:
+        if not self.exists(p):
+            return None
+        return self.fs.getFileStatus(self._Path(p)).getModificationTime() / 1000.0
+
+    def list_files(self, p: str) -> dict[str, int]:
+        """``{path relative to p: size}`` of every file below ``p``."""
+        base = self.fs.makeQualified(self._Path(p)).toString().rstrip("/") + "/"
+        out = {}
+        it = self.fs.listFiles(self._Path(p), True)
+        while it.hasNext():
+            st = it.next()
+            full = st.getPath().toString()
+            out[full[len(base) :] if full.startswith(base) else full] = int(st.getLen())
+        return out
+
+    def is_local(self) -> bool:
+        return str(self.fs.getUri().getScheme() or "file") == "file"
+
     def read_text(self, p: str) -> str:
+        if not self.exists(p):
+            raise FileNotFoundError(p)
         stream = self.fs.open(self._Path(p))
         try:
             return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))

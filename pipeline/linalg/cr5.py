@@ -249,6 +249,12 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     return min(wide, max(32, r // 6))
 
 
+def max_rank(n_concepts: int, n_terms: int) -> int:
+    """The largest r a corpus allows: M is K x K of rank at most K - 1 after centring, and
+    Φ has one column per term, so at most ``min(K - 1, p)`` dimensions exist."""
+    return min(n_concepts - 1, n_terms)
+
+
 def default_max_basis(r: int, b: int) -> int:
     """Thick-restart size when none is given: ``max(r, b) + 4 b`` columns.
 
@@ -551,10 +557,10 @@ class Cr5Solver:
             )
         k = backend.n_concepts
         p = sum(backend.n_terms(lang) for lang in backend.languages)
-        if self.r > min(k - 1, p):
+        if self.r > max_rank(k, p):
             raise ConfigError(
                 f"Cr5Solver parameter 'r' must be <= min(n_concepts - 1, n_terms) = "
-                f"{min(k - 1, p)} for this corpus (K={k}, p={p}); got {self.r}: "
+                f"{max_rank(k, p)} for this corpus (K={k}, p={p}); got {self.r}: "
                 f"set a smaller train.r"
             )
         b = min(self.r + self.oversampling, k)

@@ -29,6 +29,18 @@ from pipeline.model.format import LanguageMap, load_model_files, read_model_json
 from pipeline.text.tokenizer import Tokenizer
 
 
+def canonical_lang(lang: str) -> str:
+    """A language code as the pipeline stores it: trimmed and lower-case (``" EN"`` -> ``en``).
+
+    Ingest stores codes this way, and every entry point (this class, ``python -m
+    pipeline embed``, the Spark embed job, ``embed.languages``) applies the same rule, so
+    they accept and refuse the same codes.
+    """
+    if not isinstance(lang, str):
+        raise ModelError(f"a language code must be a string like 'en', got {lang!r}")
+    return lang.strip().lower()
+
+
 class Cr5Model:
     """Per-language linear maps into one crosslingual space.
 
@@ -81,6 +93,7 @@ class Cr5Model:
         return int(self.meta["r"])
 
     def _map(self, lang: str) -> LanguageMap:
+        lang = canonical_lang(lang)
         if lang not in self.meta["languages"]:
             raise ModelError(
                 f"language {lang!r} is not in this model; its languages are: "
@@ -100,6 +113,7 @@ class Cr5Model:
 
     def tfidf(self, texts: Sequence[str | None], lang: str) -> sp.csr_matrix:
         """TF-IDF rows of ``texts``: csr_matrix of shape (n_texts, p_l), float32."""
+        lang = canonical_lang(lang)
         lm = self._map(lang)
         arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), type=pa.string())
         tokens, doc_of = self.tokenizer.flat_tokens(arr)

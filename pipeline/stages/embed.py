@@ -7,7 +7,8 @@ once, and only the languages it meets (lazily); memory per executor is bounded b
 the batch size plus the loaded languages' Φ_l. On a cluster the model directory is
 shipped as an archive (:mod:`pipeline.model.shipping`); in local mode executors read
 it in place.
-Languages the model does not know are counted, reported and skipped.
+Languages the model does not know are counted and skipped with a warning in the
+report (or refused, ``embed.on_unknown_language: error``).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import InputDataError, ModelError
-from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset
+from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.batches import embed_batch
+from pipeline.model.cr5_model import canonical_lang
 from pipeline.model.format import read_model_json, verify_files
 from pipeline.model.shipping import ship_model, worker_model
 
@@ -83,6 +85,8 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             "evaluate stage (evaluate.methods) or embed with the Python API (Cr5Model.embed "
             "returns a scipy.sparse matrix for it)"
         )
+    # Language codes are canonical (trimmed, lower-case) everywhere: ingest, this job
+    # and Cr5Model / python -m pipeline embed (canonical_lang) treat "EN " as "en".
     docs = read_input(spark, cfg).select(
         F.col("doc_id").cast("string"),
         F.lower(F.trim(F.col("lang").cast("string"))).alias("lang"),
@@ -90,17 +94,32 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         F.col("text").cast("string"),
     )
     found = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().collect()}
-    wanted = [lang for lang in (e.languages or sorted(found)) if lang in meta["languages"]]
-    skipped = {lang: n for lang, n in found.items() if lang not in wanted}
-    for lang, n in sorted(skipped.items()):
-        reason = "not in the model" if lang not in meta["languages"] else "not selected"
-        log.warning(
-            "skipping %d document(s) in language %r (%s; model languages: %s)",
-            n,
-            lang,
-            reason,
-            ", ".join(meta["languages"]),
+    if not found:
+        raise InputDataError(
+            f"nothing to embed: {e.input or cfg.paths.dataset('documents')} has no documents"
         )
+    selected = [canonical_lang(lang) for lang in e.languages] or sorted(found)
+    wanted = [lang for lang in selected if lang in meta["languages"]]
+    skipped = {lang: n for lang, n in found.items() if lang not in wanted}
+    unknown = {lang: n for lang, n in skipped.items() if lang not in meta["languages"]}
+    warnings_: list[str] = []
+    if unknown:
+        msg = (
+            f"{sum(unknown.values())} document(s) in language(s) the model {model_path} does "
+            f"not have were skipped: "
+            + ", ".join(f"{lang} ({n})" for lang, n in sorted(unknown.items()))
+            + f"; model languages: {', '.join(meta['languages'])}"
+        )
+        if e.on_unknown_language == "error":
+            raise InputDataError(
+                msg + ". Fix: filter the input, set embed.languages, or set "
+                "embed.on_unknown_language=warn to skip them."
+            )
+        log.warning("%s", msg)
+        warnings_.append(msg)
+    for lang, n in sorted(skipped.items()):
+        if lang not in unknown:
+            log.info("skipping %d document(s) in language %r (not in embed.languages)", n, lang)
     if not wanted:
         raise InputDataError(
             f"no document is in a language of the model {model_path} (input languages: "
@@ -127,6 +146,15 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         .collect()
     }
     seconds = time.perf_counter() - t0
+    zeros = {lang: st["zero_vectors"] for lang, st in stats.items() if st["zero_vectors"]}
+    if zeros:
+        msg = (
+            f"{sum(zeros.values())} document(s) have no word of the model's vocabulary and "
+            "got the zero vector (n_terms = 0): "
+            + ", ".join(f"{lang} {n}" for lang, n in sorted(zeros.items()))
+        )
+        log.warning("%s", msg)
+        warnings_.append(msg)
     report = {
         "model": model_path,
         "per_language": stats,
@@ -135,9 +163,10 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         "normalized": e.normalize,
         "dim": int(meta["r"]),
         "embed_seconds": round(seconds, 2),
+        "warnings": warnings_,
     }
     write_dataset(
-        spark, out, EMBEDDINGS, path, manifest={"report": report}, format=cfg.paths.format
+        spark, out, EMBEDDINGS, path, manifest={"report": report}, **write_options(cfg.paths)
     )
     out.unpersist()
     report["path"] = path

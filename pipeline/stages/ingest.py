@@ -19,7 +19,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from pipeline.config import Config, IngestConfig
 from pipeline.errors import InputDataError
-from pipeline.io.datasets import HadoopFS, write_dataset
+from pipeline.io.datasets import HadoopFS, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS
 
 log = logging.getLogger(__name__)
@@ -326,7 +326,13 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     report["concepts"] = docs.select("concept_id").distinct().count()
     path = cfg.paths.dataset("documents")
     write_dataset(
-        spark, docs, DOCUMENTS, path, manifest={"report": report}, format=cfg.paths.format
+        spark,
+        docs,
+        DOCUMENTS,
+        path,
+        manifest={"report": report},
+        expected_rows=report["documents"],
+        **write_options(cfg.paths),
     )
     docs.unpersist()
     report["path"] = path

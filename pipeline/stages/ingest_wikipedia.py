@@ -969,7 +969,15 @@ def run_wikipedia(
         report["documents"] = sum(per_lang.values())
         report["n_concepts"] = docs.select("concept_id").distinct().count()
         report["config"] = asdict(cfg)
-        write_dataset(spark, docs, DOCUMENTS, path, manifest={"report": report}, format=fmt)
+        write_dataset(
+            spark,
+            docs,
+            DOCUMENTS,
+            path,
+            manifest={"report": report},
+            format=fmt,
+            expected_rows=report["documents"],
+        )
     finally:
         docs.unpersist()
         for frame in cached:

@@ -20,6 +20,7 @@ one pair is never a validation query of another.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from typing import Any
 
@@ -28,7 +29,7 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config, SplitConfig, all_pairs, canonical, parse_pair
 from pipeline.errors import ConfigError, InputDataError
-from pipeline.io.datasets import read_dataset, write_dataset
+from pipeline.io.datasets import read_dataset, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS, SPLITS
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,20 @@ def resolve_pairs(s: SplitConfig, available: list[str]) -> list[tuple[str, str]]
 
 def _test_share(s: SplitConfig) -> float:
     return s.n_test / (s.n_test + s.n_validation)
+
+
+def quotas(intersection: int, s: SplitConfig) -> tuple[int, int]:
+    """How many test and validation concepts a pair with ``intersection`` shared concepts gets.
+
+    ``n_test`` and ``n_validation`` when they fit in ``max_heldout_fraction`` of the
+    intersection; otherwise both shrink to ``floor(max_heldout_fraction * intersection)``
+    in total, split in the ratio ``n_test : n_validation`` (at least one test concept).
+    """
+    cap = math.floor(s.max_heldout_fraction * intersection)
+    if s.n_test + s.n_validation <= cap:
+        return s.n_test, s.n_validation
+    n_test = min(cap, max(1, round(cap * _test_share(s))))
+    return n_test, max(0, cap - n_test)
 
 
 def draw_splits(
@@ -104,8 +119,18 @@ def draw_splits(
         pools[r["pair"]][f"{r['role']}_pool"] = r["count"]
     for v in pools.values():
         v["intersection"] = v.get("test_pool", 0) + v.get("validation_pool", 0)
+    for v in pools.values():
+        v["quota_test"], v["quota_validation"] = quotas(v["intersection"], s)
     window = Window.partitionBy("pair", "role").orderBy("hash", "concept_id")
-    wanted = F.when(F.col("role") == "test", F.lit(s.n_test)).otherwise(F.lit(s.n_validation))
+    quota = F.create_map(
+        *[
+            F.lit(x)
+            for name, v in pools.items()
+            for role in ROLES
+            for x in (f"{name}|{role}", v[f"quota_{role}"])
+        ]
+    )
+    wanted = quota[F.concat_ws("|", "pair", "role")]
     out = (
         candidates.withColumn("priority", F.row_number().over(window).cast("long") - 1)
         .filter(F.col("priority") < wanted)
@@ -132,25 +157,35 @@ def run(spark: SparkSession, cfg: Config, split_cfg: SplitConfig | None = None) 
     short = {
         name: c
         for name, c in counts.items()
-        if c["test"] < s.n_test or c["validation"] < s.n_validation
+        if c["quota_test"] < s.n_test or c["quota_validation"] < s.n_validation
     }
+    warnings_: list[str] = []
     if short:
         msg = (
-            f"split: some pairs have fewer concepts than n_test={s.n_test} / "
-            f"n_validation={s.n_validation} asks: "
+            f"split: some pairs share too few concepts for n_test={s.n_test} + "
+            f"n_validation={s.n_validation} within split.max_heldout_fraction="
+            f"{s.max_heldout_fraction:g} of their intersection (the rest must train): "
             + "; ".join(
-                f"{n}: {c['test']} test + {c['validation']} validation "
-                f"(intersection {c['intersection']})"
+                f"{n}: intersection {c['intersection']}, so at most "
+                f"{c['quota_test'] + c['quota_validation']} held out"
                 for n, c in short.items()
             )
         )
         if s.on_small_intersection == "error":
             raise InputDataError(
-                msg + ". Fix: lower split.n_test / split.n_validation or set "
-                "split.on_small_intersection=shrink"
+                msg + ". Fix: lower split.n_test / split.n_validation, raise "
+                "split.max_heldout_fraction, or set split.on_small_intersection=shrink"
             )
+        msg += (
+            ". Shrunk to "
+            + "; ".join(
+                f"{n}: {c['test']} test + {c['validation']} validation" for n, c in short.items()
+            )
+            + " (lower split.n_test / split.n_validation to silence this)"
+        )
         warnings.warn(msg, UserWarning, stacklevel=2)
         log.warning("%s", msg)
+        warnings_.append(msg)
     empty = [n for n, c in counts.items() if c["test"] == 0]
     if empty:
         raise InputDataError(
@@ -164,6 +199,8 @@ def run(spark: SparkSession, cfg: Config, split_cfg: SplitConfig | None = None) 
         "seed": s.seed,
         "n_test": s.n_test,
         "n_validation": s.n_validation,
+        "max_heldout_fraction": s.max_heldout_fraction,
+        "warnings": warnings_,
     }
     path = cfg.paths.dataset("splits")
     write_dataset(
@@ -172,7 +209,7 @@ def run(spark: SparkSession, cfg: Config, split_cfg: SplitConfig | None = None) 
         SPLITS,
         path,
         manifest={"report": report, "settings": vars(s)},
-        format=cfg.paths.format,
+        **write_options(cfg.paths),
     )
     splits.unpersist()
     if cfg.heldout_path() != path:

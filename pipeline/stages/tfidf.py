@@ -29,7 +29,8 @@ from pipeline.errors import InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.features.selection import count_by_reason, length_reason, remove_heldout
 from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
-from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
+from pipeline.io.locations import from_manifest, same_location
 from pipeline.io.schemas import CONCEPTS, DOCUMENTS, TFIDF, VOCABULARY
 from pipeline.text.tokenizer import Tokenizer, distinct_tokens_per_doc
 
@@ -110,10 +111,11 @@ def build_tfidf(spark: SparkSession, cfg: Config) -> tuple[DataFrame, DataFrame,
     vocab_path = cfg.paths.dataset("vocabulary")
     vocab_report = read_manifest(spark, VOCABULARY, vocab_path).get("report", {})
     settings = vocab_report.get("settings", {})
-    if settings.get("heldout_concepts") != cfg.heldout_path():
+    if not same_location(settings.get("heldout_concepts"), cfg.heldout_path(), cfg.paths.root):
+        built = from_manifest(settings.get("heldout_concepts"), cfg.paths.root)
         raise InputDataError(
             f"the vocabulary at {vocab_path} was built with heldout_concepts="
-            f"{settings.get('heldout_concepts')!r} but this run uses "
+            f"{built!r} but this run uses "
             f"{cfg.heldout_path()!r}. Fix: rerun the vocabulary stage with the same "
             "configuration."
         )
@@ -176,11 +178,11 @@ def build_tfidf(spark: SparkSession, cfg: Config) -> tuple[DataFrame, DataFrame,
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     tfidf, concepts, report = build_tfidf(spark, cfg)
     manifest = {"report": report}
-    fmt = cfg.paths.format
+    opts = write_options(cfg.paths)
     write_dataset(
-        spark, concepts, CONCEPTS, cfg.paths.dataset("concepts"), manifest=manifest, format=fmt
+        spark, concepts, CONCEPTS, cfg.paths.dataset("concepts"), manifest=manifest, **opts
     )
-    write_dataset(spark, tfidf, TFIDF, cfg.paths.dataset("tfidf"), manifest=manifest, format=fmt)
+    write_dataset(spark, tfidf, TFIDF, cfg.paths.dataset("tfidf"), manifest=manifest, **opts)
     tfidf.unpersist()
     concepts.unpersist()
     report["path"] = cfg.paths.dataset("tfidf")

@@ -31,12 +31,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.config import Config
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputDataError
 from pipeline.features.indexing import dense_index
-from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
+from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import TFIDF, VOCABULARY
 from pipeline.linalg.backend import pass_delta
 from pipeline.model.format import LanguageMap, save_model
+from pipeline.preflight import check_rank
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +110,12 @@ def select_training_rows(
         "nnz": sum(v["nnz"] for v in per_language.values()),
         "concepts": manifest["concepts"],  # K unchanged: concept_index stays valid
         "selection": report,
-        "source": tfidf_path,
+        "source": to_manifest(tfidf_path, cfg.paths.root),
     }
     path = cfg.paths.root.rstrip("/") + "/train_rows"
-    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, format=cfg.paths.format)
+    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths))
     df.unpersist()
-    report["rows_path"] = path
+    report["rows_path"] = to_manifest(path, cfg.paths.root)
     return path, report
 
 
@@ -172,6 +174,27 @@ def fit_baseline(t: Any, backend: Any, terms: dict[str, Any] | None = None) -> A
     if t.method in ("cca", "opca"):
         common.update(gamma=t.gamma, cg_rtol=t.cg_rtol, cg_maxiter=t.cg_maxiter)
     return FIT_FUNCTIONS[t.method](backend, **common)
+
+
+def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
+    """What the user should know about the training rows (or an error, by configuration).
+
+    One language gives a model whose space no other language shares: not crosslingual.
+    ``train.on_single_language`` makes that a warning (recorded in ``model.json`` and
+    the stage summary) or an error.
+    """
+    if len(languages) != 1:
+        return []
+    msg = (
+        f"training on one language only ({languages[0]}): the model is not crosslingual "
+        "(no other language shares its space). Check ingest.languages, train.languages and "
+        "the documents dataset"
+    )
+    if cfg.train.on_single_language == "error":
+        raise InputDataError(msg + ", or set train.on_single_language=warn to allow it.")
+    msg += " (train.on_single_language=error refuses such runs)."
+    log.warning("%s", msg)
+    return [msg]
 
 
 def checkpoint_dir(cfg: Config) -> str | None:
@@ -265,6 +288,14 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         t.r,
         t.lam,
     )
+    warnings_ = training_warnings(cfg, languages)
+    if t.method != "untranslated":
+        check_rank(
+            t.r,
+            backend.n_concepts,
+            sum(backend.n_terms(lang) for lang in languages),
+            where=f"the training rows (train.setup={t.setup}, languages {languages})",
+        )
     ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
     t0 = time.perf_counter()
     if t.method == "cr5":
@@ -305,7 +336,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         )
     passes = pass_delta(passes0, backend.pass_counts)
     training = {
-        "tfidf": cfg.paths.dataset("tfidf"),
+        "tfidf": to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
         "selection": data.selection,
         "documents": {lang: backend.n_docs(lang) for lang in languages},
         "concepts": backend.n_concepts,
@@ -324,6 +355,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "eigenvalues": [float(x) for x in eigenvalues],
         "training": training,
         "versions": _versions(),
+        "warnings": warnings_,
     }
     model_path = cfg.paths.dataset("model")
     save_model(model_path, maps, meta)
@@ -343,4 +375,5 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "eigensolver_iterations": n_iter,
         "fit_seconds": round(fit_seconds, 2),
         "passes_over_x": passes["passes"],
+        "warnings": warnings_,
     }

@@ -29,7 +29,8 @@ from pipeline.features.selection import (
     length_reason,
     remove_heldout,
 )
-from pipeline.io.datasets import read_dataset, write_dataset
+from pipeline.io.datasets import read_dataset, write_dataset, write_options
+from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import DOCUMENTS, VOCABULARY
 from pipeline.text.tokenizer import Tokenizer
 
@@ -49,9 +50,19 @@ def build_vocabulary(spark: SparkSession, cfg: Config):
     train = tokenized.filter(F.col("reason").isNull())
     n_docs = {lang: c.get("kept", 0) for lang, c in counts.items()}
     if not any(n_docs.values()):
+        f = cfg.features
+        held = sum(heldout_counts.values())
         raise InputDataError(
-            f"no training documents left after the filters ({counts}). Fix: lower "
-            "features.min_unique_words (e.g. --conf conf/short-docs.yaml for short documents)."
+            f"no training documents left after the filters ({counts}; held out by "
+            f"features.heldout_concepts: {held}). Fix: lower features.min_unique_words "
+            f"(now {f.min_unique_words}) or raise features.max_unique_words (now "
+            f"{f.max_unique_words}), e.g. --conf conf/short-docs.yaml for short documents"
+            + (
+                ", or hold out fewer concepts (split.n_test, split.n_validation, "
+                "split.max_heldout_fraction)."
+                if held
+                else "."
+            )
         )
     n_docs_df = spark.createDataFrame(
         [(lang, n) for lang, n in n_docs.items() if n], "lang string, n_docs long"
@@ -78,30 +89,72 @@ def build_vocabulary(spark: SparkSession, cfg: Config):
     return vocab, tokenized, report
 
 
+def dropped_language_warnings(
+    cfg: Config, report: dict[str, Any], sizes: dict[str, int]
+) -> list[str]:
+    """Languages of the documents that the filters leave without a vocabulary.
+
+    Such a language disappears from vocabulary, tfidf and model. With
+    ``features.on_dropped_language: error`` that is an :class:`InputDataError`; with
+    ``warn`` (default) one warning per language, kept in the report and manifest.
+    """
+    f = cfg.features
+    by_reason = report["documents_by_reason"]
+    langs = sorted(set(by_reason) | set(report["heldout_documents"]))
+    out = []
+    for lang in langs:
+        if sizes.get(lang):
+            continue
+        counts = dict(by_reason.get(lang, {}))
+        if report["heldout_documents"].get(lang):
+            counts["heldout"] = report["heldout_documents"][lang]
+        if not report["training_documents"].get(lang):
+            why = (
+                f"no training document is left after the filters ({counts}); lower "
+                f"features.min_unique_words ({f.min_unique_words}) or raise "
+                f"features.max_unique_words ({f.max_unique_words}), e.g. --conf "
+                "conf/short-docs.yaml"
+                + (
+                    ", or hold out fewer concepts (split.n_test / split.n_validation)"
+                    if counts.get("heldout")
+                    else ""
+                )
+            )
+        else:
+            why = (
+                f"every term of its {report['training_documents'][lang]} training document(s) "
+                f"is in fewer than features.min_df = {f.min_df} documents; lower "
+                "features.min_df or add documents"
+            )
+        out.append(f"language {lang!r} is dropped from vocabulary, tfidf and model: {why}")
+    if out and f.on_dropped_language == "error":
+        raise InputDataError(
+            "; ".join(out) + ". (features.on_dropped_language=warn keeps going without them.)"
+        )
+    for msg in out:
+        log.warning("%s", msg)
+    return out
+
+
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     vocab, tokenized, report = build_vocabulary(spark, cfg)
     vocab = vocab.repartition("lang").sortWithinPartitions("lang", "term_index").cache()
     sizes = {r["lang"]: r["count"] for r in vocab.groupBy("lang").count().orderBy("lang").collect()}
-    empty = [lang for lang, n in report["training_documents"].items() if n and not sizes.get(lang)]
-    if empty:
-        log.warning(
-            "languages with an empty vocabulary (every term below min_df=%d): %s",
-            cfg.features.min_df,
-            empty,
-        )
+    report["warnings"] = dropped_language_warnings(cfg, report, sizes)
     report["vocabulary_size"] = sizes
     report["settings"] = {
         "min_df": cfg.features.min_df,
         "max_vocabulary": cfg.features.max_vocabulary,
         "min_unique_words": cfg.features.min_unique_words,
         "max_unique_words": cfg.features.max_unique_words,
-        "heldout_concepts": cfg.heldout_path(),
+        # Relative to paths.root, so a copied or moved root still checks out in tfidf.
+        "heldout_concepts": to_manifest(cfg.heldout_path(), cfg.paths.root),
         "text": cfg.to_dict()["text"],
         "idf": "ln(N_l / df)",
     }
     path = cfg.paths.dataset("vocabulary")
     write_dataset(
-        spark, vocab, VOCABULARY, path, manifest={"report": report}, format=cfg.paths.format
+        spark, vocab, VOCABULARY, path, manifest={"report": report}, **write_options(cfg.paths)
     )
     vocab.unpersist()
     tokenized.unpersist()

@@ -1,0 +1,213 @@
+"""Checks that run before the SparkSession starts (:func:`run_preflight`).
+
+A user error found here costs a second instead of a Spark start-up, a data load and a
+Java stack trace: every check raises :class:`~pipeline.errors.ConfigError` (exit 2)
+with one paragraph naming the key and the fix.
+
+- :func:`check_spark_master`: ``spark.master`` is a master URL Spark accepts;
+- :func:`check_output_paths`: every local output root is a writable directory (one
+  probe file per root; URIs such as ``hdfs://`` or ``s3a://`` are not probed);
+- :func:`check_rank`: ``train.r`` against the data, from the manifests of datasets an
+  earlier run wrote (the ``concepts`` and ``vocabulary`` manifests have the counts);
+  the train stage calls it again with the loaded data, before solving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from pipeline.config import Config
+from pipeline.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# The master URLs of Spark's SparkContext / spark-submit (local, standalone, YARN,
+# Kubernetes, Mesos, and the test-only local-cluster).
+_MASTER_FORMS = (
+    ("local", r"local"),
+    ("local[N]", r"local\[[1-9]\d*\]"),
+    ("local[*]", r"local\[\*\]"),
+    ("local[N,F] or local[*,F]", r"local\[(?:[1-9]\d*|\*),\s*[1-9]\d*\]"),
+    ("local-cluster[N,C,M]", r"local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]"),
+    ("spark://HOST:PORT[,HOST:PORT...]", r"spark://[^\s:/,]+:\d+(?:,[^\s:/,]+:\d+)*"),
+    ("yarn", r"yarn"),
+    ("k8s://[https://]HOST[:PORT]", r"k8s://(?:https?://)?[^\s/:]+(?::\d+)?/?"),
+    ("mesos://HOST:PORT or mesos://zk://...", r"mesos://\S+"),
+)
+# Stages whose solver uses train.r (untranslated has no r).
+_RANK_METHODS = ("cr5", "cl_lsi", "cca", "opca")
+
+
+def check_spark_master(master: str, *, key: str = "spark.master") -> None:
+    """Raise :class:`ConfigError` unless ``master`` is a Spark master URL."""
+    text = str(master).strip()
+    if any(re.fullmatch(pattern, text) for _, pattern in _MASTER_FORMS):
+        return
+    forms = ", ".join(name for name, _ in _MASTER_FORMS)
+    raise ConfigError(
+        f"{key} = {master!r} is not a Spark master URL (allowed forms: {forms}). "
+        f"Fix: --set {key}=local[2] for this machine, or the URL of your cluster."
+    )
+
+
+def _local(path: str) -> str | None:
+    """The local file-system path of ``path``, or None for a URI of another store."""
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    if path.startswith("file:"):
+        return path[len("file:") :]
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
+        return None  # hdfs://, s3a://, gs://, abfss://, viewfs://, ...
+    return path
+
+
+def output_roots(cfg: Config) -> dict[str, str]:
+    """The local directories the run writes under, each with the key that sets it.
+
+    ``paths.root``, plus the parent of every explicitly set dataset path and of
+    ``train.checkpoint_dir`` that lies outside it.
+    """
+    roots: dict[str, str] = {}
+    root = _local(cfg.paths.root)
+    if root is not None:
+        roots[os.path.abspath(root)] = "paths.root"
+    explicit = {
+        f"paths.{name}": getattr(cfg.paths, name)
+        for name in (
+            "documents",
+            "vocabulary",
+            "tfidf",
+            "concepts",
+            "splits",
+            "model",
+            "embeddings",
+            "evaluation",
+        )
+    }
+    if cfg.train.checkpoint_dir:
+        explicit["train.checkpoint_dir"] = cfg.train.checkpoint_dir.rstrip("/") + "/x"
+    for key, value in explicit.items():
+        local = _local(value) if value else None
+        if local is None:
+            continue
+        parent = os.path.dirname(os.path.abspath(local))
+        if not any(parent == r or parent.startswith(r + os.sep) for r in roots):
+            roots.setdefault(parent, key)
+    return roots
+
+
+def check_writable(directory: str, key: str) -> None:
+    """Create ``directory`` if needed and write (then remove) one probe file in it."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".cr5-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"the output directory {directory} ({key}) is not writable: {reason}. Nothing "
+            f"was run. Fix: set {key} to a directory you can write to (e.g. --set "
+            f"{key}=./out), or fix its permissions."
+        ) from exc
+
+
+def check_output_paths(cfg: Config) -> list[str]:
+    """Probe every local output root (:func:`output_roots`); return those probed."""
+    roots = output_roots(cfg)
+    for directory, key in roots.items():
+        check_writable(directory, key)
+    return sorted(roots)
+
+
+def check_rank(
+    r: int, n_concepts: int, n_terms: int, *, where: str, exact: bool = True, key: str = "train.r"
+) -> None:
+    """Raise :class:`ConfigError` when ``r`` exceeds ``min(n_concepts - 1, n_terms)``.
+
+    The Cr5 eigenproblem is K x K with rank at most K - 1 after centering, and the map
+    has one column per term, so at most ``min(K - 1, p)`` dimensions exist. ``exact``
+    False: the counts are upper bounds (only part of the data trains).
+    """
+    from pipeline.linalg.cr5 import max_rank
+
+    limit = max_rank(n_concepts, n_terms)
+    if r <= limit:
+        return
+    bound = "" if exact else "at most "
+    raise ConfigError(
+        f"{key} = {r} is larger than this corpus allows: {where} has {bound}{n_concepts} "
+        f"training concepts and {bound}{n_terms} terms, so at most min(K - 1, p) = {limit} "
+        f"dimensions exist. Fix: --set {key}={max(1, min(limit, 100))} (or any value up to "
+        f"{limit}), or train on more concepts."
+    )
+
+
+def _manifest(path: str) -> dict[str, Any] | None:
+    """The manifest of the local dataset at ``path`` (Parquet or Delta), if any."""
+    local = _local(path)
+    if local is None or not os.path.isdir(local):
+        return None
+    file = os.path.join(local, "_manifest.json")
+    if os.path.isfile(file):
+        with open(file, encoding="utf-8") as f:
+            return json.load(f)
+    if os.path.isdir(os.path.join(local, "_delta_log")):
+        from pipeline.io.delta import read_delta_manifest
+        from pipeline.io.publish import LocalFS
+
+        with contextlib.suppress(OSError, ValueError):
+            return read_delta_manifest(LocalFS(), os.path.abspath(local))
+    return None
+
+
+def check_rank_against_data(cfg: Config, stages: Sequence[str]) -> None:
+    """``train.r`` against the ``concepts``/``vocabulary`` manifests, when knowable.
+
+    Only when a stage that solves with r runs and no earlier stage of the same run
+    rewrites those datasets.
+    """
+    t = cfg.train
+    if t.method not in _RANK_METHODS:
+        return
+    solves = [s for s in stages if s == "train"]
+    if "evaluate" in stages and (len(cfg.evaluate.lambda_grid) >= 2 or cfg.evaluate.methods):
+        solves.append("evaluate")
+    if not solves:
+        return
+    first = stages.index(solves[0])
+    if any(s in ("ingest", "ingest_wikipedia", "vocabulary", "tfidf") for s in stages[:first]):
+        return  # the counts come from this run
+    concepts = _manifest(cfg.paths.dataset("concepts"))
+    vocab = _manifest(cfg.paths.dataset("vocabulary"))
+    if not concepts or not vocab:
+        return
+    k = (concepts.get("report") or {}).get("concepts")
+    sizes = (vocab.get("report") or {}).get("vocabulary_size") or {}
+    if not isinstance(k, int) or not sizes:
+        return
+    langs = list(t.languages) or list(t.pair if t.setup != "joint" else sizes)
+    p = sum(int(sizes.get(lang, 0)) for lang in langs) or sum(int(v) for v in sizes.values())
+    exact = t.setup == "joint" and not t.languages
+    check_rank(
+        t.r, k, p, where=f"the tfidf data ({cfg.paths.dataset('concepts')} manifest)", exact=exact
+    )
+
+
+def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> None:
+    """Every check that needs no Spark; raises :class:`ConfigError` on the first problem.
+
+    ``submitted``: launched by spark-submit, whose command line sets the master.
+    """
+    if not submitted:
+        check_spark_master(cfg.spark.master)
+    probed = check_output_paths(cfg)
+    check_rank_against_data(cfg, stages)
+    log.debug("preflight: ok (probed %s)", probed)
