@@ -588,20 +588,23 @@ def plot(paths: list[Path], out: Path) -> None:
     runs = sorted((_read_json(p) for p in paths), key=lambda r: r["corpus"]["nnz"])
     names = list(dict.fromkeys(n for r in runs for n in r["stages"]))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for name in names:
+    for i, name in enumerate(names):
+        color = f"C{i}"
         pts = [(r["corpus"]["nnz"], r["stages"][name]) for r in runs if name in r["stages"]]
         x = [n for n, _ in pts]
-        axes[0].plot(x, [s["wall_s"] for _, s in pts], "o-", label=name)
+        axes[0].plot(x, [s["wall_s"] for _, s in pts], "o-", color=color, label=name)
         axes[1].plot(
             x,
             [s["peak_mb"]["driver_python_hwm"] + s["peak_mb"]["jvm_hwm"] for _, s in pts],
             "o-",
+            color=color,
             label=f"{name}: driver Py + JVM",
         )
         axes[1].plot(
             x,
             [s["peak_mb"]["python_workers_rss_sum"] for _, s in pts],
             "x--",
+            color=color,
             label=f"{name}: Py workers",
         )
     axes[0].set_title("wall time per stage")
