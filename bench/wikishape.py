@@ -575,9 +575,9 @@ def generate(spark: Any, cfg: Config, shape: WikiShape) -> dict[str, Any]:
     """Write documents, splits, vocabulary, tfidf and concepts for ``shape``; return a report."""
     from pyspark.sql import functions as F
 
-    from pipeline.stages import split as split_stage
     from pipeline.io.datasets import read_dataset, write_dataset
     from pipeline.io.schemas import CONCEPTS, DOCUMENTS, SPLITS, TFIDF, VOCABULARY
+    from pipeline.stages import split as split_stage
 
     _pickle_by_value()
     sc = spark.sparkContext
