@@ -46,7 +46,10 @@ def model_dir(tmp_path_factory):
     return path
 
 
-def test_spark_job_equals_api_and_skips_unknown_languages(spark, model_dir, tmp_path):
+@pytest.mark.parametrize("direct", [True, False])
+def test_spark_job_equals_api_and_skips_unknown_languages(spark, model_dir, tmp_path, direct):
+    """Both writers (executors writing Parquet from Arrow, Spark's writer): the API's
+    vectors to the bit."""
     rows = [
         {"doc_id": f"{lang}{i}", "lang": lang, "text": t}
         for lang, texts in TEXTS.items()
@@ -62,9 +65,11 @@ def test_spark_job_equals_api_and_skips_unknown_languages(spark, model_dir, tmp_
             f"embed.input={src}",
             "embed.batch_rows=2",
             "spark.shuffle_partitions=2",
+            f"embed.direct_write={str(direct).lower()}",
         ],
     )
     report = get_stage("embed")(spark, cfg)
+    assert report["writer"] == ("executors (Arrow to Parquet)" if direct else "spark")
     assert report["skipped_languages"] == {"xx": 1}
     assert report["per_language"]["en"] == {"documents": 5, "zero_vectors": 2}
     got = {
@@ -227,3 +232,16 @@ def test_import_rejects_wrong_dimensions(tmp_path):
         f.write("onlyaword\n")
     with pytest.raises(InputDataError, match="no vector values"):
         read_word_vectors(tmp_path / "words.txt.gz")
+
+
+def test_direct_write_keeps_only_the_reported_files(tmp_path):
+    """Files of failed or speculative task attempts are deleted before the commit."""
+    from pipeline.stages.embed import keep_reported_files
+
+    for rel in ("lang=en/part-3-00000-0.parquet", "lang=en/part-3-00000-1.parquet", "lang=de/x"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("data")
+    removed = keep_reported_files(str(tmp_path), {"lang=en/part-3-00000-1.parquet"})
+    assert removed == 2
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["lang=en/part-3-00000-1.parquet"]

@@ -38,7 +38,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -122,6 +122,7 @@ def write_dataset(
     wait_seconds: float | None = None,
     stale_seconds: float | None = None,
     expected_rows: int | None = None,
+    files: Callable[[str], Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write ``df`` as dataset ``spec`` at ``path`` atomically; return the manifest.
 
@@ -144,6 +145,13 @@ def write_dataset(
     expected_rows : int, optional
         The number of rows the stage computed; the write fails, publishing nothing, if
         the files written hold a different number.
+    files : callable, optional
+        Instead of ``df`` (pass None): ``files(directory)`` writes the dataset's Parquet
+        files itself (``spec``'s schema, hive directories of ``spec.partition_by``) under
+        the local ``directory`` and returns manifest entries known only after the write
+        (merged over ``manifest``; an ``expected_rows`` entry is checked like the
+        argument). For stages whose executors write Arrow data directly (the ``embed``
+        stage); Parquet format on a local file system only.
 
     Raises
     ------
@@ -166,7 +174,9 @@ def write_dataset(
         "schema": json.loads(spec.schema.json()),
         **(manifest or {}),
     }
-    data = conform(df, spec)
+    if files is not None and (format != "parquet" or df is not None):
+        raise ValueError("write_dataset(files=...) writes Parquet only, without a DataFrame")
+    data = conform(df, spec) if df is not None else None
     fs = HadoopFS(spark, path)
     ops, where = _ops(fs, path)
     default_wait, default_stale = _path_defaults()
@@ -192,12 +202,21 @@ def write_dataset(
                 )
 
             def write_parquet(tmp: str) -> dict[str, Any]:
-                writer = data.write.mode("errorifexists")
-                if spec.partition_by:
-                    writer = writer.partitionBy(*spec.partition_by)
-                writer.parquet(tmp)
+                expected = expected_rows
+                if files is not None:
+                    if not isinstance(ops, LocalFS):
+                        raise ValueError(f"write_dataset(files=...) needs a local path: {path}")
+                    ops.mkdirs(tmp)
+                    extra = dict(files(tmp))
+                    expected = extra.pop("expected_rows", expected)
+                    full.update(extra)
+                else:
+                    writer = data.write.mode("errorifexists")
+                    if spec.partition_by:
+                        writer = writer.partitionBy(*spec.partition_by)
+                    writer.parquet(tmp)
                 full["files"] = data_files(ops, tmp)
-                full.update(_count_rows(spark, spec, tmp, full["files"], expected_rows))
+                full.update(_count_rows(spark, spec, tmp, full["files"], expected))
                 text = json.dumps(full, indent=2, sort_keys=True, default=str)
                 ops.write_text(f"{tmp}/{MANIFEST}", text)
                 return full

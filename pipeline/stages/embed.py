@@ -14,11 +14,13 @@ report (or refused, ``embed.on_unknown_language: error``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -47,6 +49,93 @@ def embed_fn(
             yield embed_batch(model, batch, normalize=normalize)
 
     return fn
+
+
+#: What each task of the direct write returns per file it wrote.
+FILES_SCHEMA = "file string, lang string, rows long, zeros long"
+
+
+def write_files_fn(
+    directory: str, location: str, version: str, *, normalize: bool
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of the direct write: embed each Arrow batch and append it
+    to this task's Parquet file of its language (``<directory>/lang=<l>/part-<task>.parquet``,
+    the layout and schema Spark's writer would give), then return one small row per file.
+
+    The vectors never go through the JVM: converting 300-float arrays between Arrow and
+    Spark rows and writing them with Spark's Parquet writer cost ~4x the embedding itself
+    (bench/README.md). File names carry the stage, partition and attempt, so a retried or
+    speculative attempt never overwrites another's file; the driver keeps only the files the
+    successful attempts report (:func:`keep_reported_files`).
+    """
+    import pyarrow.parquet as pq
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        tag = f"{ctx.stageId()}-{ctx.partitionId():05d}-{ctx.attemptNumber()}"
+        model = worker_model(location, version)
+        writers: dict[str, Any] = {}
+        counts: dict[str, list[int]] = {}
+        try:
+            for batch in batches:
+                out = embed_batch(model, batch, normalize=normalize)
+                langs = out.column("lang")
+                present = pc.unique(langs).to_pylist()
+                for lang in present:
+                    part = out if len(present) == 1 else out.filter(pc.equal(langs, lang))
+                    part = part.select(["doc_id", "concept_id", "n_terms", "vector"])
+                    if lang not in writers:
+                        os.makedirs(f"{directory}/lang={lang}", exist_ok=True)
+                        writers[lang] = pq.ParquetWriter(
+                            f"{directory}/lang={lang}/part-{tag}.parquet", FILE_SCHEMA
+                        )
+                        counts[lang] = [0, 0]
+                    writers[lang].write_batch(part.cast(FILE_SCHEMA))
+                    counts[lang][0] += part.num_rows
+                    counts[lang][1] += int(pc.sum(pc.equal(part.column("n_terms"), 0)).as_py() or 0)
+        finally:
+            for w in writers.values():
+                w.close()
+        if counts:
+            langs_ = sorted(counts)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([f"lang={lang}/part-{tag}.parquet" for lang in langs_]),
+                    pa.array(langs_),
+                    pa.array([counts[lang][0] for lang in langs_], pa.int64()),
+                    pa.array([counts[lang][1] for lang in langs_], pa.int64()),
+                ],
+                names=["file", "lang", "rows", "zeros"],
+            )
+
+    return fn
+
+
+#: Arrow schema of the files the direct write produces (the ``embeddings`` columns but the
+#: partition column ``lang``, which lives in the directory name).
+FILE_SCHEMA = pa.schema(
+    [
+        pa.field("doc_id", pa.string(), False),
+        pa.field("concept_id", pa.string()),
+        pa.field("n_terms", pa.int32(), False),
+        pa.field("vector", pa.list_(pa.field("element", pa.float32(), False)), False),
+    ]
+)
+
+
+def keep_reported_files(directory: str, reported: set[str]) -> int:
+    """Delete every file under ``directory`` that no successful task reported (leftovers of
+    failed or speculative attempts); return how many were deleted."""
+    removed = 0
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), directory)
+            if rel not in reported:
+                os.remove(os.path.join(root, name))
+                removed += 1
+    return removed
 
 
 def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
@@ -128,46 +217,80 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     verify_files(model_path, meta, wanted, checksums=True)
 
     location = ship_model(spark.sparkContext, model_path)
+    version = str(meta.get("created_utc"))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(e.batch_rows))
-    t0 = time.perf_counter()
-    out = docs.filter(F.col("lang").isin(wanted)).mapInArrow(
-        embed_fn(location, str(meta.get("created_utc")), normalize=e.normalize), OUTPUT_SCHEMA
-    )
     path = cfg.paths.dataset("embeddings")
-    out = out.persist()
-    stats = {
-        r["lang"]: {"documents": r["n"], "zero_vectors": r["zeros"]}
-        for r in out.groupBy("lang")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.sum(F.when(F.col("n_terms") == 0, 1).otherwise(0)).alias("zeros"),
+    docs = docs.filter(F.col("lang").isin(wanted))
+    t0 = time.perf_counter()
+
+    def finish(stats: dict[str, dict[str, int]]) -> dict[str, Any]:
+        zeros = {lang: st["zero_vectors"] for lang, st in stats.items() if st["zero_vectors"]}
+        if zeros:
+            msg = (
+                f"{sum(zeros.values())} document(s) have no word of the model's vocabulary and "
+                "got the zero vector (n_terms = 0): "
+                + ", ".join(f"{lang} {n}" for lang, n in sorted(zeros.items()))
+            )
+            log.warning("%s", msg)
+            warnings_.append(msg)
+        return {
+            "model": model_path,
+            "per_language": stats,
+            "documents": sum(st["documents"] for st in stats.values()),
+            "skipped_languages": dict(sorted(skipped.items())),
+            "normalized": e.normalize,
+            "dim": int(meta["r"]),
+            "embed_seconds": round(time.perf_counter() - t0, 2),
+            "writer": writer,
+            "warnings": warnings_,
+        }
+
+    direct = e.direct_write and cfg.paths.format == "parquet" and HadoopFS(spark, path).is_local()
+    writer = "executors (Arrow to Parquet)" if direct else "spark"
+    if direct:
+
+        def write_files(directory: str) -> dict[str, Any]:
+            fn = write_files_fn(directory, location, version, normalize=e.normalize)
+            rows = docs.mapInArrow(fn, FILES_SCHEMA).collect()
+            removed = keep_reported_files(directory, {r["file"] for r in rows})
+            if removed:
+                log.info("embed: removed %d file(s) of failed task attempts", removed)
+            stats: dict[str, dict[str, int]] = {}
+            for r in rows:
+                st = stats.setdefault(r["lang"], {"documents": 0, "zero_vectors": 0})
+                st["documents"] += r["rows"]
+                st["zero_vectors"] += r["zeros"]
+            report = finish(dict(sorted(stats.items())))
+            return {"report": report, "expected_rows": report["documents"]}
+
+        manifest = write_dataset(
+            spark, None, EMBEDDINGS, path, files=write_files, **write_options(cfg.paths)
         )
-        .orderBy("lang")
-        .collect()
-    }
-    seconds = time.perf_counter() - t0
-    zeros = {lang: st["zero_vectors"] for lang, st in stats.items() if st["zero_vectors"]}
-    if zeros:
-        msg = (
-            f"{sum(zeros.values())} document(s) have no word of the model's vocabulary and "
-            "got the zero vector (n_terms = 0): "
-            + ", ".join(f"{lang} {n}" for lang, n in sorted(zeros.items()))
+        report = manifest["report"]
+    else:
+        out = docs.mapInArrow(
+            embed_fn(location, version, normalize=e.normalize), OUTPUT_SCHEMA
+        ).persist()
+        stats = {
+            r["lang"]: {"documents": r["n"], "zero_vectors": r["zeros"]}
+            for r in out.groupBy("lang")
+            .agg(
+                F.count(F.lit(1)).alias("n"),
+                F.sum(F.when(F.col("n_terms") == 0, 1).otherwise(0)).alias("zeros"),
+            )
+            .orderBy("lang")
+            .collect()
+        }
+        report = finish(stats)
+        write_dataset(
+            spark,
+            out,
+            EMBEDDINGS,
+            path,
+            manifest={"report": report},
+            expected_rows=report["documents"],
+            **write_options(cfg.paths),
         )
-        log.warning("%s", msg)
-        warnings_.append(msg)
-    report = {
-        "model": model_path,
-        "per_language": stats,
-        "documents": sum(s["documents"] for s in stats.values()),
-        "skipped_languages": dict(sorted(skipped.items())),
-        "normalized": e.normalize,
-        "dim": int(meta["r"]),
-        "embed_seconds": round(seconds, 2),
-        "warnings": warnings_,
-    }
-    write_dataset(
-        spark, out, EMBEDDINGS, path, manifest={"report": report}, **write_options(cfg.paths)
-    )
-    out.unpersist()
+        out.unpersist()
     report["path"] = path
     return report
