@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -30,7 +31,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.errors import InputDataError
-from pipeline.io.datasets import write_dataset
+from pipeline.io.datasets import write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS
 from pipeline.wikipedia import dump, sitelinks, wikis
 from pipeline.wikipedia.config import WikipediaConfig
@@ -943,9 +944,12 @@ def run_wikipedia(
     path: str,
     partitions: int,
     fmt: Literal["parquet", "delta"] = "parquet",
+    *,
+    write: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build ``documents`` from ``cfg`` and write it atomically to ``path`` (as ``fmt``,
-    ``paths.format``); the report."""
+    ``paths.format``; ``write``: more :func:`~pipeline.io.datasets.write_dataset` options,
+    :func:`~pipeline.io.datasets.write_options`); the report."""
     docs, report, cached = build_documents(spark, cfg)
     docs = (
         docs.repartitionByRange(partitions, "lang", "doc_id")
@@ -975,8 +979,8 @@ def run_wikipedia(
             DOCUMENTS,
             path,
             manifest={"report": report},
-            format=fmt,
             expected_rows=report["documents"],
+            **{**(write or {}), "format": fmt},
         )
     finally:
         docs.unpersist()
@@ -994,4 +998,5 @@ def run(spark: SparkSession, cfg) -> dict[str, Any]:
         cfg.paths.dataset("documents"),
         cfg.spark.shuffle_partitions,
         cfg.paths.format,
+        write=write_options(cfg.paths),
     )
