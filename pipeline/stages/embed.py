@@ -9,6 +9,12 @@ shipped as an archive (:mod:`pipeline.model.shipping`); in local mode executors 
 it in place.
 Languages the model does not know are counted and skipped with a warning in the
 report (or refused, ``embed.on_unknown_language: error``).
+
+Writing: with Parquet output on a local (or locally mounted) path the Python workers write
+the dataset's files themselves, straight from Arrow (:func:`write_files_fn`, committed by
+:func:`~pipeline.io.datasets.write_dataset` with ``files=``): one pass, and the vectors never
+cross into the JVM. Elsewhere (Delta, HDFS, S3, ``embed.direct_write: false``) the batches go
+back to Spark (:func:`embed_fn`), are counted and written by Spark's writer.
 """
 
 from __future__ import annotations
