@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline.errors import InputDataError
+from pipeline.text.tokenizer import Tokenizer
 
 __all__ = ["Lexicon", "LexiconSplit", "parse_lexicon_lines", "read_lexicon", "split_lexicon"]
 
@@ -51,6 +53,16 @@ class Lexicon:
         """Only the pairs whose two words are in the given vocabularies."""
         sv, tv = set(source_vocab), set(target_vocab)
         return Lexicon(tuple(p for p in self.pairs if p[0] in sv and p[1] in tv))
+
+    def tokenized(self, tokenizer: Tokenizer) -> Lexicon:
+        """Each word looked up through ``tokenizer`` (a model's own); pairs with a word that
+        is not exactly one token are dropped."""
+        words = sorted({w for p in self.pairs for w in p})
+        lists = tokenizer.tokenize_arrow(pa.array(words, type=pa.string())).to_pylist()
+        one = {w: t[0] for w, t in zip(words, lists, strict=True) if len(t) == 1}
+        return Lexicon(
+            tuple(sorted({(one[s], one[t]) for s, t in self.pairs if s in one and t in one}))
+        )
 
     def __len__(self) -> int:
         return len(self.pairs)
