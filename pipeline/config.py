@@ -572,6 +572,13 @@ class WordsConfig:
     report_dir: str | None = param(
         None, doc="Where words.json / words.md go (default <paths.root>/reports)."
     )
+    document_models_dir: str | None = param(
+        None,
+        doc="With cr5 among words.methods: where the document baselines (TF-IDF-weighted "
+        "average of mapped word vectors, one model per map, over the Cr5 model's vocabulary) "
+        "are saved as avg_<method>/ for evaluate (paths.model=...); default "
+        "<paths.root>/wordmap_models.",
+    )
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, DatasetNotFoundError
+from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import LanguageMap, save_model
 from pipeline.stages import get_stage
+from pipeline.wordmap.mapping import normalize_embeddings
 from pipeline.wordmap.store import WordVectors, read_word_vectors, write_word_vectors
 from tests.conftest import REPO
 
@@ -89,6 +91,22 @@ def test_translate_words_stage_on_planted_translations(tmp_path: Path):
     saved = json.loads((tmp_path / "out" / "reports" / "words.json").read_text())
     assert len(saved["rows"]) == 8 * 3
     assert "| rcsls | csls |" in (tmp_path / "out" / "reports" / "words.md").read_text()
+    # Document baseline: a Cr5-format model whose Φ rows are the mapped word vectors, so a
+    # document's embedding is its TF-IDF-weighted sum of them.
+    avg = Cr5Model.load(tmp_path / "out" / "wordmap_models" / "avg_rcsls")
+    assert avg.meta["method"] == "avg_rcsls" and avg.dim == 16
+    words, phi = avg.word_vectors("en")
+    doc = avg.embed(["e3 e7 e7"], "en")[0]
+    x = avg.tfidf(["e3 e7 e7"], "en").toarray()[0]
+    expected = (
+        x[words.index("e3")] * phi[words.index("e3")]
+        + x[words.index("e7")] * phi[words.index("e7")]
+    )
+    np.testing.assert_allclose(doc, expected, rtol=1e-5, atol=1e-6)
+    assert x[words.index("e7")] > x[words.index("e3")] > 0
+    de_words, de_phi = avg.word_vectors("de")
+    wv_de = read_word_vectors(tmp_path / "out" / "word_vectors", "de")
+    np.testing.assert_allclose(de_phi, normalize_embeddings(wv_de.vectors), atol=1e-6)
 
 
 def test_translate_words_needs_a_lexicon(tmp_path: Path):

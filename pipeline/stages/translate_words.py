@@ -30,7 +30,9 @@ from pyspark.sql import SparkSession
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.model.cr5_model import Cr5Model
+from pipeline.model.format import load_model_files, save_model
 from pipeline.stages.word_vectors import word_vectors_dir
+from pipeline.wordmap.documents import averaged_word_vector_map
 from pipeline.wordmap.lexicon import Lexicon, read_lexicon, split_lexicon
 from pipeline.wordmap.mapping import (
     fit_rcsls,
@@ -147,6 +149,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     logger.info("translate_words %s->%s: %s", src, tgt, sizes)
     results: list[dict[str, Any]] = []
     selection: dict[str, Any] = {}
+    maps: dict[str, np.ndarray] = {}  # method -> its source vectors mapped into the target space
     if model is not None:
         results += _score("cr5", split.test, c_sw, c_sv, c_tw, c_tv, cfg)
     if wv_s is not None and wv_t is not None:
@@ -171,6 +174,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             w_rcsls, selection["rcsls"] = _select_rcsls(
                 cfg, split, wv_s.words, xs, wv_t.words, yt, w_proc
             )
+            maps["rcsls"] = xs @ w_rcsls
             results += _score(
                 "rcsls",
                 split.test,
@@ -182,6 +186,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
                 lr=selection["rcsls"]["lr"],
                 epochs=selection["rcsls"]["epochs"],
             )
+    if model is not None and maps:
+        report_models = _document_models(cfg, model, maps, wv_s.words, wv_t.words, yt)
+        selection["document_models"] = report_models
     report = {
         "stage": "translate_words",
         "pair": [src, tgt],
@@ -220,6 +227,47 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     )
     logger.info("word translation:\n%s", table)
     return {**report, "table": table, "report_json": str(out / "words.json")}
+
+
+def _document_models(
+    cfg: Config,
+    model: Cr5Model,
+    maps: dict[str, np.ndarray],
+    s_words: list[str],
+    t_words: list[str],
+    yt: np.ndarray,
+) -> dict[str, Any]:
+    """Save one averaged-word-vector model per map (see :mod:`pipeline.wordmap.documents`)."""
+    w = cfg.words
+    src, tgt = w.pair
+    where = w.document_models_dir or cfg.paths.root.rstrip("/") + "/wordmap_models"
+    root = local_dir(where, "words.document_models_dir")
+    _, bases = load_model_files(cfg.paths.dataset("model"), languages=[src, tgt])
+    out: dict[str, Any] = {}
+    for method, xs_mapped in maps.items():
+        ms, cov_s = averaged_word_vector_map(bases[src], s_words, xs_mapped)
+        mt, cov_t = averaged_word_vector_map(bases[tgt], t_words, yt)
+        path = root / f"avg_{method}"
+        save_model(
+            path,
+            {src: ms, tgt: mt},
+            {
+                "r": int(yt.shape[1]),
+                "lam": 0.0,
+                "method": f"avg_{method}",
+                "preprocessing": model.meta.get("preprocessing", {}),
+                "base_model": str(cfg.paths.dataset("model")),
+            },
+        )
+        out[f"avg_{method}"] = {"path": str(path), "covered_terms": {src: cov_s, tgt: cov_t}}
+        logger.info(
+            "document baseline avg_%s -> %s (terms with a vector: %d, %d)",
+            method,
+            path,
+            cov_s,
+            cov_t,
+        )
+    return out
 
 
 def _select_rcsls(
