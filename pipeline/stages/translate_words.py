@@ -157,8 +157,9 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         i, j = _pairs_index(split.train, wv_s.words, wv_t.words)
         w_proc = procrustes(xs[i], yt[j]).astype(np.float32)
         if "procrustes" in w.methods:
+            maps["procrustes"] = xs @ w_proc
             results += _score(
-                "procrustes", split.test, wv_s.words, xs @ w_proc, wv_t.words, yt, cfg
+                "procrustes", split.test, wv_s.words, maps["procrustes"], wv_t.words, yt, cfg
             )
             if w.refine_iterations:
                 w_ref = w_proc
@@ -167,8 +168,15 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
                     d = mutual_nn_dictionary(xs[:n_r] @ w_ref, yt[:n_r], k=w.csls_k)
                     w_ref = procrustes(xs[d[:, 0]], yt[d[:, 1]]).astype(np.float32)
                 selection["refined_dictionary_pairs"] = len(d)
+                maps["procrustes_refined"] = xs @ w_ref
                 results += _score(
-                    "procrustes_refined", split.test, wv_s.words, xs @ w_ref, wv_t.words, yt, cfg
+                    "procrustes_refined",
+                    split.test,
+                    wv_s.words,
+                    maps["procrustes_refined"],
+                    wv_t.words,
+                    yt,
+                    cfg,
                 )
         if "rcsls" in w.methods:
             w_rcsls, selection["rcsls"] = _select_rcsls(
