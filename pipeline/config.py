@@ -99,6 +99,9 @@ class PathsConfig:
     model: str | None = param(None, doc="Path of the model directory.")
     embeddings: str | None = param(None, doc="Path of the embeddings dataset.")
     evaluation: str | None = param(None, doc="Path of the evaluation dataset.")
+    word_vectors: str | None = param(
+        None, doc="Directory of the monolingual word vectors (stage word_vectors)."
+    )
 
     def dataset(self, name: str) -> str:
         """Return the path of dataset ``name`` (explicit setting, else ``<root>/<name>``)."""
@@ -513,6 +516,78 @@ class EvaluateConfig:
 
 
 @dataclass(frozen=True)
+class WordsConfig:
+    """Stages ``word_vectors`` and ``translate_words``: monolingual word2vec per language and
+    word translation (Cr5's Φ rows, orthogonal Procrustes, RCSLS) on a bilingual lexicon."""
+
+    languages: list[str] = param(
+        default_factory=list,
+        doc="Languages to train word vectors for; empty: the two of words.pair.",
+    )
+    dim: int = param(300, lo=1, doc="word2vec vector size.")
+    window: int = param(5, lo=1, doc="word2vec context window.")
+    min_count: int = param(5, lo=1, doc="word2vec: rarer words get no vector.")
+    max_iter: int = param(5, lo=1, doc="word2vec epochs over the language's documents.")
+    step_size: float = param(0.025, lo=0.0, lo_open=True, doc="word2vec learning rate.")
+    partitions: int = param(
+        1, lo=1, doc="word2vec numPartitions (more is faster, slightly less accurate)."
+    )
+    seed: int = param(0, lo=0, doc="Seed of word2vec and of the lexicon split.")
+    lexicon: str | None = param(
+        None,
+        doc="Bilingual lexicon TSV (source_word<TAB>target_word), source = first language of "
+        "words.pair; build one with scripts/build_lexicon.py.",
+    )
+    pair: list[str] = param(
+        default_factory=lambda: ["en", "de"], doc="Source and target language of the lexicon."
+    )
+    n_test: int = param(1500, lo=1, doc="Test source words of the lexicon (paper: 1,500).")
+    n_validation: int = param(500, lo=0, doc="Validation source words (RCSLS lr and epochs).")
+    max_candidates: int = param(
+        200_000, lo=1, doc="Target words ranked (most frequent first); also RCSLS negatives."
+    )
+    methods: list[Literal["cr5", "procrustes", "rcsls"]] = param(
+        default_factory=lambda: ["cr5", "procrustes", "rcsls"],
+        doc="cr5: rows of the model's Φ (paths.model); procrustes / rcsls: maps of the "
+        "word_vectors fitted on the lexicon's training part.",
+    )
+    rcsls_k: int = param(10, lo=1, doc="RCSLS neighbourhood size (paper: 10).")
+    rcsls_constraint: Literal["unit_ball", "orthogonal"] = param(
+        "unit_ball", doc="Projection after each RCSLS step (the paper's spectral unit ball)."
+    )
+    rcsls_learning_rates: list[float] = param(
+        default_factory=lambda: [1.0, 10.0],
+        lo=0.0,
+        lo_open=True,
+        doc="RCSLS learning rates tried; the best on validation P@1 (CSLS) is kept.",
+    )
+    rcsls_epochs: list[int] = param(
+        default_factory=lambda: [5, 10, 25],
+        lo=0,
+        doc="Full-batch RCSLS steps compared on validation (one run per rate, snapshots).",
+    )
+    refine_iterations: int = param(
+        0,
+        lo=0,
+        doc="Procrustes refinement: re-induce a dictionary from mutual CSLS nearest "
+        "neighbours among the words.refine_vocabulary most frequent words and refit, this "
+        "many times (adds method procrustes_refined).",
+    )
+    refine_vocabulary: int = param(15_000, lo=1, doc="Words considered by the refinement.")
+    csls_k: int = param(10, lo=1, doc="CSLS neighbourhood size in word translation.")
+    report_dir: str | None = param(
+        None, doc="Where words.json / words.md go (default <paths.root>/reports)."
+    )
+    document_models_dir: str | None = param(
+        None,
+        doc="With cr5 among words.methods: where the document baselines (TF-IDF-weighted "
+        "average of mapped word vectors, one model per map, over the Cr5 model's vocabulary) "
+        "are saved as avg_<method>/ for evaluate (paths.model=...); default "
+        "<paths.root>/wordmap_models.",
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration of a pipeline run."""
 
@@ -526,6 +601,7 @@ class Config:
     split: SplitConfig = field(default_factory=SplitConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     wikipedia: WikipediaConfig = field(default_factory=WikipediaConfig)
+    words: WordsConfig = field(default_factory=WordsConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -709,6 +785,12 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"train.setup={t.setup!r} needs train.pair to name two different languages, "
             f"e.g. --set 'train.pair=[en, de]' (got {t.pair!r})"
+        )
+    w = cfg.words
+    if len(w.pair) != 2 or w.pair[0] == w.pair[1]:
+        raise ConfigError(
+            f"words.pair must name two different languages, source first, e.g. "
+            f"--set 'words.pair=[en, de]' (got {w.pair!r})"
         )
     try:
         codecs.lookup(cfg.ingest.encoding)

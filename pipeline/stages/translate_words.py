@@ -1,0 +1,341 @@
+"""Stage ``translate_words``: word translation on a bilingual lexicon (issue 18).
+
+The lexicon (``words.lexicon``, source language ``words.pair[0]``) is restricted to the pairs
+whose words every evaluated method knows (the model's vocabularies for ``cr5``, the word2vec
+vocabularies for ``procrustes``/``rcsls``), then split by source word (seeded): ``n_test`` test
+words, ``n_validation`` validation words (RCSLS's learning rate and epochs), the rest trains the
+maps. All methods are scored on the same test words with :func:`~pipeline.wordmap.translation.
+word_translation` (cosine and CSLS, P@1/5/10, a word is correct when any translation ranks
+within k; candidates are the ``max_candidates`` most frequent target words of each method's
+vocabulary).
+
+Methods: ``cr5``: rows of Φ_lᵀ of the model at ``paths.model`` (words looked up through the
+model's own tokeniser); ``procrustes``: orthogonal map of the normalised word2vec vectors
+fitted on the training pairs; ``procrustes_refined`` (``words.refine_iterations > 0``): that
+map refitted on mutual CSLS nearest neighbours; ``rcsls``: RCSLS from the Procrustes start.
+Writes ``words.json`` and ``words.md`` (atomically) to ``words.report_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyspark.sql import SparkSession
+
+from pipeline.config import Config
+from pipeline.errors import ConfigError
+from pipeline.model.cr5_model import Cr5Model
+from pipeline.model.format import load_model_files, save_model
+from pipeline.stages.word_vectors import word_vectors_dir
+from pipeline.wordmap.documents import averaged_word_vector_map
+from pipeline.wordmap.lexicon import Lexicon, read_lexicon, split_lexicon
+from pipeline.wordmap.mapping import (
+    fit_rcsls,
+    mutual_nn_dictionary,
+    normalize_embeddings,
+    procrustes,
+)
+from pipeline.wordmap.store import local_dir, read_word_vectors
+from pipeline.wordmap.translation import word_translation
+
+__all__ = ["format_words_table", "run"]
+
+logger = logging.getLogger(__name__)
+
+KS = (1, 5, 10)
+
+
+def _pairs_index(lex: Lexicon, s_words: list[str], t_words: list[str]) -> tuple[np.ndarray, ...]:
+    si = {w: i for i, w in enumerate(s_words)}
+    ti = {w: i for i, w in enumerate(t_words)}
+    rows = [(si[s], ti[t]) for s, t in lex.pairs if s in si and t in ti]
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+    return a[:, 0], a[:, 1]
+
+
+def _score(method: str, lex, sw, sv, tw, tv, cfg: Config, **extra: Any) -> list[dict[str, Any]]:
+    w = cfg.words
+    out = []
+    for measure in ("cosine", "csls"):
+        res = word_translation(
+            lex,
+            sw,
+            sv,
+            tw,
+            tv,
+            similarity=measure,
+            precision_at=KS,
+            max_candidates=w.max_candidates,
+            csls_k=w.csls_k,
+        )
+        out.append(
+            {
+                "method": method,
+                "measure": measure,
+                "query_lang": w.pair[0],
+                "target_lang": w.pair[1],
+                "precision_at": res.precision,
+                "mrr": res.mrr,
+                "n_queries": res.n_queries,
+                "n_candidates": res.n_candidates,
+                "n_unreachable": res.n_unreachable,
+                "n_oov": res.n_oov,
+                **extra,
+            }
+        )
+    return out
+
+
+def format_words_table(results: list[dict[str, Any]]) -> str:
+    """Markdown table: one row per method × measure."""
+    lines = [
+        "| method | measure | P@1 | P@5 | P@10 | MRR | queries | candidates |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        p = r["precision_at"]
+        lines.append(
+            f"| {r['method']} | {r['measure']} | {p[1]:.3f} | {p[5]:.3f} | {p[10]:.3f} | "
+            f"{r['mrr']:.3f} | {r['n_queries']} | {r['n_candidates']} |"
+        )
+    return "\n".join(lines)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    w = cfg.words
+    t_start = time.perf_counter()
+    if not w.lexicon:
+        raise ConfigError(
+            "words.lexicon is not set; build one with scripts/build_lexicon.py and pass "
+            "--set words.lexicon=<path.tsv>"
+        )
+    src, tgt = w.pair
+    lexicon = read_lexicon(w.lexicon)
+    vocabularies: list[tuple[set[str], set[str]]] = []
+    model = wv_s = wv_t = None
+    if "cr5" in w.methods:
+        model = Cr5Model.load(cfg.paths.dataset("model"))
+        lexicon = lexicon.tokenized(model.tokenizer)
+        c_sw, c_sv = model.word_vectors(src)
+        c_tw, c_tv = model.word_vectors(tgt)
+        vocabularies.append((set(c_sw), set(c_tw)))
+    if {"procrustes", "rcsls"} & set(w.methods):
+        root = local_dir(word_vectors_dir(cfg), "paths.word_vectors")
+        wv_s, wv_t = read_word_vectors(root, src), read_word_vectors(root, tgt)
+        vocabularies.append((set(wv_s.words), set(wv_t.words)))
+    n_lexicon = len(lexicon)
+    for sv_, tv_ in vocabularies:
+        lexicon = lexicon.restrict(sv_, tv_)
+    split = split_lexicon(lexicon, n_test=w.n_test, n_validation=w.n_validation, seed=w.seed)
+    sizes = {
+        "lexicon_pairs": n_lexicon,
+        "usable_pairs": len(lexicon),
+        **{
+            f"{part}_words": len(getattr(split, part).source_words)
+            for part in ("train", "validation", "test")
+        },
+    }
+    logger.info("translate_words %s->%s: %s", src, tgt, sizes)
+    results: list[dict[str, Any]] = []
+    selection: dict[str, Any] = {}
+    maps: dict[str, np.ndarray] = {}  # method -> its source vectors mapped into the target space
+    if model is not None:
+        results += _score("cr5", split.test, c_sw, c_sv, c_tw, c_tv, cfg)
+    if wv_s is not None and wv_t is not None:
+        xs, yt = normalize_embeddings(wv_s.vectors), normalize_embeddings(wv_t.vectors)
+        i, j = _pairs_index(split.train, wv_s.words, wv_t.words)
+        w_proc = procrustes(xs[i], yt[j]).astype(np.float32)
+        if "procrustes" in w.methods:
+            maps["procrustes"] = xs @ w_proc
+            results += _score(
+                "procrustes", split.test, wv_s.words, maps["procrustes"], wv_t.words, yt, cfg
+            )
+            if w.refine_iterations:
+                w_ref = w_proc
+                n_r = w.refine_vocabulary
+                for _ in range(w.refine_iterations):
+                    d = mutual_nn_dictionary(xs[:n_r] @ w_ref, yt[:n_r], k=w.csls_k)
+                    w_ref = procrustes(xs[d[:, 0]], yt[d[:, 1]]).astype(np.float32)
+                selection["refined_dictionary_pairs"] = len(d)
+                maps["procrustes_refined"] = xs @ w_ref
+                results += _score(
+                    "procrustes_refined",
+                    split.test,
+                    wv_s.words,
+                    maps["procrustes_refined"],
+                    wv_t.words,
+                    yt,
+                    cfg,
+                )
+        if "rcsls" in w.methods:
+            w_rcsls, selection["rcsls"] = _select_rcsls(
+                cfg, split, wv_s.words, xs, wv_t.words, yt, w_proc
+            )
+            maps["rcsls"] = xs @ w_rcsls
+            results += _score(
+                "rcsls",
+                split.test,
+                wv_s.words,
+                xs @ w_rcsls,
+                wv_t.words,
+                yt,
+                cfg,
+                lr=selection["rcsls"]["lr"],
+                epochs=selection["rcsls"]["epochs"],
+            )
+    if model is not None and maps:
+        report_models = _document_models(cfg, model, maps, wv_s.words, wv_t.words, yt)
+        selection["document_models"] = report_models
+    report = {
+        "stage": "translate_words",
+        "pair": [src, tgt],
+        "lexicon": w.lexicon,
+        "sizes": sizes,
+        "selection": selection,
+        "results": results,
+        "rows": [
+            {
+                "setup": "words",
+                "method": r["method"],
+                "split": "test",
+                "query_lang": src,
+                "target_lang": tgt,
+                "measure": r["measure"],
+                "csls_source": "collection",
+                "n_queries": r["n_queries"],
+                "n_candidates": r["n_candidates"],
+                "k": k,
+                "metric": "precision",
+                "value": v,
+            }
+            for r in results
+            for k, v in r["precision_at"].items()
+        ],
+        "total_seconds": round(time.perf_counter() - t_start, 2),
+    }
+    out = local_dir(w.report_dir or cfg.paths.root.rstrip("/") + "/reports", "words.report_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    table = format_words_table(results)
+    _write_atomic(out / "words.json", json.dumps(report, indent=2, sort_keys=True, default=str))
+    _write_atomic(
+        out / "words.md",
+        f"# Word translation {src} → {tgt}\n\nLexicon: `{w.lexicon}`; sizes: {sizes}\n\n"
+        f"{table}\n\nRCSLS selection: {selection.get('rcsls')}\n",
+    )
+    logger.info("word translation:\n%s", table)
+    return {**report, "table": table, "report_json": str(out / "words.json")}
+
+
+def _document_models(
+    cfg: Config,
+    model: Cr5Model,
+    maps: dict[str, np.ndarray],
+    s_words: list[str],
+    t_words: list[str],
+    yt: np.ndarray,
+) -> dict[str, Any]:
+    """Save one averaged-word-vector model per map (see :mod:`pipeline.wordmap.documents`)."""
+    w = cfg.words
+    src, tgt = w.pair
+    where = w.document_models_dir or cfg.paths.root.rstrip("/") + "/wordmap_models"
+    root = local_dir(where, "words.document_models_dir")
+    _, bases = load_model_files(cfg.paths.dataset("model"), languages=[src, tgt])
+    out: dict[str, Any] = {}
+    for method, xs_mapped in maps.items():
+        ms, cov_s = averaged_word_vector_map(bases[src], s_words, xs_mapped)
+        mt, cov_t = averaged_word_vector_map(bases[tgt], t_words, yt)
+        path = root / f"avg_{method}"
+        save_model(
+            path,
+            {src: ms, tgt: mt},
+            {
+                "r": int(yt.shape[1]),
+                "lam": 0.0,
+                "method": f"avg_{method}",
+                "preprocessing": model.meta.get("preprocessing", {}),
+                "base_model": str(cfg.paths.dataset("model")),
+            },
+        )
+        out[f"avg_{method}"] = {"path": str(path), "covered_terms": {src: cov_s, tgt: cov_t}}
+        logger.info(
+            "document baseline avg_%s -> %s (terms with a vector: %d, %d)",
+            method,
+            path,
+            cov_s,
+            cov_t,
+        )
+    return out
+
+
+def _select_rcsls(
+    cfg: Config,
+    split: Any,
+    s_words: list[str],
+    xs: np.ndarray,
+    t_words: list[str],
+    yt: np.ndarray,
+    w0: np.ndarray,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """RCSLS for each learning rate, snapshots at each epoch count; best validation P@1."""
+    w = cfg.words
+    i, j = _pairs_index(split.train, s_words, t_words)
+    n_neg = w.max_candidates
+    epochs = tuple(sorted(set(w.rcsls_epochs)))
+    best: tuple[float, float, int, np.ndarray] | None = None
+    tried = []
+    for lr in w.rcsls_learning_rates:
+        fit = fit_rcsls(
+            xs[i],
+            yt[j],
+            xs[:n_neg],
+            yt[:n_neg],
+            lr=lr,
+            epochs=max(epochs),
+            k=w.rcsls_k,
+            constraint=w.rcsls_constraint,
+            w0=w0,
+            snapshot_at=epochs,
+        )
+        for ep in epochs:
+            wm = fit.snapshots.get(ep, fit.w) if ep else w0
+            p1 = (
+                word_translation(
+                    split.validation,
+                    s_words,
+                    xs @ wm,
+                    t_words,
+                    yt,
+                    similarity="csls",
+                    precision_at=(1,),
+                    max_candidates=w.max_candidates,
+                    csls_k=w.csls_k,
+                ).precision[1]
+                if len(split.validation)
+                else 0.0
+            )
+            tried.append({"lr": lr, "epochs": ep, "validation_p1_csls": p1})
+            if best is None or p1 > best[0]:
+                best = (p1, lr, ep, wm)
+    if best is None:
+        raise ConfigError(
+            "words.rcsls_learning_rates and words.rcsls_epochs must each name at least one "
+            "value, e.g. --set 'words.rcsls_learning_rates=[1.0]'"
+        )
+    logger.info("RCSLS selection: %s", tried)
+    return best[3], {
+        "lr": best[1],
+        "epochs": best[2],
+        "validation_p1_csls": best[0],
+        "tried": tried,
+    }

@@ -1,0 +1,88 @@
+"""Word vector files: one directory per language, safe formats only (no pickle).
+
+Layout of ``<dir>/<lang>/``: ``vectors.npy`` (float32, shape (n_words, d)), ``vocabulary.parquet``
+(``word`` string, ``count`` int64, row i describes row i of the vectors; most frequent first) and
+``meta.json`` (settings, sizes). Each language directory is written to a temporary sibling and
+renamed into place, so a reader never sees a half-written language.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import ConfigError, DatasetNotFoundError, ModelError
+
+__all__ = ["WordVectors", "local_dir", "read_word_vectors", "write_word_vectors"]
+
+
+class WordVectors:
+    """Words (most frequent first), their counts and vectors of one language."""
+
+    def __init__(self, words: list[str], counts: np.ndarray, vectors: np.ndarray) -> None:
+        if vectors.ndim != 2 or vectors.shape[0] != len(words) or counts.shape != (len(words),):
+            raise ModelError(
+                f"word vectors: {len(words)} words, counts {counts.shape}, vectors {vectors.shape}"
+            )
+        self.words = words
+        self.counts = counts
+        self.vectors = vectors
+
+
+def local_dir(where: str, key: str) -> Path:
+    """``where`` as a local path; a ConfigError naming ``key`` for a remote URI."""
+    if "://" in where and not where.startswith("file:"):
+        raise ConfigError(f"{key} must be a local directory; {where!r} is not one")
+    return Path(where.removeprefix("file://").removeprefix("file:"))
+
+
+def write_word_vectors(root: Path, lang: str, wv: WordVectors, meta: dict[str, Any]) -> Path:
+    """Write ``root/lang`` atomically; returns its path."""
+    final = root / lang
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{lang}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        tmp.mkdir()
+        np.save(tmp / "vectors.npy", np.ascontiguousarray(wv.vectors, dtype=np.float32))
+        pq.write_table(
+            pa.table(
+                {"word": pa.array(wv.words, pa.string()), "count": pa.array(wv.counts, pa.int64())}
+            ),
+            tmp / "vocabulary.parquet",
+        )
+        body = {**meta, "lang": lang, "n_words": len(wv.words), "dim": int(wv.vectors.shape[1])}
+        (tmp / "meta.json").write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
+        old = root / f".{lang}.old-{uuid.uuid4().hex[:12]}"
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def read_word_vectors(root: Path, lang: str) -> WordVectors:
+    """Read ``root/lang`` (see module docstring)."""
+    d = root / lang
+    if not (d / "meta.json").exists():
+        raise DatasetNotFoundError(
+            f"no word vectors for {lang!r} under {root}; run the word_vectors stage "
+            f"(jobs/word_vectors.py) with words.languages including {lang}"
+        )
+    vectors = np.load(d / "vectors.npy", allow_pickle=False)
+    table = pq.read_table(d / "vocabulary.parquet")
+    return WordVectors(
+        table.column("word").to_pylist(),
+        table.column("count").to_numpy().astype(np.int64),
+        vectors.astype(np.float32, copy=False),
+    )
