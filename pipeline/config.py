@@ -490,11 +490,24 @@ class EvaluateConfig:
         None, doc="Markdown/JSON report and PNG plot (default <paths.root>/reports)."
     )
     plot: bool = param(True, doc="Draw the precision-at-k plot.")
-    methods: list[Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"]] = param(
+    methods: list[
+        Literal[
+            "cr5",
+            "untranslated",
+            "cl_lsi",
+            "cca",
+            "opca",
+            "avg_procrustes",
+            "avg_procrustes_refined",
+            "avg_rcsls",
+        ]
+    ] = param(
         default_factory=list,
         doc="More methods evaluated beside the model on the same splits and candidates, each "
         "trained on the same rows with the model's r (saved under "
-        "evaluate.baseline_models_dir/<method>).",
+        "evaluate.baseline_models_dir/<method>); avg_<map>: the word-mapping document "
+        "baselines the translate_words stage saved (words.document_models_dir), evaluated on "
+        "the directions of their language pair.",
     )
     baseline_models_dir: str | None = param(
         None, doc="Where evaluate.methods' models go (default <paths.root>/baseline_models)."

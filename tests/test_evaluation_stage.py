@@ -308,3 +308,42 @@ def test_gamma_of_opca_is_chosen_on_validation(spark, chain):
     # γ = 1 turns OPCA into per-language PCA: no crosslingual signal on validation.
     assert scores[1.0] < scores[1e-4]
     assert "γ chosen on the validation concepts" in Path(report["report_md"]).read_text()
+
+
+def test_word_mapping_baseline_is_evaluated_on_its_pair(spark, chain):
+    """An avg_<map> document baseline (the translate_words stage's output format) is
+    evaluated beside the model on the directions of the languages it covers. Built here from
+    the Cr5 model's own Φ rows as the "mapped word vectors" of de and en, it is Cr5 restricted
+    to de and en: its numbers must equal Cr5's on de-en, and es directions are skipped."""
+    from pipeline.model.format import load_model_files, save_model
+    from pipeline.wordmap.documents import averaged_word_vector_map
+
+    root, cfg, _ = chain
+    meta, maps = load_model_files(cfg.paths.dataset("model"), languages=["de", "en"])
+    avg = {}
+    for lang, lm in maps.items():
+        avg[lang], covered = averaged_word_vector_map(lm, lm.terms.to_pylist(), lm.phi)
+        assert covered == lm.phi.shape[0]
+    save_model(
+        root / "wordmap_models" / "avg_procrustes",
+        avg,
+        {"r": int(meta["r"]), "lam": 0.0, "method": "avg_procrustes"},
+    )
+    e = EvaluateConfig(
+        engine="local",
+        measures=["cosine"],
+        methods=["avg_procrustes"],
+        report_dir=str(root / "reports-avg"),
+        plot=False,
+    )
+    report = run_evaluation(spark, cfg, e)
+    assert report["methods"]["avg_procrustes"]["languages"] == ["de", "en"]
+    by = {(r["method"], r["query_lang"], r["target_lang"]): r for r in report["results"]}
+    assert {k[1:] for k in by if k[0] == "avg_procrustes"} == {("de", "en"), ("en", "de")}
+    assert {k[1:] for k in by if k[0] == "cr5"} >= {("de", "es"), ("es", "en")}
+    for q, t in (("de", "en"), ("en", "de")):
+        mine, cr5 = by["avg_procrustes", q, t], by["cr5", q, t]
+        assert mine["precision_at"] == cr5["precision_at"] and mine["mrr"] == cr5["mrr"]
+    bad = EvaluateConfig(engine="local", methods=["avg_rcsls"], plot=False)
+    with pytest.raises(InputDataError, match="run the word_vectors and translate_words"):
+        run_evaluation(spark, cfg, bad)

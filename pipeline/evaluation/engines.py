@@ -142,10 +142,14 @@ class LocalEngine:
             )
 
     def use_model(self, path: str) -> None:
-        """Embed every pool document with the model at ``path`` (Cr5Model.embed)."""
+        """Embed every pool document with the model at ``path`` (Cr5Model.embed); languages
+        the model lacks get no vectors (their directions are not evaluated with it)."""
         model = Cr5Model.load(path)
         for lang, data in self.langs.items():
-            data.vectors, data.n_terms = model.embed_with_counts(data.texts, lang)
+            if lang in model.languages:
+                data.vectors, data.n_terms = model.embed_with_counts(data.texts, lang)
+            else:
+                data.vectors = data.n_terms = None
 
     def run(
         self, d: Direction, concepts: np.ndarray, measures: list[str], e: EvaluateConfig
@@ -208,9 +212,12 @@ class SparkEngine:
         location = ship_model(sc, path)
         if self.embedded is not None:
             self.embedded.unpersist()
-        self.embedded = self.pool.mapInArrow(
-            _pool_embed_fn(location, str(meta.get("created_utc"))), _EMBEDDED_SCHEMA
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        # languages the model lacks are not embedded (their directions are not evaluated)
+        self.embedded = (
+            self.pool.filter(F.col("lang").isin(list(meta["languages"])))
+            .mapInArrow(_pool_embed_fn(location, str(meta.get("created_utc"))), _EMBEDDED_SCHEMA)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
 
     def run(
         self, d: Direction, concepts: np.ndarray, measures: list[str], e: EvaluateConfig

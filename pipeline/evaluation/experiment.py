@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.config import Config, EvaluateConfig, check_evaluate
-from pipeline.errors import InputDataError
+from pipeline.errors import InputDataError, PipelineError
 from pipeline.evaluation.engines import open_engine
 from pipeline.evaluation.lambda_selection import select_lambda
 from pipeline.evaluation.protocol import (
@@ -53,6 +53,7 @@ __all__ = [
     "choose_model",
     "compare_methods",
     "evaluate_model",
+    "evaluate_wordmap_baseline",
     "run_evaluation",
     "train_and_evaluate",
     "write_outputs",
@@ -227,6 +228,45 @@ def train_and_evaluate(
     }
 
 
+def evaluate_wordmap_baseline(
+    ctx: Context, method: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Test rows of a word-mapping document baseline (``avg_<map>``, the TF-IDF-weighted
+    average of mapped word vectors) that the ``translate_words`` stage saved under
+    ``words.document_models_dir``, on the directions of the languages it covers."""
+    w = ctx.cfg.words
+    where = w.document_models_dir or ctx.cfg.paths.root.rstrip("/") + "/wordmap_models"
+    path = f"{where.rstrip('/')}/{method}"
+    try:
+        meta = read_model_json(path)
+    except PipelineError as exc:
+        raise InputDataError(
+            f"evaluate.methods has {method}, but {path} holds no model ({exc}). Fix: run the "
+            "word_vectors and translate_words stages first (words.methods with cr5 saves the "
+            "avg_<map> document baselines), or drop it from evaluate.methods"
+        ) from None
+    covered = set(meta["languages"])
+    directions = [d for d in ctx.directions if {d.query_lang, d.target_lang} <= covered]
+    t0 = time.perf_counter()
+    ctx.engine.use_model(path)
+    rows = evaluate_role(
+        ctx.engine, directions, ctx.splits_rows, "test", list(ctx.e.measures), ctx.e
+    )
+    for row in rows:
+        row["lam"] = float(meta.get("lam", 0.0))
+        row["method"] = method
+    entry = {
+        "model": path,
+        "r": int(meta["r"]),
+        "lam": float(meta.get("lam", 0.0)),
+        "params": {},
+        "fit_seconds": None,
+        "test_seconds": round(time.perf_counter() - t0, 2),
+        "languages": sorted(covered),
+    }
+    return rows, entry
+
+
 def compare_methods(
     ctx: Context, meta: dict[str, Any], main_method: str
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -237,6 +277,10 @@ def compare_methods(
     data = None
     try:
         for method in [m for m in ctx.e.methods if m != main_method]:
+            if method.startswith("avg_"):
+                rows_m, entries[method] = evaluate_wordmap_baseline(ctx, method)
+                rows += rows_m
+                continue
             if data is None:  # loaded once for every method and γ
                 data = training.load_training_data(ctx.spark, ctx.cfg)
             rows_m, entries[method] = train_and_evaluate(ctx, meta, method, data)
