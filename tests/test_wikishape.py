@@ -131,10 +131,10 @@ def test_datasets_equal_the_pipeline_stages(spark, make_config, tmp_path):
     from pyspark.sql import functions as F
 
     from pipeline.backends.loader import local_backend_from_tfidf
-    from pipeline.features import tfidf as tfidf_stage
-    from pipeline.features import vocabulary as vocab_stage
     from pipeline.io.datasets import read_dataset
     from pipeline.io.schemas import CONCEPTS, DOCUMENTS, TFIDF, VOCABULARY
+    from pipeline.stages import tfidf as tfidf_stage
+    from pipeline.stages import vocabulary as vocab_stage
 
     common = [
         "features.min_unique_words=10",
