@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -47,6 +46,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.machine import machine_info as shared_machine_info  # noqa: E402
+from bench.machine import process_tree  # noqa: E402
+
 PYTHON = sys.executable
 MB = 1024.0 * 1024.0
 CLK = os.sysconf("SC_CLK_TCK")
@@ -57,31 +62,10 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def machine_info() -> dict[str, Any]:
-    import numpy as np
-    import pyarrow as pa
-    import pyspark
-    import scipy
-
-    model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """bench/machine.py's facts, plus the Java version Spark runs on."""
     java = subprocess.run(["java", "-version"], capture_output=True, text=True)
     return {
-        "cpu_model": model,
-        "cores": os.cpu_count(),
-        "memory_gb": round(PAGE * os.sysconf("SC_PHYS_PAGES") / 1024**3, 1),
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "pyarrow": pa.__version__,
-        "pyspark": pyspark.__version__,
+        **shared_machine_info("pyarrow", "pyspark"),
         "java": (java.stderr.splitlines() or ["?"])[0],
     }
 
@@ -116,27 +100,7 @@ class TreeSampler(threading.Thread):
         self.max_workers = 0
 
     def _tree(self) -> dict[int, list[str]]:
-        children: dict[int, list[int]] = {}
-        stats: dict[int, list[str]] = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/stat") as fh:
-                    s = fh.read()
-            except OSError:
-                continue
-            fields = s[s.rfind(")") + 2 :].split()
-            children.setdefault(int(fields[1]), []).append(int(d))
-            stats[int(d)] = fields
-        out: dict[int, list[str]] = {}
-        todo = [self.root]
-        while todo:
-            pid = todo.pop()
-            if pid in stats:
-                out[pid] = stats[pid]
-            todo.extend(children.get(pid, []))
-        return out
+        return process_tree(self.root)
 
     def _classify(self, pid: int) -> str:
         if pid == self.root:

@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.machine import machine_info  # noqa: E402
+from bench.machine import machine_info, process_tree  # noqa: E402
 
 LANG_CODES = ("en", "de", "fr", "es", "it", "nl", "pl", "ru", "sv", "fi")
 MB = 1024.0 * 1024.0
@@ -332,24 +332,8 @@ class ProcSampler(threading.Thread):
         return ticks / os.sysconf("SC_CLK_TCK")
 
     def _descendants(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        stats: dict[int, list[str]] = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2 :].split()
-            children.setdefault(int(fields[1]), []).append(int(d))
-            stats[int(d)] = fields
-        out, todo = [], [os.getpid()]
-        while todo:
-            for c in children.get(todo.pop(), []):
-                out.append(c)
-                todo.append(c)
+        stats = process_tree(os.getpid())
+        out = [pid for pid in stats if pid != os.getpid()]
         with self.lock:
             for c in out:
                 # fields[11], fields[12]: utime, stime (stat fields 14 and 15)

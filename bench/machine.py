@@ -9,7 +9,33 @@ import platform
 from pathlib import Path
 from typing import Any
 
-__all__ = ["machine_info"]
+__all__ = ["machine_info", "process_tree"]
+
+
+def process_tree(root: int) -> dict[int, list[str]]:
+    """``{pid: /proc/<pid>/stat fields after the command name}`` of ``root`` and all its
+    descendants (field 1 is the parent pid, 11 and 12 utime and stime in ticks)."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(d))
+        stats[int(d)] = fields
+    out: dict[int, list[str]] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            out[pid] = stats[pid]
+        todo.extend(children.get(pid, []))
+    return out
 
 
 def machine_info(*libraries: str) -> dict[str, Any]:
