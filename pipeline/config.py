@@ -559,10 +559,11 @@ class WordsConfig:
     max_candidates: int = param(
         200_000, lo=1, doc="Target words ranked (most frequent first); also RCSLS negatives."
     )
-    methods: list[Literal["cr5", "procrustes", "rcsls"]] = param(
+    methods: list[Literal["cr5", "cr5_phi_star", "procrustes", "rcsls"]] = param(
         default_factory=lambda: ["cr5", "procrustes", "rcsls"],
-        doc="cr5: rows of the model's Φ (paths.model); procrustes / rcsls: maps of the "
-        "word_vectors fitted on the lexicon's training part.",
+        doc="cr5: rows of the model's Φ (paths.model); cr5_phi_star: rows of its Φ*ᵀ = "
+        "ΦᵀΛ^½Qᵀ before orthonormalisation (models saved with Λ, Q); procrustes / rcsls: "
+        "maps of the word_vectors fitted on the lexicon's training part.",
     )
     rcsls_k: int = param(10, lo=1, doc="RCSLS neighbourhood size (paper: 10).")
     rcsls_constraint: Literal["unit_ball", "orthogonal"] = param(
@@ -593,9 +594,9 @@ class WordsConfig:
     )
     document_models_dir: str | None = param(
         None,
-        doc="With cr5 among words.methods: where the document baselines (TF-IDF-weighted "
-        "average of mapped word vectors, one model per map, over the Cr5 model's vocabulary) "
-        "are saved as avg_<method>/ for evaluate (paths.model=...); default "
+        doc="With cr5 or cr5_phi_star among words.methods: where the document baselines "
+        "(TF-IDF-weighted average of mapped word vectors, one model per map, over the Cr5 "
+        "model's vocabulary) are saved as avg_<method>/ for evaluate (paths.model=...); default "
         "<paths.root>/wordmap_models.",
     )
 

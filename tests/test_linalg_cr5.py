@@ -53,6 +53,16 @@ def test_cr5_matches_dense_reference(name, variant):
     np.testing.assert_allclose(phi_t.T @ phi_t, np.eye(r), atol=1e-5)  # float32 storage
     angle = np.rad2deg(sla.subspace_angles(phi_t, want_phi_t).max())
     assert angle < 0.1
+    # Λ, Q of Φ*Φ*ᵀ = QΛQᵀ rebuild the dense Φ*ᵀ = Â⁻¹ C P exactly (P's columns up to sign)
+    lam_g, q = res.gram_eigenvalues, res.gram_eigenvectors
+    assert lam_g.shape == (r,) and q.shape == (r, r) and np.all(np.diff(lam_g) <= 0)
+    np.testing.assert_allclose(q.T @ q, np.eye(r), atol=1e-12)
+    np.testing.assert_allclose(
+        lam_g, np.linalg.eigvalsh(want_phi_t.T @ want_phi_t)[::-1], rtol=1e-5
+    )
+    phi_star_t = phi_t @ (np.sqrt(lam_g)[:, None] * q.T)
+    signs = np.sign(np.sum(phi_star_t * want_phi_t, axis=0))
+    np.testing.assert_allclose(phi_star_t * signs, want_phi_t, atol=1e-5 * np.abs(want_phi_t).max())
     h = res.history
     assert h["eigensolver"]["converged"]
     assert h["passes"]["passes"]["gram"] > 0 and h["passes"]["passes"]["x_scatter"] > 0

@@ -18,6 +18,8 @@ from pipeline.backends.loader import local_backend_from_tfidf
 from pipeline.config import load_config
 from pipeline.io.datasets import read_dataset
 from pipeline.io.schemas import TFIDF
+from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies
+from pipeline.linalg.woodbury import global_mean
 from pipeline.model import Cr5Model
 from pipeline.stages import get_stage
 from pipeline.stages.train import checkpoint_dir
@@ -63,6 +65,18 @@ def test_train_writes_a_model_consistent_with_the_training_matrix(spark, sample_
     vecs = model.embed([docs[d] for d in rows], "es")
     x = backend.matrix("es")[:50]
     np.testing.assert_allclose(vecs, x @ model.word_vectors("es")[1], rtol=1e-4, atol=1e-5)
+
+    # Λ and Q of Φ*Φ*ᵀ = QΛQᵀ are saved: Φ*ᵀ = Φᵀ Λ^{1/2} Qᵀ = Â⁻¹ C P, so Cᵀ Φ*ᵀ = M P = P Θ
+    # has orthogonal columns of norms Θ (the eigenvalues of M); Φᵀ's image does not.
+    assert meta["shared_arrays"] == ["gram_eigenvalues", "gram_eigenvectors"]
+    cmat = CrossCovariance(backend, global_mean(backend), concept_frequencies(backend))
+    for variant, diagonal in (("phi_star", True), ("phi", False)):
+        stacked = np.vstack([model.word_vectors(lang, variant)[1] for lang in backend.languages])
+        image = cmat.H.matmat(stacked.astype(np.float64))
+        g = image.T @ image
+        off = np.abs(g - np.diag(np.diag(g))).max() / np.diag(g).max()
+        norms_match = np.allclose(np.sqrt(np.diag(g)), meta["eigenvalues"], rtol=0.01)
+        assert (off < 0.005 and norms_match) == diagonal, (variant, off)
 
     # Crosslingual sanity on the training data: an es document's nearest fr document
     # (cosine) is its own concept's far more often than chance (1 / 1926).

@@ -10,12 +10,14 @@ import pyarrow as pa
 import pytest
 
 from pipeline.config import load_config
-from pipeline.errors import ConfigError, DatasetNotFoundError
+from pipeline.errors import ConfigError, DatasetNotFoundError, ModelError
 from pipeline.model.cr5_model import Cr5Model
-from pipeline.model.format import LanguageMap, save_model
+from pipeline.model.format import GRAM_EIGENVALUES, GRAM_EIGENVECTORS, LanguageMap, save_model
 from pipeline.stages import get_stage
+from pipeline.wordmap.lexicon import read_lexicon, split_lexicon
 from pipeline.wordmap.mapping import normalize_embeddings
 from pipeline.wordmap.store import WordVectors, read_word_vectors, write_word_vectors
+from pipeline.wordmap.translation import word_translation
 from tests.conftest import REPO
 
 
@@ -26,8 +28,10 @@ def _cfg(tmp_path: Path, *overrides: str):
     )
 
 
-def _planted(tmp_path: Path, n: int = 400, d: int = 16):
-    """en vectors = de vectors rotated + noise; word i of en translates word i of de."""
+def _planted(tmp_path: Path, n: int = 400, d: int = 16, gram: dict | None = None):
+    """en vectors = de vectors rotated + noise; word i of en translates word i of de.
+
+    ``gram``: shared arrays (Λ, Q) saved with the model, for the Φ* variant."""
     rng = np.random.default_rng(0)
     de = rng.standard_normal((n, d)).astype(np.float32)
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))
@@ -48,7 +52,12 @@ def _planted(tmp_path: Path, n: int = 400, d: int = 16):
         )
         for lang, words, vec in (("en", en_w, en @ q), ("de", de_w, de))
     }
-    save_model(tmp_path / "model", maps, {"r": d, "lam": 1.0, "preprocessing": {"text": {}}})
+    save_model(
+        tmp_path / "model",
+        maps,
+        {"r": d, "lam": 1.0, "preprocessing": {"text": {}}},
+        shared=gram,
+    )
     return lex
 
 
@@ -114,6 +123,60 @@ def test_translate_words_stage_on_planted_translations(tmp_path: Path):
     wv_de = read_word_vectors(tmp_path / "out" / "word_vectors", "de")
     rows = [wv_de.words.index(t) for t in de_words]
     np.testing.assert_allclose(de_phi, normalize_embeddings(wv_de.vectors)[rows], atol=1e-6)
+
+
+def test_translate_words_reports_the_phi_star_variant_beside_phi(tmp_path: Path):
+    d = 16
+    rng = np.random.default_rng(5)
+    # Λ^{1/2} leaves two axes that matter: 400 words in 2-d, the noise now confuses neighbours
+    lam = np.r_[1e8, 1e8, np.full(d - 2, 1e-8)]
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    lex = _planted(tmp_path, d=d, gram={GRAM_EIGENVALUES: lam, GRAM_EIGENVECTORS: q})
+    cfg = _cfg(
+        tmp_path,
+        f"words.lexicon={lex}",
+        f"paths.model={tmp_path / 'model'}",
+        "words.n_test=100",
+        "words.n_validation=50",
+        "words.methods=[cr5, cr5_phi_star]",
+    )
+    report = get_stage("translate_words")(None, cfg)
+    got = {(r["method"], r["measure"]): (r["precision_at"], r["mrr"]) for r in report["results"]}
+    assert set(got) == {(m, s) for m in ("cr5", "cr5_phi_star") for s in ("cosine", "csls")}
+    # independently: the same split, scored on Φ_lᵀ Λ^{1/2} Qᵀ built here
+    model = Cr5Model.load(tmp_path / "model")
+    vocab = {lang: model.word_vectors(lang)[0] for lang in ("en", "de")}
+    test = split_lexicon(
+        read_lexicon(lex).tokenized(model.tokenizer).restrict(set(vocab["en"]), set(vocab["de"])),
+        n_test=100,
+        n_validation=50,
+        seed=cfg.words.seed,
+    ).test
+    star = {lang: model.word_vectors(lang)[1] @ (np.sqrt(lam)[:, None] * q.T) for lang in vocab}
+    for measure in ("cosine", "csls"):
+        want = word_translation(
+            test, vocab["en"], star["en"], vocab["de"], star["de"], similarity=measure
+        )
+        precision, mrr = got[("cr5_phi_star", measure)]
+        assert precision == pytest.approx(want.precision) and mrr == pytest.approx(want.mrr)
+    # the anisotropic Λ^{1/2} changes the neighbours, so the variant is really scored apart
+    assert got[("cr5_phi_star", "cosine")][1] < got[("cr5", "cosine")][1] - 0.05
+    md = (tmp_path / "out" / "reports" / "words.md").read_text()
+    assert "| cr5_phi_star | cosine |" in md and "| cr5 | csls |" in md
+    rows = json.loads((tmp_path / "out" / "reports" / "words.json").read_text())["rows"]
+    assert {r["method"] for r in rows} == {"cr5", "cr5_phi_star"}
+
+
+def test_translate_words_phi_star_needs_a_model_with_gram_arrays(tmp_path: Path):
+    lex = _planted(tmp_path)
+    cfg = _cfg(
+        tmp_path,
+        f"words.lexicon={lex}",
+        f"paths.model={tmp_path / 'model'}",
+        "words.methods=[cr5, cr5_phi_star]",
+    )
+    with pytest.raises(ModelError, match="retrain"):
+        get_stage("translate_words")(None, cfg)
 
 
 def test_translate_words_needs_a_lexicon(tmp_path: Path):

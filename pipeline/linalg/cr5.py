@@ -17,6 +17,8 @@ Given the backend's X (block-diagonal by language) and concept labels Y, with gl
    basis V, which it computes anyway, and P = V S gives ``Φ*ᵀ = (Â⁻¹ C V) S`` for free;
    otherwise one more solve with r right-hand sides;
 4. Eq. 15: ``Φ*Φ*ᵀ = QΛQᵀ``, ``Φ = Λ^{-1/2} Qᵀ Φ*`` — orthonormal rows spanning the same space.
+   Λ and Q (global, r × r) are kept (:attr:`Cr5Result.gram_eigenvalues`,
+   :attr:`Cr5Result.gram_eigenvectors`), so ``Φ*ᵀ = Φᵀ Λ^{1/2} Qᵀ`` can be rebuilt per language.
 
 Storage convention: the per-language map is returned **transposed**, ``components[l]`` =
 ``Φ_lᵀ`` of shape ``(p_l, r)``, float32, so a TF-IDF row block ``X_l`` embeds as
@@ -198,12 +200,19 @@ class Cr5Result:
     history : dict
         JSON-serialisable provenance: parameters, eigensolver iterations / Ritz values /
         residuals, CG solve records, passes over X, timings.
+    gram_eigenvalues : ndarray of shape (r,), float64
+        Λ of ``Φ*Φ*ᵀ = QΛQᵀ`` (Eq. 15), descending, all > 0.
+    gram_eigenvectors : ndarray of shape (r, r), float64
+        Q (orthogonal; column j belongs to ``gram_eigenvalues[j]``). With them the
+        unorthonormalised map is ``Φ_l*ᵀ = components[l] @ diag(Λ^{1/2}) @ Qᵀ``.
     """
 
     components: dict[str, np.ndarray]
     eigenvalues: np.ndarray
     mean: dict[str, np.ndarray]
     history: dict
+    gram_eigenvalues: np.ndarray
+    gram_eigenvectors: np.ndarray
 
 
 def _problem_fingerprint(
@@ -460,6 +469,8 @@ def solve_cr5(
         eigenvalues=eig.eigenvalues,
         mean={lang: v.copy() for lang, v in layout.split(mu).items()},
         history=history,
+        gram_eigenvalues=lam_g.copy(),
+        gram_eigenvectors=np.ascontiguousarray(q),
     )
 
 
@@ -500,6 +511,10 @@ class Cr5Solver:
         ``Φ_lᵀ`` per language: embed with ``X_l @ components_[l]``.
     eigenvalues_ : ndarray of shape (r,)
     mean_ : dict of str to ndarray of shape (p_l,)
+    gram_eigenvalues_ : ndarray of shape (r,)
+        Λ of ``Φ*Φ*ᵀ = QΛQᵀ`` (see :class:`Cr5Result`).
+    gram_eigenvectors_ : ndarray of shape (r, r)
+        Q.
     history_ : dict
     n_iter_ : int
         Eigensolver iterations.
@@ -578,6 +593,8 @@ class Cr5Solver:
         self.components_ = result.components
         self.eigenvalues_ = result.eigenvalues
         self.mean_ = result.mean
+        self.gram_eigenvalues_ = result.gram_eigenvalues
+        self.gram_eigenvectors_ = result.gram_eigenvectors
         self.history_ = result.history
         self.n_iter_ = result.history["eigensolver"]["n_iter"]
         return self

@@ -10,6 +10,12 @@ A model with ``phi_format == "selection"`` (the untranslated baseline) maps into
 vocabulary of its languages (r = |U|, often 10⁵–10⁶) and embeds into sparse rows: its
 ``embed``/``embed_with_counts`` return a scipy.sparse csr_matrix instead of an ndarray
 (:attr:`Cr5Model.is_sparse`).
+
+Word vectors (:meth:`Cr5Model.word_vectors`) come in two variants: ``"phi"``, the rows of
+the orthonormalised map Φ_lᵀ (what documents are embedded with), and ``"phi_star"``, the rows
+of the map before Eq. 15's orthonormalisation, Φ_l*ᵀ = Â⁻¹ C P restricted to language l,
+rebuilt exactly as Φ_lᵀ Λ^{1/2} Qᵀ from the Λ and Q of Φ*Φ*ᵀ = QΛQᵀ that training saves
+(models trained before they were saved must be retrained for it).
 """
 
 from __future__ import annotations
@@ -25,7 +31,14 @@ import scipy.sparse as sp
 
 from pipeline.errors import ModelError
 from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
-from pipeline.model.format import LanguageMap, load_model_files, read_model_json
+from pipeline.model.format import (
+    GRAM_EIGENVALUES,
+    GRAM_EIGENVECTORS,
+    LanguageMap,
+    load_model_files,
+    load_shared_arrays,
+    read_model_json,
+)
 from pipeline.text.tokenizer import Tokenizer
 
 
@@ -62,6 +75,7 @@ class Cr5Model:
         self._maps = dict(maps)
         self._vocab: dict[str, LanguageVocabulary] = {}
         self._lock = threading.Lock()
+        self._phi_star_t: np.ndarray | None = None  # Λ^{1/2} Qᵀ, read on first use
         text = meta.get("preprocessing", {}).get("text", {})
         self.tokenizer = Tokenizer.from_settings(text)
 
@@ -148,7 +162,46 @@ class Cr5Model:
         """
         return self.embed_with_counts(texts, lang)[0]
 
-    def word_vectors(self, lang: str) -> tuple[list[str], np.ndarray]:
-        """The words of ``lang`` and their vectors (rows of Φ_lᵀ): (p_l,), (p_l, r)."""
+    def phi_star_transform(self) -> np.ndarray:
+        """``Λ^{1/2} Qᵀ``: ndarray of shape (r, r), float64, with ``Φ_l*ᵀ = Φ_lᵀ Λ^{1/2} Qᵀ``.
+
+        Raises ModelError for a model that is not a Cr5 model or that was saved without
+        Λ and Q (trained before they were kept: retrain it).
+        """
+        method = self.meta.get("method", "cr5")
+        if method != "cr5" or self.is_sparse:
+            raise ModelError(
+                f"the Φ* word vectors exist only for Cr5 models; the model at {self.path} is "
+                f"a {method!r} model"
+            )
+        with self._lock:
+            if self._phi_star_t is None:
+                if self.path is None:
+                    raise ModelError("the model has no path to read Λ and Q of Φ*Φ*ᵀ from")
+                shared = load_shared_arrays(self.path, self.meta, verify=self._verify)
+                if GRAM_EIGENVALUES not in shared:
+                    raise ModelError(
+                        f"the model at {self.path} was saved without Λ and Q of Φ*Φ*ᵀ = QΛQᵀ "
+                        f"(shared/{GRAM_EIGENVALUES}.npy, shared/{GRAM_EIGENVECTORS}.npy), "
+                        "so its Φ* word vectors cannot be rebuilt. Fix: retrain it with this "
+                        "version (python jobs/train.py ...), or use the Φ rows (drop "
+                        "cr5_phi_star from words.methods)"
+                    )
+                lam, q = shared[GRAM_EIGENVALUES], shared[GRAM_EIGENVECTORS]
+                self._phi_star_t = np.sqrt(lam)[:, None] * q.T
+        return self._phi_star_t
+
+    def word_vectors(self, lang: str, variant: str = "phi") -> tuple[list[str], np.ndarray]:
+        """The words of ``lang`` and their vectors: (p_l,), (p_l, r).
+
+        ``variant``: ``"phi"`` (rows of Φ_lᵀ, float32 as stored; sparse for selection
+        models) or ``"phi_star"`` (rows of Φ_l*ᵀ = Φ_lᵀ Λ^{1/2} Qᵀ, float32; Cr5 models
+        saved with Λ and Q only, see :meth:`phi_star_transform`).
+        """
+        if variant not in ("phi", "phi_star"):
+            raise ModelError(f"word vector variant must be 'phi' or 'phi_star'; got {variant!r}")
+        transform = self.phi_star_transform() if variant == "phi_star" else None
         lm = self._map(lang)
-        return lm.terms.to_pylist(), lm.phi
+        if transform is None:
+            return lm.terms.to_pylist(), lm.phi
+        return lm.terms.to_pylist(), (lm.phi @ transform).astype(np.float32)

@@ -9,6 +9,11 @@ Layout::
       languages/<lang>/phi_index.npy   int64, shape (p_l,)               (phi_format "selection")
       languages/<lang>/mean.npy        μ_l, float32, shape (p_l,) (global mean, block l)
       languages/<lang>/vocabulary.parquet   term, term_index, df, idf (term_index order)
+      shared/<name>.npy                model-wide arrays, float64 (optional, listed in
+                                       ``shared_arrays`` of model.json); Cr5 models keep
+                                       shared/gram_eigenvalues.npy  Λ, shape (r,), descending
+                                       shared/gram_eigenvectors.npy Q, shape (r, r)
+                                       of Φ*Φ*ᵀ = QΛQᵀ (Eq. 15), so Φ_l*ᵀ = Φ_lᵀ Λ^{1/2} Qᵀ
 
 ``phi_format`` in ``model.json`` says which: ``"dense"`` (Cr5, CL-LSI, CCA, OPCA) or
 ``"selection"`` (the untranslated baseline, whose map is a one-hot re-indexing of the
@@ -16,6 +21,10 @@ language's terms into the union vocabulary: row i of Φ_lᵀ has a single 1 in c
 ``phi_index[i]``, and r is the size of the union vocabulary; such a model embeds into
 sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`). Models written
 before the key existed are dense.
+
+Shared arrays are optional within schema version 1: a model written before they existed (or
+by a method that has none) has no ``shared_arrays`` key, loads as before, and
+:func:`load_shared_arrays` returns ``{}`` for it.
 
 Arrays are ``.npy`` loaded with ``allow_pickle=False``; the vocabulary is Parquet.
 Every file's size and SHA-256 are recorded in ``model.json`` and checked on load, so a
@@ -45,6 +54,10 @@ from pipeline.errors import ModelError
 
 MODEL_SCHEMA_VERSION = 1
 MODEL_JSON = "model.json"
+SHARED_DIR = "shared"
+#: Names of Cr5's shared arrays: Λ (r,) and Q (r, r) of Φ*Φ*ᵀ = QΛQᵀ.
+GRAM_EIGENVALUES = "gram_eigenvalues"
+GRAM_EIGENVECTORS = "gram_eigenvectors"
 
 
 @dataclass
@@ -105,11 +118,42 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta: dict) -> dict:
+def _check_shared(shared: dict[str, np.ndarray], r: int) -> dict[str, np.ndarray]:
+    out = {}
+    for name, arr in shared.items():
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise ModelError(f"shared array name {name!r} must be an identifier like 'abc_1'")
+        a = np.asarray(arr)
+        if a.dtype.kind not in "fiu" or not np.all(np.isfinite(a)):
+            raise ModelError(f"shared array {name!r} must be finite numbers; got dtype {a.dtype}")
+        out[name] = np.ascontiguousarray(a, dtype=np.float64)
+    lam, q = out.get(GRAM_EIGENVALUES), out.get(GRAM_EIGENVECTORS)
+    if (lam is None) != (q is None):
+        raise ModelError(f"{GRAM_EIGENVALUES} and {GRAM_EIGENVECTORS} go together; pass both")
+    if lam is not None and q is not None:
+        if lam.shape != (r,) or q.shape != (r, r):
+            raise ModelError(
+                f"{GRAM_EIGENVALUES} has shape {lam.shape} and {GRAM_EIGENVECTORS} {q.shape}; "
+                f"expected ({r},) and ({r}, {r}) for r={r}"
+            )
+        if r and not np.all(lam > 0):
+            raise ModelError(f"{GRAM_EIGENVALUES} must be > 0 (Φ*Φ*ᵀ is positive definite)")
+    return out
+
+
+def save_model(
+    path: str | os.PathLike,
+    languages: dict[str, LanguageMap],
+    meta: dict,
+    *,
+    shared: dict[str, np.ndarray] | None = None,
+) -> dict:
     """Write a model directory atomically; returns the ``model.json`` content.
 
     ``meta`` must hold at least ``r``; it is completed with the schema version, languages,
-    vocabulary sizes, library version, creation time and the file checksums.
+    vocabulary sizes, library version, creation time and the file checksums. ``shared``:
+    model-wide arrays saved as ``shared/<name>.npy`` (float64), e.g. Cr5's
+    :data:`GRAM_EIGENVALUES` (r,) and :data:`GRAM_EIGENVECTORS` (r, r).
     """
     path = Path(path)
     if not languages:
@@ -117,6 +161,7 @@ def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta:
     r = int(meta["r"])
     for lang, lm in languages.items():
         lm.validate(lang, r)
+    shared_arrays = _check_shared(shared or {}, r)
     kinds = {lm.is_selection for lm in languages.values()}
     if len(kinds) > 1:
         raise ModelError("a model's languages must all be dense or all be selection maps")
@@ -143,6 +188,10 @@ def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta:
                 }
             )
             pq.write_table(table, d / "vocabulary.parquet", compression="zstd")
+        if shared_arrays:
+            (tmp / SHARED_DIR).mkdir(parents=True)
+            for name, arr in shared_arrays.items():
+                np.save(tmp / SHARED_DIR / f"{name}.npy", arr)
         for f in sorted(tmp.rglob("*")):
             if f.is_file():
                 files[f.relative_to(tmp).as_posix()] = {
@@ -159,6 +208,8 @@ def save_model(path: str | os.PathLike, languages: dict[str, LanguageMap], meta:
             "vocabulary_sizes": {lang: len(lm.terms) for lang, lm in languages.items()},
             "files": files,
         }
+        if shared_arrays:
+            full["shared_arrays"] = sorted(shared_arrays)
         (tmp / MODEL_JSON).write_text(json.dumps(full, indent=2, sort_keys=True, default=str))
         old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
         if path.exists():
@@ -259,6 +310,49 @@ def _selection_map(index: np.ndarray, meta: dict) -> sp.csr_matrix:
     )
 
 
+def load_shared_arrays(
+    path: str | os.PathLike, meta: dict | None = None, *, verify: bool = True
+) -> dict[str, np.ndarray]:
+    """The model-wide arrays of the model at ``path`` (``{}`` for a model without any).
+
+    Each file is checked against ``model.json`` (size; with ``verify`` the SHA-256) and
+    loaded without pickle; Cr5's Λ and Q are checked for shape (r,) and (r, r).
+    """
+    path = Path(path)
+    if meta is None:
+        meta = read_model_json(path)
+    out: dict[str, np.ndarray] = {}
+    for name in meta.get("shared_arrays", []):
+        rel = f"{SHARED_DIR}/{name}.npy"
+        info = meta["files"].get(rel)
+        if info is None:
+            raise ModelError(
+                f"{path / MODEL_JSON} lists shared array {name!r} but no file {rel}; "
+                "the model is corrupted"
+            )
+        _check_file(path / rel, info, checksums=verify)
+        try:
+            out[name] = np.load(path / rel, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read model file {path / rel}: {exc}") from exc
+    try:
+        return _check_shared(out, int(meta["r"]))
+    except ModelError as exc:
+        raise ModelError(f"model {path}: {exc}; the model is corrupted") from exc
+
+
+def _check_file(f: Path, info: dict[str, Any], *, checksums: bool) -> None:
+    if not f.is_file():
+        raise ModelError(f"model file {f} is missing; the model is incomplete")
+    if f.stat().st_size != info["bytes"]:
+        raise ModelError(
+            f"model file {f} has {f.stat().st_size} bytes, model.json says {info['bytes']}: "
+            "the file is truncated or was replaced"
+        )
+    if checksums and _sha256(f) != info["sha256"]:
+        raise ModelError(f"model file {f} fails its SHA-256 check: the file is corrupted")
+
+
 def verify_files(
     path: str | os.PathLike, meta: dict, languages: list[str], *, checksums: bool = True
 ) -> None:
@@ -267,18 +361,8 @@ def verify_files(
     Sizes are always compared; with ``checksums`` the SHA-256 too. Raises ModelError.
     """
     path = Path(path)
-    verify = checksums
     prefixes = tuple(f"languages/{lang}/" for lang in languages)
     for rel, info in meta["files"].items():
         if rel.startswith("languages/") and not rel.startswith(prefixes):
             continue
-        f = path / rel
-        if not f.is_file():
-            raise ModelError(f"model file {f} is missing; the model is incomplete")
-        if f.stat().st_size != info["bytes"]:
-            raise ModelError(
-                f"model file {f} has {f.stat().st_size} bytes, model.json says {info['bytes']}: "
-                "the file is truncated or was replaced"
-            )
-        if verify and _sha256(f) != info["sha256"]:
-            raise ModelError(f"model file {f} fails its SHA-256 check: the file is corrupted")
+        _check_file(path / rel, info, checksums=checksums)

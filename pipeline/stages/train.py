@@ -37,7 +37,7 @@ from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, wri
 from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import TFIDF, VOCABULARY
 from pipeline.linalg.backend import pass_delta
-from pipeline.model.format import LanguageMap, save_model
+from pipeline.model.format import GRAM_EIGENVALUES, GRAM_EIGENVECTORS, LanguageMap, save_model
 from pipeline.preflight import check_rank
 
 log = logging.getLogger(__name__)
@@ -298,12 +298,18 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         )
     ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
     t0 = time.perf_counter()
+    shared: dict[str, np.ndarray] = {}
     if t.method == "cr5":
         solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
         solver.fit(backend)
         components, means = solver.components_, solver.mean_
         eigenvalues, history = solver.eigenvalues_, solver.history_
         n_iter = solver.n_iter_
+        # Λ, Q of Φ*Φ*ᵀ = QΛQᵀ: the Φ* word vectors are Φ_lᵀ Λ^{1/2} Qᵀ
+        shared = {
+            GRAM_EIGENVALUES: solver.gram_eigenvalues_,
+            GRAM_EIGENVECTORS: solver.gram_eigenvectors_,
+        }
     else:
         terms = None
         if t.method == "untranslated":
@@ -358,7 +364,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "warnings": warnings_,
     }
     model_path = cfg.paths.dataset("model")
-    save_model(model_path, maps, meta)
+    save_model(model_path, maps, meta, shared=shared)
     if ckpt and Path(ckpt).exists():
         shutil.rmtree(ckpt, ignore_errors=True)  # the model is the durable result now
     eig = eigenvalues

@@ -10,9 +10,11 @@ within k; candidates are the ``max_candidates`` most frequent target words of ea
 vocabulary).
 
 Methods: ``cr5``: rows of Φ_lᵀ of the model at ``paths.model`` (words looked up through the
-model's own tokeniser); ``procrustes``: orthogonal map of the normalised word2vec vectors
-fitted on the training pairs; ``procrustes_refined`` (``words.refine_iterations > 0``): that
-map refitted on mutual CSLS nearest neighbours; ``rcsls``: RCSLS from the Procrustes start.
+model's own tokeniser); ``cr5_phi_star``: rows of the same model's Φ_l*ᵀ = Φ_lᵀ Λ^{1/2} Qᵀ
+(before Eq. 15's orthonormalisation; needs a model saved with Λ and Q); ``procrustes``:
+orthogonal map of the normalised word2vec vectors fitted on the training pairs;
+``procrustes_refined`` (``words.refine_iterations > 0``): that map refitted on mutual CSLS
+nearest neighbours; ``rcsls``: RCSLS from the Procrustes start.
 Writes ``words.json`` and ``words.md`` (atomically) to ``words.report_dir``.
 """
 
@@ -48,6 +50,8 @@ __all__ = ["format_words_table", "run"]
 logger = logging.getLogger(__name__)
 
 KS = (1, 5, 10)
+#: words.methods served by the Cr5 model, and the word vector variant each uses.
+CR5_VARIANTS = {"cr5": "phi", "cr5_phi_star": "phi_star"}
 
 
 def _pairs_index(lex: Lexicon, s_words: list[str], t_words: list[str]) -> tuple[np.ndarray, ...]:
@@ -124,11 +128,15 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     lexicon = read_lexicon(w.lexicon)
     vocabularies: list[tuple[set[str], set[str]]] = []
     model = wv_s = wv_t = None
-    if "cr5" in w.methods:
+    cr5_vectors: dict[str, tuple[list[str], np.ndarray, list[str], np.ndarray]] = {}
+    if set(CR5_VARIANTS) & set(w.methods):
         model = Cr5Model.load(cfg.paths.dataset("model"))
         lexicon = lexicon.tokenized(model.tokenizer)
-        c_sw, c_sv = model.word_vectors(src)
-        c_tw, c_tv = model.word_vectors(tgt)
+        for method, variant in CR5_VARIANTS.items():
+            if method in w.methods:
+                c_sw, c_sv = model.word_vectors(src, variant)
+                c_tw, c_tv = model.word_vectors(tgt, variant)
+                cr5_vectors[method] = (c_sw, c_sv, c_tw, c_tv)
         vocabularies.append((set(c_sw), set(c_tw)))
     if {"procrustes", "rcsls"} & set(w.methods):
         root = local_dir(word_vectors_dir(cfg), "paths.word_vectors")
@@ -150,8 +158,8 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     selection: dict[str, Any] = {}
     maps: dict[str, np.ndarray] = {}  # method -> its source vectors mapped into the target space
-    if model is not None:
-        results += _score("cr5", split.test, c_sw, c_sv, c_tw, c_tv, cfg)
+    for method, (c_sw, c_sv, c_tw, c_tv) in cr5_vectors.items():
+        results += _score(method, split.test, c_sw, c_sv, c_tw, c_tv, cfg)
     if wv_s is not None and wv_t is not None:
         xs, yt = normalize_embeddings(wv_s.vectors), normalize_embeddings(wv_t.vectors)
         i, j = _pairs_index(split.train, wv_s.words, wv_t.words)
