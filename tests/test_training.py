@@ -44,6 +44,14 @@ def cfg_for(root, *overrides):
     return load_config(PROFILES, [f"paths.root={root}", "spark.shuffle_partitions=2", *overrides])
 
 
+def phi_star_probe(model: Cr5Model, langs: list[str]) -> np.ndarray:
+    """Φ*ᵀΦ* Z for a fixed random Z (p x 4): unchanged by the sign (or any rotation within a
+    degenerate eigenspace) of P's columns, so two fits of one problem can be compared."""
+    phi_star_t = np.vstack([model.word_vectors(lang, "phi_star")[1] for lang in langs])
+    z = np.random.default_rng(0).standard_normal((phi_star_t.shape[0], 4))
+    return phi_star_t.astype(np.float64) @ (phi_star_t.T.astype(np.float64) @ z)
+
+
 def test_train_writes_a_model_consistent_with_the_training_matrix(spark, sample_features):
     cfg = cfg_for(sample_features, "train.r=16", "train.lam=1.0")
     report = get_stage("train")(spark, cfg)
@@ -189,6 +197,9 @@ def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_feature
     b = np.vstack([resumed.word_vectors(lang)[1] for lang in ref.languages])
     angles = np.degrees(scipy.linalg.subspace_angles(a.astype(np.float64), b.astype(np.float64)))
     assert angles.max() < 0.1, angles.max()
+    # the resumed fit keeps Λ and Q too: the same Φ*
+    ra, rb = phi_star_probe(ref, ref.languages), phi_star_probe(resumed, ref.languages)
+    assert np.linalg.norm(ra - rb) < 1e-3 * np.linalg.norm(ra)
 
 
 def test_spark_backend_trains_the_same_model_as_local(spark, sample_features, tmp_path):
@@ -219,6 +230,8 @@ def test_spark_backend_trains_the_same_model_as_local(spark, sample_features, tm
         for m in (models["local"], models["spark"])
     )
     assert np.degrees(scipy.linalg.subspace_angles(a, b)).max() < 0.1
+    pa_, pb_ = (phi_star_probe(models[kind], ["en", "es"]) for kind in ("local", "spark"))
+    assert np.linalg.norm(pa_ - pb_) < 1e-4 * np.linalg.norm(pa_)
     for m in models.values():
         assert m.meta["solver"]["history"]["eigensolver"]["converged"]
         assert m.meta["training"]["backend"] in ("local", "spark")
