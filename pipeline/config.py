@@ -225,13 +225,15 @@ class TrainConfig:
         "~8 bytes per nonzero). None: one block up to 2M nonzeros, else "
         "max(defaultParallelism, ceil(nnz_l / 2M)).",
     )
-    solve_in_task_max_nnz: int = param(
-        64_000_000,
+    solve_in_task_max_nnz: int | None = param(
+        None,
         lo=0,
         doc="spark backend: a language with at most this many nonzeros runs each CG solve as "
         "ONE fused Spark job: every solving task gathers all the language's cached blocks "
-        "(~12 bytes per nonzero of Python memory per task) and solves its share of the "
-        "right-hand sides, instead of one job per CG iteration; 0: never.",
+        "(~24 bytes per nonzero of Python memory per task at peak) and solves its share of "
+        "the right-hand sides, instead of one job per CG iteration; 0: never. None: in local "
+        "mode, what a quarter of the machine's memory holds for solve_tasks tasks; on a "
+        "cluster 64M (~1.5 GB per task, inside spark.executor.memoryOverhead).",
     )
     solve_in_task_memory_mb: int = param(
         512,

@@ -245,3 +245,43 @@ def test_direct_write_keeps_only_the_reported_files(tmp_path):
     assert removed == 2
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert left == ["lang=en/part-3-00000-1.parquet"]
+
+
+def test_direct_write_checks_the_model_before_publishing(spark, model_dir, tmp_path):
+    """The direct write counts languages and verifies the model's checksums during its one
+    pass: a corrupted Φ file fails the stage and nothing is published; embed.languages
+    selects model languages and reports the others as skipped."""
+    import shutil
+
+    src = tmp_path / "docs.jsonl"
+    rows = [
+        {"doc_id": f"{lang}{i}", "lang": lang, "text": t}
+        for lang, texts in TEXTS.items()
+        for i, t in enumerate(texts)
+    ]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = [f"paths.root={tmp_path}/out", f"embed.input={src}", "embed.direct_write=true"]
+    cfg = load_config(
+        [REPO / "conf/local.yaml"], [*overrides, f"paths.model={model_dir}", "embed.languages=[de]"]
+    )
+    report = get_stage("embed")(spark, cfg)
+    assert report["writer"] == "executors (Arrow to Parquet)"
+    assert set(report["per_language"]) == {"de"}
+    assert report["skipped_languages"] == {"en": len(TEXTS["en"]), "xx": 1}
+    manifest = read_manifest(spark, EMBEDDINGS, cfg.paths.dataset("embeddings"))
+    assert manifest["rows"] == len(TEXTS["de"])
+    assert manifest["rows_by_lang"] == {"de": len(TEXTS["de"])}
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    phi = broken / "languages" / "de" / "phi.npy"
+    data = bytearray(phi.read_bytes())
+    data[-1] ^= 0xFF  # same size, different bytes
+    phi.write_bytes(bytes(data))
+    bad = load_config([REPO / "conf/local.yaml"], [*overrides, f"paths.model={broken}"])
+    with pytest.raises(ModelError, match="SHA-256"):
+        get_stage("embed")(spark, bad)
+    # The published version is still the first run's.
+    assert read_manifest(spark, EMBEDDINGS, cfg.paths.dataset("embeddings"))["rows"] == len(
+        TEXTS["de"]
+    )

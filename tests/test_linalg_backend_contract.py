@@ -551,3 +551,20 @@ def test_factory_builds_the_documented_classes(backends):
     assert type(backends["spark", "float32"]) is SparkCorpusBackend
     assert backends["spark", "float32"].n_partitions("en") == SPARK_PARTITIONS["float32"]
     assert {be.dtype for be in backends.values()} == set(TOL)
+
+
+def test_auto_solve_in_task_limit():
+    """train.solve_in_task_max_nnz=None: a quarter of the machine's memory over the solving
+    tasks in local mode (24 bytes per nonzero), the cluster default elsewhere."""
+    from pipeline.backends.spark import (
+        CLUSTER_SOLVE_IN_TASK_MAX_NNZ,
+        SOLVE_IN_TASK_BYTES_PER_NNZ,
+        auto_solve_in_task_max_nnz,
+    )
+
+    gib = 2**30
+    assert auto_solve_in_task_max_nnz("local[2]", 2, 24 * gib) == 24 * gib // 4 // (2 * 24)
+    assert SOLVE_IN_TASK_BYTES_PER_NNZ == 24
+    assert auto_solve_in_task_max_nnz("local[*]", 1, 8 * gib) == 2 * gib // 24
+    assert auto_solve_in_task_max_nnz("yarn", 2, 24 * gib) == CLUSTER_SOLVE_IN_TASK_MAX_NNZ
+    assert auto_solve_in_task_max_nnz("local[2]", 2) > 0  # reads the OS

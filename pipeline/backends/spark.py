@@ -48,6 +48,7 @@ import functools
 import itertools
 import logging
 import math
+import os
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -71,6 +72,7 @@ __all__ = [
     "SOLVE_IN_TASK_MAX_NNZ",
     "DetachedBackendError",
     "SparkCorpusBackend",
+    "auto_solve_in_task_max_nnz",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,9 +82,34 @@ log = logging.getLogger(__name__)
 NNZ_PER_PARTITION = 2_000_000
 
 #: ``train.solve_in_task_max_nnz``: a language with at most this many nonzeros runs each CG
-#: solve as one fused job whose tasks gather all its blocks (~12 bytes per nonzero of Python
-#: memory per solving task; see :meth:`SparkCorpusBackend.solve_gram`).
+#: solve as one fused job whose tasks gather all its blocks (see
+#: :meth:`SparkCorpusBackend.solve_gram`). None: :func:`auto_solve_in_task_max_nnz`.
 SOLVE_IN_TASK_MAX_NNZ = _D.solve_in_task_max_nnz
+
+#: Python memory of one solving task per nonzero of its language, at peak: the unpickled
+#: blocks (float32 values, int32 indices: 8 bytes, plus row pointers) and their
+#: concatenation into one CSR matrix.
+SOLVE_IN_TASK_BYTES_PER_NNZ = 24
+
+#: The cluster default of ``solve_in_task_max_nnz`` (~1.5 GB per solving task).
+CLUSTER_SOLVE_IN_TASK_MAX_NNZ = 64_000_000
+
+
+def auto_solve_in_task_max_nnz(master: str, tasks: int, memory_bytes: int | None = None) -> int:
+    """The default of ``train.solve_in_task_max_nnz``.
+
+    In local mode the solving tasks are Python processes on this machine: a quarter of its
+    physical memory (``memory_bytes``, default read from the OS) shared by ``tasks`` tasks at
+    :data:`SOLVE_IN_TASK_BYTES_PER_NNZ` bytes per nonzero (24 GB, 2 tasks: 125M nonzeros).
+    On a cluster the executors' Python memory is not visible from here:
+    :data:`CLUSTER_SOLVE_IN_TASK_MAX_NNZ`; set the key with the executors' memory.
+    """
+    if not master.startswith("local"):
+        return CLUSTER_SOLVE_IN_TASK_MAX_NNZ
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(memory_bytes // 4 // (SOLVE_IN_TASK_BYTES_PER_NNZ * max(1, tasks)))
+
 
 #: ``train.solve_in_task_memory_mb``: working memory of the CG vectors of one in-task solve.
 #: Block CG keeps ~9 float64 arrays of p_l rows per right-hand side, so an in-task solve runs
@@ -467,8 +494,9 @@ class SparkCorpusBackend(CorpusBackend):
     concept_counts : dict of str to ndarray of shape (K,)
     dtype : {"float32", "float64"}
         Arithmetic of the passes (the blocks are stored in it).
-    solve_in_task_max_nnz : int
-        Languages with at most this many nonzeros solve in fused jobs (:meth:`solve_gram`).
+    solve_in_task_max_nnz : int or None
+        Languages with at most this many nonzeros solve in fused jobs (:meth:`solve_gram`);
+        None: :func:`auto_solve_in_task_max_nnz`.
     solve_in_task_memory_mb : int
         Bound on the CG vectors of one solving task (:meth:`solve_gram`).
     solve_tasks : int or None
@@ -484,17 +512,29 @@ class SparkCorpusBackend(CorpusBackend):
         column_stats: dict[str, np.ndarray],
         concept_counts: dict[str, np.ndarray],
         dtype: str = "float32",
-        solve_in_task_max_nnz: int = SOLVE_IN_TASK_MAX_NNZ,
+        solve_in_task_max_nnz: int | None = SOLVE_IN_TASK_MAX_NNZ,
         solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
         solve_tasks: int | None = None,
     ) -> None:
         super().__init__(dtype=dtype)
+        if solve_in_task_max_nnz is None:
+            solve_in_task_max_nnz = auto_solve_in_task_max_nnz(
+                str(spark_context.master), solve_tasks or int(spark_context.defaultParallelism)
+            )
         self._solve_max_nnz = int(solve_in_task_max_nnz)
         self._solve_memory_mb = int(solve_in_task_memory_mb)
         self._solve_tasks = solve_tasks
         self._sc = spark_context
         self._blocks = dict(blocks)
         self._layout = layout
+        fused = [lang for lang in blocks if layout.nnz[lang] <= self._solve_max_nnz]
+        log.info(
+            "fused CG solves (one job per solve) up to %d nonzeros: %s; one job per CG "
+            "iteration: %s",
+            self._solve_max_nnz,
+            ", ".join(fused) or "none",
+            ", ".join(lang for lang in blocks if lang not in fused) or "none",
+        )
         self._column_stats = column_stats
         self._concept_count = concept_counts
         # sorted ids of the concepts with a document in each language (xt_gather's rows of P)
@@ -512,7 +552,7 @@ class SparkCorpusBackend(CorpusBackend):
         *,
         dtype: str = "float32",
         partitions_per_language: int | None = None,
-        solve_in_task_max_nnz: int = SOLVE_IN_TASK_MAX_NNZ,
+        solve_in_task_max_nnz: int | None = SOLVE_IN_TASK_MAX_NNZ,
         solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
         solve_tasks: int | None = None,
         languages: Sequence[str] | None = None,
@@ -527,9 +567,10 @@ class SparkCorpusBackend(CorpusBackend):
         dtype : {"float32", "float64"}
         partitions_per_language : int, optional
             Row partitions (cached blocks) per language. Default: :func:`default_partitions`.
-        solve_in_task_max_nnz : int
+        solve_in_task_max_nnz : int, optional
             Languages with at most this many nonzeros run each CG solve as one fused job
-            (:meth:`solve_gram`); 0: never (one job per CG iteration).
+            (:meth:`solve_gram`); 0: never (one job per CG iteration). Default:
+            :func:`auto_solve_in_task_max_nnz`.
         solve_in_task_memory_mb : int
             Bound on the CG vectors of one solving task (columns run in chunks within it).
         solve_tasks : int, optional

@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -62,11 +63,20 @@ FILES_SCHEMA = "file string, lang string, rows long, zeros long"
 
 
 def write_files_fn(
-    directory: str, location: str, version: str, *, normalize: bool
+    directory: str,
+    location: str,
+    version: str,
+    *,
+    normalize: bool,
+    languages: Sequence[str] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the direct write: embed each Arrow batch and append it
     to this task's Parquet file of its language (``<directory>/lang=<l>/part-<task>.parquet``,
     the layout and schema Spark's writer would give), then return one small row per file.
+
+    Rows whose language is not in ``languages`` (None: all) are not embedded; they are
+    counted and reported as rows with a null ``file``, so the driver learns the input's
+    languages from this one pass instead of a counting job before it.
 
     The vectors never go through the JVM: converting 300-float arrays between Arrow and
     Spark rows and writing them with Spark's Parquet writer cost ~4x the embedding itself
@@ -76,6 +86,8 @@ def write_files_fn(
     """
     import pyarrow.parquet as pq
 
+    keep = None if languages is None else pa.array(sorted(languages), pa.string())
+
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -84,8 +96,20 @@ def write_files_fn(
         model = worker_model(location, version)
         writers: dict[str, Any] = {}
         counts: dict[str, list[int]] = {}
+        skipped: dict[str, int] = {}
         try:
             for batch in batches:
+                if keep is not None:
+                    wanted = pc.is_in(batch.column("lang"), value_set=keep)
+                    if not pc.all(wanted).as_py():
+                        rest = pc.value_counts(batch.column("lang").filter(pc.invert(wanted)))
+                        for item in rest.to_pylist():
+                            skipped[item["values"]] = (
+                                skipped.get(item["values"], 0) + item["counts"]
+                            )
+                        batch = batch.filter(wanted)
+                if not batch.num_rows:
+                    continue
                 out = embed_batch(model, batch, normalize=normalize)
                 langs = out.column("lang")
                 present = pc.unique(langs).to_pylist()
@@ -95,7 +119,9 @@ def write_files_fn(
                     if lang not in writers:
                         os.makedirs(f"{directory}/lang={lang}", exist_ok=True)
                         writers[lang] = pq.ParquetWriter(
-                            f"{directory}/lang={lang}/part-{tag}.parquet", FILE_SCHEMA
+                            f"{directory}/lang={lang}/part-{tag}.parquet",
+                            FILE_SCHEMA,
+                            **FILE_WRITER_OPTIONS,
                         )
                         counts[lang] = [0, 0]
                     writers[lang].write_batch(part.cast(FILE_SCHEMA))
@@ -104,19 +130,37 @@ def write_files_fn(
         finally:
             for w in writers.values():
                 w.close()
-        if counts:
-            langs_ = sorted(counts)
+        rows = [(f"lang={lang}/part-{tag}.parquet", lang, n, z) for lang, (n, z) in counts.items()]
+        rows += [(None, lang, n, 0) for lang, n in skipped.items()]
+        if rows:
+            rows.sort(key=lambda row: row[1])
             yield pa.RecordBatch.from_arrays(
                 [
-                    pa.array([f"lang={lang}/part-{tag}.parquet" for lang in langs_]),
-                    pa.array(langs_),
-                    pa.array([counts[lang][0] for lang in langs_], pa.int64()),
-                    pa.array([counts[lang][1] for lang in langs_], pa.int64()),
+                    pa.array([row[0] for row in rows], pa.string()),
+                    pa.array([row[1] for row in rows], pa.string()),
+                    pa.array([row[2] for row in rows], pa.int64()),
+                    pa.array([row[3] for row in rows], pa.int64()),
                 ],
                 names=["file", "lang", "rows", "zeros"],
             )
 
     return fn
+
+
+#: Parquet writer options of the direct write. The vectors are near-random floats: neither a
+#: dictionary nor compression shrinks them (measured: 115 MB either way per 100k x 300), but
+#: both, and min/max statistics over every element, cost CPU (default options: 2.2x the
+#: writer CPU of these; bench/README.md). The small columns keep Spark's defaults.
+FILE_WRITER_OPTIONS: dict[str, Any] = {
+    "use_dictionary": ["doc_id", "concept_id"],
+    "write_statistics": ["doc_id", "concept_id", "n_terms"],
+    "compression": {
+        "doc_id": "snappy",
+        "concept_id": "snappy",
+        "n_terms": "snappy",
+        "vector": "none",
+    },
+}
 
 
 #: Arrow schema of the files the direct write produces (the ``embeddings`` columns but the
@@ -168,33 +212,18 @@ def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
     return df
 
 
-def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+def _check_languages(
+    found: dict[str, int], selected: list[str], meta: dict, model_path: str, cfg: Config
+) -> tuple[list[str], dict[str, int], list[str]]:
+    """From the input's documents per language: the languages to embed, the skipped ones and
+    the warnings; raise InputDataError for an empty input, unknown languages under
+    ``embed.on_unknown_language: error``, or no language of the model."""
     e = cfg.embed
-    model_path = cfg.paths.dataset("model")
-    meta = read_model_json(model_path)
-    if meta.get("phi_format", "dense") == "selection":
-        raise ModelError(
-            f"model {model_path} is a {meta.get('method', 'selection')!r} model: it maps "
-            f"documents to sparse vectors over a union vocabulary of r={meta['r']} terms, which "
-            "the embeddings dataset (dense float vectors) does not hold. Evaluate it with the "
-            "evaluate stage (evaluate.methods) or embed with the Python API (Cr5Model.embed "
-            "returns a scipy.sparse matrix for it)"
-        )
-    # Language codes are canonical (trimmed, lower-case) everywhere: ingest, this job
-    # and Cr5Model / python -m pipeline embed (canonical_lang) treat "EN " as "en".
-    docs = read_input(spark, cfg).select(
-        F.col("doc_id").cast("string"),
-        F.lower(F.trim(F.col("lang").cast("string"))).alias("lang"),
-        F.col("concept_id").cast("string"),
-        F.col("text").cast("string"),
-    )
-    found = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().collect()}
     if not found:
         raise InputDataError(
             f"nothing to embed: {e.input or cfg.paths.dataset('documents')} has no documents"
         )
-    selected = [canonical_lang(lang) for lang in e.languages] or sorted(found)
-    wanted = [lang for lang in selected if lang in meta["languages"]]
+    wanted = [lang for lang in (selected or sorted(found)) if lang in meta["languages"]]
     skipped = {lang: n for lang, n in found.items() if lang not in wanted}
     unknown = {lang: n for lang, n in skipped.items() if lang not in meta["languages"]}
     warnings_: list[str] = []
@@ -215,21 +244,70 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     for lang, n in sorted(skipped.items()):
         if lang not in unknown:
             log.info("skipping %d document(s) in language %r (not in embed.languages)", n, lang)
-    if not wanted:
+    if not any(lang in found for lang in wanted):
         raise InputDataError(
             f"no document is in a language of the model {model_path} (input languages: "
             f"{sorted(found)}; model languages: {meta['languages']})"
         )
-    verify_files(model_path, meta, wanted, checksums=True)
+    return wanted, dict(sorted(skipped.items())), warnings_
 
+
+class _BackgroundChecksums:
+    """SHA-256 of the model's language files, one language at a time on a driver thread,
+    while the embedding job runs (the driver only waits for it); :meth:`result` waits for the
+    languages the input had and raises their ModelError. Sizes are checked at once."""
+
+    def __init__(self, model_path: str, meta: dict, languages: list[str]) -> None:
+        verify_files(model_path, meta, languages, checksums=False)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="model-sha256")
+        self._jobs: dict[str, Future[None]] = {
+            lang: self._pool.submit(verify_files, model_path, meta, [lang], checksums=True)
+            for lang in languages
+        }
+
+    def result(self, languages: list[str]) -> None:
+        try:
+            for lang, job in self._jobs.items():
+                if lang not in languages:
+                    job.cancel()
+            for lang in languages:
+                self._jobs[lang].result()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    e = cfg.embed
+    model_path = cfg.paths.dataset("model")
+    meta = read_model_json(model_path)
+    if meta.get("phi_format", "dense") == "selection":
+        raise ModelError(
+            f"model {model_path} is a {meta.get('method', 'selection')!r} model: it maps "
+            f"documents to sparse vectors over a union vocabulary of r={meta['r']} terms, which "
+            "the embeddings dataset (dense float vectors) does not hold. Evaluate it with the "
+            "evaluate stage (evaluate.methods) or embed with the Python API (Cr5Model.embed "
+            "returns a scipy.sparse matrix for it)"
+        )
+    # Language codes are canonical (trimmed, lower-case) everywhere: ingest, this job
+    # and Cr5Model / python -m pipeline embed (canonical_lang) treat "EN " as "en".
+    docs = read_input(spark, cfg).select(
+        F.col("doc_id").cast("string"),
+        F.lower(F.trim(F.col("lang").cast("string"))).alias("lang"),
+        F.col("concept_id").cast("string"),
+        F.col("text").cast("string"),
+    )
+    selected = [canonical_lang(lang) for lang in e.languages]
     location = ship_model(spark.sparkContext, model_path)
     version = str(meta.get("created_utc"))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(e.batch_rows))
     path = cfg.paths.dataset("embeddings")
-    docs = docs.filter(F.col("lang").isin(wanted))
+    direct = e.direct_write and cfg.paths.format == "parquet" and HadoopFS(spark, path).is_local()
+    writer = "executors (Arrow to Parquet)" if direct else "spark"
     t0 = time.perf_counter()
 
-    def finish(stats: dict[str, dict[str, int]]) -> dict[str, Any]:
+    def report_of(
+        stats: dict[str, dict[str, int]], skipped: dict[str, int], warnings_: list[str]
+    ) -> dict[str, Any]:
         zeros = {lang: st["zero_vectors"] for lang, st in stats.items() if st["zero_vectors"]}
         if zeros:
             msg = (
@@ -243,7 +321,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             "model": model_path,
             "per_language": stats,
             "documents": sum(st["documents"] for st in stats.values()),
-            "skipped_languages": dict(sorted(skipped.items())),
+            "skipped_languages": skipped,
             "normalized": e.normalize,
             "dim": int(meta["r"]),
             "embed_seconds": round(time.perf_counter() - t0, 2),
@@ -251,32 +329,52 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             "warnings": warnings_,
         }
 
-    direct = e.direct_write and cfg.paths.format == "parquet" and HadoopFS(spark, path).is_local()
-    writer = "executors (Arrow to Parquet)" if direct else "spark"
     if direct:
+        # One pass: the workers embed the model's (selected) languages and count the rest;
+        # the language checks run on those counts before anything is published, and the
+        # model's checksums are computed on the driver meanwhile.
+        candidates = [lang for lang in (selected or meta["languages"]) if lang in meta["languages"]]
+        checksums = _BackgroundChecksums(model_path, meta, candidates)
 
         def write_files(directory: str) -> dict[str, Any]:
-            fn = write_files_fn(directory, location, version, normalize=e.normalize)
+            fn = write_files_fn(
+                directory, location, version, normalize=e.normalize, languages=candidates
+            )
             rows = docs.mapInArrow(fn, FILES_SCHEMA).collect()
-            removed = keep_reported_files(directory, {r["file"] for r in rows})
+            found: dict[str, int] = {}
+            for r in rows:
+                found[r["lang"]] = found.get(r["lang"], 0) + r["rows"]
+            wanted, skipped, warnings_ = _check_languages(found, selected, meta, model_path, cfg)
+            checksums.result([lang for lang in wanted if lang in found])
+            removed = keep_reported_files(directory, {r["file"] for r in rows if r["file"]})
             if removed:
                 log.info("embed: removed %d file(s) of failed task attempts", removed)
             stats: dict[str, dict[str, int]] = {}
             for r in rows:
-                st = stats.setdefault(r["lang"], {"documents": 0, "zero_vectors": 0})
-                st["documents"] += r["rows"]
-                st["zero_vectors"] += r["zeros"]
-            report = finish(dict(sorted(stats.items())))
+                if r["file"]:
+                    st = stats.setdefault(r["lang"], {"documents": 0, "zero_vectors": 0})
+                    st["documents"] += r["rows"]
+                    st["zero_vectors"] += r["zeros"]
+            report = report_of(dict(sorted(stats.items())), skipped, warnings_)
             return {"report": report, "expected_rows": report["documents"]}
 
-        manifest = write_dataset(
-            spark, None, EMBEDDINGS, path, files=write_files, **write_options(cfg.paths)
-        )
+        try:
+            manifest = write_dataset(
+                spark, None, EMBEDDINGS, path, files=write_files, **write_options(cfg.paths)
+            )
+        finally:
+            checksums.result([])
         report = manifest["report"]
     else:
-        out = docs.mapInArrow(
-            embed_fn(location, version, normalize=e.normalize), OUTPUT_SCHEMA
-        ).persist()
+        found = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().collect()}
+        wanted, skipped, warnings_ = _check_languages(found, selected, meta, model_path, cfg)
+        verify_files(model_path, meta, wanted, checksums=True)
+        t0 = time.perf_counter()
+        out = (
+            docs.filter(F.col("lang").isin(wanted))
+            .mapInArrow(embed_fn(location, version, normalize=e.normalize), OUTPUT_SCHEMA)
+            .persist()
+        )
         stats = {
             r["lang"]: {"documents": r["n"], "zero_vectors": r["zeros"]}
             for r in out.groupBy("lang")
@@ -287,7 +385,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             .orderBy("lang")
             .collect()
         }
-        report = finish(stats)
+        report = report_of(stats, skipped, warnings_)
         write_dataset(
             spark,
             out,
