@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -424,6 +426,11 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
         ("embed", "jobs/embed.py", []),
         ("evaluate", "jobs/evaluate.py", []),
     ]
+    records = workdir / "records"
+    records.mkdir(parents=True, exist_ok=True)
+    if args.skip_generate and (records / "generate.json").exists():
+        # The corpus's own record from the run that generated it.
+        stages["generate"] = _read_json(records / "generate.json")
     t_all = time.perf_counter()
     for name, script, extra in plan:
         stages[name] = run_stage(name, command(name, script, extra), workdir, args.interval, env)
@@ -480,6 +487,9 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
                 "candidates": rep.get("candidates"),
             }
             result["quality"] = _quality(rep)
+        # Each stage's record as soon as it is complete: a later --skip-generate run
+        # reuses the corpus's, and an interrupted run keeps what it measured.
+        (records / f"{name}.json").write_text(json.dumps(stages[name], indent=1))
     result["total_wall_s"] = round(time.perf_counter() - t_all, 1)
     tf = _manifest(root, "tfidf")
     result["corpus"] = {
@@ -540,6 +550,26 @@ def table(result: dict[str, Any]) -> str:
             f"{_gb(sp['result_bytes'])} | {sp['jobs']} / {sp['tasks']} | {note} |"
         )
     return "\n".join(lines)
+
+
+def loglog_slopes(paths: list[Path]) -> dict[str, float]:
+    """Least-squares slope of log(time) against log(nnz) over the runs, per stage (wall
+    time) and for the fits alone (``fit:<stage>``, the solver without session and load)."""
+    runs = [_read_json(p) for p in paths]
+    series: dict[str, list[tuple[float, float]]] = {}
+    for r in runs:
+        nnz = r["corpus"]["nnz"]
+        for name, st in r["stages"].items():
+            series.setdefault(name, []).append((nnz, st["wall_s"]))
+            fit = (st.get("report") or {}).get("fit_s")
+            if fit:
+                series.setdefault(f"fit:{name}", []).append((nnz, fit))
+    out = {}
+    for name, pts in series.items():
+        if len({n for n, _ in pts}) >= 2:
+            x, y = np.log([n for n, _ in pts]), np.log([t for _, t in pts])
+            out[name] = round(float(np.polyfit(x, y, 1)[0]), 3)
+    return out
 
 
 def plot(paths: list[Path], out: Path) -> None:
@@ -610,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     args, generator_args = p.parse_known_args(argv)
     if args.plot:
         plot(args.plot, args.plot_out)
+        print("log-log slope of time against nnz:", json.dumps(loglog_slopes(args.plot)))
         for path in args.plot:
             r = _read_json(path)
             print(f"\n{r['label']}: nnz {r['corpus']['nnz']:,}\n{table(r)}")
