@@ -469,6 +469,9 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
                 "eigenvalues_first_last": [meta["eigenvalues"][0], meta["eigenvalues"][-1]]
                 if meta.get("eigenvalues")
                 else None,
+                # what bench/cost_model.py needs: block width, basis, CG iterations and
+                # seconds per solve and language, timings of the fit's phases
+                "solver": solver_summary(hist),
             }
         elif name == "embed":
             rep = _manifest(root, "embeddings")
@@ -504,6 +507,20 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
             stages["train"]["report"]["fit_s"] / stages["train_local"]["report"]["fit_s"], 2
         )
     return result
+
+
+def solver_summary(history: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a model's solver history the cost model uses (bench/cost_model.py)."""
+    return {
+        key: history.get(key)
+        for key in ("block_size", "max_basis", "n_concepts", "n_terms", "languages", "timings")
+    } | {
+        "eigensolver_iterations": (history.get("eigensolver") or {}).get("n_iter"),
+        "solves": [
+            {k: s.get(k) for k in ("stage", "n_rhs", "n_iter", "seconds")}
+            for s in history.get("solves", [])
+        ],
+    }
 
 
 # --------------------------------------------------------------------------- table and plot
