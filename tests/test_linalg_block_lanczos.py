@@ -200,3 +200,25 @@ def test_orthonormal_columns_spans_the_input(cond):
     # same span as Householder QR (the fallback handles the ill-conditioned cases)
     ref = np.linalg.qr(q)[0]
     assert np.linalg.norm(ref - o @ (o.T @ ref)) < 1e-8
+
+
+def test_bounded_basis_peak_memory_is_one_basis():
+    """With max_basis the driver holds one n x max_basis float64 buffer: appending a block
+    and thick restarts work in place (the previous np.hstack held two bases at once)."""
+    import tracemalloc
+
+    n, r, b, cap = 40_000, 4, 8, 40
+    rng = np.random.default_rng(0)
+    diag = np.sort(rng.uniform(1.0, 2.0, n))[::-1]  # flat spectrum: many restarts
+    op = CallableOperator((n, n), lambda v: diag[:, None] * v)
+    tracemalloc.start()
+    try:
+        with pytest.warns(ConvergenceWarning):
+            res = block_lanczos(op, r, block_size=b, rtol=1e-12, maxiter=12, seed=0, max_basis=cap)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert res.n_restarts >= 2
+    one_basis = n * cap * 8
+    # the buffer, plus a few n x b blocks (operator output, orthogonalisation, the result)
+    assert peak < one_basis + 8 * n * b * 8, (peak / one_basis, res.n_restarts)

@@ -351,6 +351,11 @@ def block_lanczos(
     rng = np.random.default_rng()
     rng.bit_generator.state = state.rng_state
 
+    # The basis lives in one preallocated buffer (state.basis is a view of its first
+    # columns): appending a block or restarting copies no more than the block, so the
+    # driver's peak is one K x max_basis array, not two while np.hstack builds the next.
+    buf = _BasisBuffer(state.basis, max_basis)
+    state.basis = buf.view()
     clock = ProgressClock(maxiter, rtol, start_iteration=state.n_iter)
     converged = False
     theta = s = rho = None
@@ -382,7 +387,7 @@ def block_lanczos(
         h[:m_total, state.n_applied :] = coef
         h[m_total:, state.n_applied :] = r_new
         state.h = h
-        state.basis = np.hstack([state.basis, q_new])
+        state.basis = buf.append(q_new)
         state.n_applied = m_total
         state.n_iter += 1
 
@@ -416,7 +421,7 @@ def block_lanczos(
         if not converged:
             if max_basis is not None and state.basis.shape[1] + b > max_basis:
                 keep = max(r, min(max_basis - 2 * b, max_basis // 2))
-                _thick_restart(state, theta, s, keep=keep)
+                _thick_restart(state, theta, s, keep=keep, buf=buf)
             state.rng_state = rng.bit_generator.state
             if checkpoint is not None and state.n_iter % checkpoint_every == 0:
                 checkpoint(state)
@@ -458,17 +463,68 @@ def _combine(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:
     return out
 
 
-def _thick_restart(state: LanczosState, theta: np.ndarray, s: np.ndarray, keep: int) -> None:
+class _BasisBuffer:
+    """A K x capacity float64 buffer whose first columns are the Lanczos basis.
+
+    Capacity: ``max_basis`` when bounded (the basis never exceeds it), else grown by
+    doubling. :meth:`append` writes a block in place; :meth:`restart` overwrites the applied
+    part with ``V[:, :m] S`` row chunk by row chunk (row i of the product needs only row i
+    of V), so a thick restart needs no second K x m array either.
+    """
+
+    ROWS_PER_CHUNK = 65536
+
+    def __init__(self, basis: np.ndarray, max_basis: int | None) -> None:
+        n, m = basis.shape
+        cap = max(m, min(n, max_basis)) if max_basis is not None else max(m, 2 * m)
+        self.data = np.empty((n, cap), dtype=np.float64)
+        self.data[:, :m] = basis
+        self.m = m
+
+    def view(self) -> np.ndarray:
+        return self.data[:, : self.m]
+
+    def append(self, block: np.ndarray) -> np.ndarray:
+        k = block.shape[1]
+        if self.m + k > self.data.shape[1]:  # unbounded basis: grow (amortised doubling)
+            grown = np.empty((self.data.shape[0], max(2 * self.data.shape[1], self.m + k)))
+            grown[:, : self.m] = self.data[:, : self.m]
+            self.data = grown
+        self.data[:, self.m : self.m + k] = block
+        self.m += k
+        return self.view()
+
+    def restart(self, m: int, coef: np.ndarray) -> np.ndarray:
+        """Columns ``[:m]`` become ``V[:, :m] @ coef`` (m x keep), then the unapplied
+        columns ``[m:]`` follow them; return the new view."""
+        keep = coef.shape[1]
+        tail = self.data[:, m : self.m].copy()  # the next block: b columns
+        for lo in range(0, self.data.shape[0], self.ROWS_PER_CHUNK):
+            rows = slice(lo, lo + self.ROWS_PER_CHUNK)
+            self.data[rows, :keep] = self.data[rows, :m] @ coef
+        self.data[:, keep : keep + tail.shape[1]] = tail
+        self.m = keep + tail.shape[1]
+        return self.view()
+
+
+def _thick_restart(
+    state: LanczosState,
+    theta: np.ndarray,
+    s: np.ndarray,
+    keep: int,
+    buf: _BasisBuffer | None = None,
+) -> None:
     """Replace the applied part of the basis by the ``keep`` leading Ritz vectors."""
     m = state.n_applied
     keep = min(keep, m)
-    y = state.basis[:, :m] @ s[:, :keep]
-    q_new = state.basis[:, m:]
+    n_new = state.basis.shape[1] - m
     coupling = state.h[m:, :m] @ s[:, :keep]
-    h = np.zeros((keep + q_new.shape[1], keep))
+    h = np.zeros((keep + n_new, keep))
     h[:keep, :keep] = np.diag(theta[:keep])
     h[keep:, :] = coupling
-    state.basis = np.hstack([y, q_new])
+    if buf is None:
+        buf = _BasisBuffer(state.basis, None)
+    state.basis = buf.restart(m, s[:, :keep])
     if state.images:
         state.images = [_combine(state.images, s[:, :keep])]
     state.h = h
