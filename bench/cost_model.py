@@ -44,6 +44,7 @@ class Sizes:
     w_iterations: dict[str, float] = field(default_factory=dict)  # q_w (one column, once)
     cores: int = 2  # executor cores (local[N]: N)
     executors: int = 1
+    solve_in_task_max_nnz: int = 125_000_000  # the auto default on a 24 GB machine, local[2]
 
     @property
     def languages(self) -> list[str]:
@@ -118,6 +119,21 @@ class Machine:
     python_base_mb: float = 200.0  # interpreter, numpy, pyspark, pyarrow
 
 
+def spark_jobs(s: Sizes) -> dict[str, float]:
+    """Spark jobs per language: one per C pass (``2 (s + I)``), and per solve one job when
+    the language is fused (``nnz_l <= solve_in_task_max_nnz``), else one per CG iteration.
+    The languages run in concurrent threads, so their jobs overlap."""
+    out = {}
+    for lang in s.languages:
+        c_jobs = 2 * (s.start_steps + s.lanczos_iterations)
+        if s.nnz[lang] <= s.solve_in_task_max_nnz:
+            out[lang] = c_jobs + 1 + s.lanczos_iterations
+        else:
+            q = s.cg_iterations.get(lang, 30.0)
+            out[lang] = c_jobs + s.w_iterations.get(lang, 100.0) + q * s.lanczos_iterations
+    return out
+
+
 def fit_seconds(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
     """Predicted fit time: the languages' sparse work over the cores, the driver's dense
     work, and for Spark one job per C pass and language plus one per fused solve.
@@ -131,18 +147,15 @@ def fit_seconds(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
     work = total / cores if backend == "spark" else max(total / cores, max(fl.values()))
     sparse = work / mc.sparse_flops_per_core
     dense = dense_flops(s) / mc.dense_flops
-    jobs = 0.0
-    if backend == "spark":
-        per_lang = 2 * (s.start_steps + s.lanczos_iterations) + 1 + s.lanczos_iterations
-        # languages run concurrently (one thread each): jobs overlap across languages
-        jobs = per_lang * mc.seconds_per_job
+    jobs = mc.seconds_per_job * max(spark_jobs(s).values()) if backend == "spark" else 0.0
     return {"sparse": sparse, "dense": dense, "jobs": jobs, "total": sparse + dense + jobs}
 
 
 def driver_mb(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
     """Peak driver Python memory.
 
-    * basis V (K x m float64) and, while a block is appended, its copy: 16·K·m;
+    * basis V, one preallocated K x m float64 buffer (block Lanczos appends and restarts in
+      place): 8·K·m;
     * kept images Â⁻¹CV (p x I·b float32): 4·p·I·b;
     * per language in flight, the right-hand sides, solutions and merged partials:
       ~3 p_l x b float64 blocks (24·p·b);
@@ -154,7 +167,7 @@ def driver_mb(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
     k, p, b = s.concepts, s.p, s.block
     parts = {
         "python": mc.python_base_mb * MB,
-        "basis": 16.0 * k * s.basis_columns(),
+        "basis": 8.0 * k * s.basis_columns(),
         "images": 4.0 * p * s.image_columns(),
         "blocks": 24.0 * p * b,
     }
@@ -167,10 +180,12 @@ def driver_mb(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
 
 def executor_mb(s: Sizes, solve_tasks: int | None = None) -> dict[str, float]:
     """Per executor: the cached X (~8 bytes per nonzero, serialized CSR) spread over the
-    executors; per fused-solve task, the gathered X_l (24 bytes per nonzero at peak) and
-    its CG vectors (at most train.solve_in_task_memory_mb = 512 MB)."""
+    executors; per fused-solve task, the gathered X_l of the largest fused language (24
+    bytes per nonzero at peak) and its CG vectors (at most train.solve_in_task_memory_mb =
+    512 MB)."""
     z = sum(s.nnz.values())
-    big = max(s.nnz.values())
+    fused = [n for n in s.nnz.values() if n <= s.solve_in_task_max_nnz]
+    big = max(fused, default=0)
     return {
         "jvm_cached_X": 8.0 * z / s.executors / MB,
         "python_per_solving_task": (24.0 * big) / MB + 512.0,
@@ -233,9 +248,9 @@ def calibrate(path: Path) -> Machine:
     mc.sparse_flops_per_core = work / max(loc["fit_s"] - dense, 1e-3)
     sp = sizes_of_run(path, "train")
     spk = measured(path, "train")
-    base = fit_seconds(sp, mc, "local")["total"]
-    per_lang = 2 * (sp.start_steps + sp.lanczos_iterations) + 1 + sp.lanczos_iterations
-    mc.seconds_per_job = max(spk["fit_s"] - base, 0.0) / per_lang
+    mc.seconds_per_job = 0.0
+    base = fit_seconds(sp, mc, "spark")["total"]
+    mc.seconds_per_job = max(spk["fit_s"] - base, 0.0) / max(spark_jobs(sp).values())
     rest = driver_mb(sp, mc, "spark")["total"] - mc.python_base_mb
     mc.python_base_mb = max(spk["driver_mb"] - rest, 100.0)
     return mc
@@ -289,6 +304,7 @@ def paper_settings() -> dict[str, Sizes]:
             w_iterations=dict.fromkeys(docs, 100.0),
             cores=4,
             executors=32,
+            solve_in_task_max_nnz=64_000_000,  # conf/cluster.yaml
         )
 
     four = {"en": 3_000_000, "it": 1_000_000, "da": 200_000, "vi": 800_000}
