@@ -488,6 +488,11 @@ class EvaluateConfig:
     lambda_models_dir: str | None = param(
         None, doc="Where the per-λ models go (default <paths.root>/lambda_models)."
     )
+    lambda_warm_start: bool = param(
+        True,
+        doc="Start each λ's eigensolver from the previous λ's leading Ritz vectors (C does "
+        "not depend on λ) instead of the surrogate warm start; false: independent fits.",
+    )
     report_dir: str | None = param(
         None, doc="Markdown/JSON report and PNG plot (default <paths.root>/reports)."
     )

@@ -2,7 +2,9 @@
 
 What is shared across λ (the maths allows it): the training-row selection, the corpus
 backend (X loaded to the driver, or cached on the executors, once), the vocabulary/IDF
-maps and the evaluation pool (documents, candidate sample). What is not: everything that
+maps, the evaluation pool (documents, candidate sample), and (``evaluate.lambda_warm_start``)
+the eigensolver's start: C does not depend on λ, so each λ's eigensolver starts from the
+previous λ's leading Ritz vectors instead of the surrogate warm start. What is not: everything that
 depends on λ through ``B = XᵀX + λI`` (the Woodbury vector, the eigenvectors, Φ). When the
 model the ``train`` stage wrote was fitted with the same settings and one of the grid's λ,
 it is used for that λ instead of refitting.
@@ -95,6 +97,7 @@ def select_lambda(
             if path is None:
                 if data is None:
                     data = training.load_training_data(spark, cfg)
+                    data.chain_starts = cfg.evaluate.lambda_warm_start
                 path = lambda_model_dir(cfg, models_dir, lam)
                 sub = dataclasses.replace(
                     cfg,

@@ -141,6 +141,10 @@ class LanczosResult:
     n_restarts : int
     images : ndarray of shape (n_img, r) or None
         ``F`` of the eigenvectors when images were tracked.
+    leading_block : ndarray of shape (n, n_vectors) or None
+        The leading ``n_vectors`` Ritz vectors when more than r were asked for
+        (``eigenvectors`` is then a view of its first r columns): a start block for a
+        related problem.
     """
 
     eigenvalues: np.ndarray
@@ -151,6 +155,7 @@ class LanczosResult:
     residual_norms: np.ndarray
     n_restarts: int = 0
     images: np.ndarray | None = None
+    leading_block: np.ndarray | None = None
 
     def to_history(self) -> dict:
         """JSON-ready summary; Ritz values and residuals not available yet (NaN/inf while the
@@ -280,6 +285,7 @@ def block_lanczos(
     checkpoint_every: int = 1,
     callback: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
     track_images: bool = False,
+    n_vectors: int | None = None,
     name: str = "lanczos",
 ) -> LanczosResult:
     """Leading ``r`` eigenpairs of a symmetric positive semi-definite operator.
@@ -312,6 +318,9 @@ def block_lanczos(
     track_images : bool
         Keep ``F V`` from ``a.matmat_with_image`` (module docstring); the result's ``images``
         are then F of the eigenvectors.
+    n_vectors : int, optional
+        Also return the leading ``n_vectors`` (> r) Ritz vectors as ``leading_block``
+        (e.g. to start the eigensolver of a neighbouring problem). Default: r only.
     name : str
         Label for log lines.
 
@@ -439,10 +448,12 @@ def block_lanczos(
             stacklevel=2,
         )
     rr = min(r, state.n_applied)
-    vectors = state.basis[:, : state.n_applied] @ s[:, :rr]
+    nv = min(max(rr, n_vectors or 0), state.n_applied)
+    leading = state.basis[:, : state.n_applied] @ s[:, :nv]
     return LanczosResult(
         eigenvalues=theta[:rr].copy(),
-        eigenvectors=vectors,
+        eigenvectors=leading[:, :rr],
+        leading_block=leading if nv > rr else None,
         n_iter=state.n_iter,
         converged=converged,
         ritz_values=np.array(state.ritz_history).reshape(-1, r),

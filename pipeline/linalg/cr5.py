@@ -185,6 +185,20 @@ def surrogate_warm_start(
     return warm
 
 
+def _given_start(start: np.ndarray, k: int, b: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The start-block map for a given start (K x c): its first min(c, b) columns, the rest
+    of the block from the random draw (orthonormalised together by ``initial_state``)."""
+    start = np.asarray(start, dtype=np.float64)
+    if start.ndim != 2 or start.shape[0] != k or start.shape[1] < 1:
+        raise ValueError(f"start must have shape ({k}, c) with c >= 1; got {start.shape}")
+    c = min(start.shape[1], b)
+
+    def warm(q: np.ndarray) -> np.ndarray:
+        return np.hstack([start[:, :c], q[:, c:]])
+
+    return warm
+
+
 @dataclass
 class Cr5Result:
     """Output of :func:`solve_cr5`.
@@ -205,6 +219,8 @@ class Cr5Result:
     gram_eigenvectors : ndarray of shape (r, r), float64
         Q (orthogonal; column j belongs to ``gram_eigenvalues[j]``). With them the
         unorthonormalised map is ``Φ_l*ᵀ = components[l] @ diag(Λ^{1/2}) @ Qᵀ``.
+    start_block : ndarray of shape (K, b) or None
+        With ``keep_start``: the leading b Ritz vectors of M, a start for a fit at another λ.
     """
 
     components: dict[str, np.ndarray]
@@ -213,6 +229,7 @@ class Cr5Result:
     history: dict
     gram_eigenvalues: np.ndarray
     gram_eigenvectors: np.ndarray
+    start_block: np.ndarray | None = None
 
 
 def _problem_fingerprint(
@@ -306,8 +323,16 @@ def solve_cr5(
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = _D.checkpoint_every,
     callback: ProgressCallback | None = None,
+    start: np.ndarray | None = None,
+    keep_start: bool = False,
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
+
+    ``start`` (K x c, c >= 1): start the eigensolver from these columns (completed to the
+    block width with random ones) instead of the surrogate warm start, e.g. the
+    ``start_block`` of a fit at a neighbouring λ: C does not depend on λ and M's leading
+    subspace moves little between grid values. ``keep_start``: return the leading b Ritz
+    vectors as ``Cr5Result.start_block`` for the next fit.
 
     ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
     ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
@@ -344,7 +369,10 @@ def solve_cr5(
 
     store = None
     if checkpoint_dir is not None:
-        store = CheckpointStore(checkpoint_dir, _problem_fingerprint(backend, mu, nu, params))
+        fingerprint = _problem_fingerprint(backend, mu, nu, params)
+        if start is not None:  # a resume must start from the same block
+            fingerprint["start_digest"] = array_digest(np.asarray(start, dtype=np.float64))
+        store = CheckpointStore(checkpoint_dir, fingerprint)
 
     # --- w = B⁻¹μ, once per λ -------------------------------------------------------------------
     t0 = time.perf_counter()
@@ -380,7 +408,12 @@ def solve_cr5(
     m_op = CrossSolve(cmat, ainv)
     saved = store.load("lanczos") if store else None
     if saved is None:
-        warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps) if start_steps else None
+        if start is not None:
+            warm = _given_start(start, k, b)
+        elif start_steps:
+            warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps)
+        else:
+            warm = None
         state = initial_state(k, b, seed, warm=warm)
         timings["warm_start"] = time.perf_counter() - t0
     else:
@@ -415,6 +448,7 @@ def solve_cr5(
         checkpoint_every=checkpoint_every,
         callback=on_iteration,
         track_images=reuse_solves,
+        n_vectors=b if keep_start else None,
         name="cr5/eigensolver",
     )
     ainv.wait()
@@ -471,6 +505,7 @@ def solve_cr5(
         history=history,
         gram_eigenvalues=lam_g.copy(),
         gram_eigenvectors=np.ascontiguousarray(q),
+        start_block=eig.leading_block if keep_start else None,
     )
 
 
@@ -586,10 +621,24 @@ class Cr5Solver:
                 f"got {self.max_basis}"
             )
 
-    def fit(self, backend: CorpusBackend, *, callback: ProgressCallback | None = None) -> Cr5Solver:
-        """Solve Cr5 on ``backend``; returns ``self`` with the fitted attributes set."""
+    def fit(
+        self,
+        backend: CorpusBackend,
+        *,
+        callback: ProgressCallback | None = None,
+        start: np.ndarray | None = None,
+        keep_start: bool = False,
+    ) -> Cr5Solver:
+        """Solve Cr5 on ``backend``; returns ``self`` with the fitted attributes set.
+
+        ``start`` / ``keep_start``: see :func:`solve_cr5` (a λ grid passes each fit's
+        ``start_block_`` to the next).
+        """
         self._validate(backend)
-        result = solve_cr5(backend, callback=callback, **self.get_params())
+        result = solve_cr5(
+            backend, callback=callback, start=start, keep_start=keep_start, **self.get_params()
+        )
+        self.start_block_ = result.start_block
         self.components_ = result.components
         self.eigenvalues_ = result.eigenvalues
         self.mean_ = result.mean

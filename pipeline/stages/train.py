@@ -235,6 +235,10 @@ class TrainingData:
     selection: dict[str, Any]
     vocabulary: dict[str, dict]
     load_seconds: float
+    #: Chain the Cr5 fits on this data: each starts its eigensolver from the previous fit's
+    #: leading Ritz vectors (``start_block``), as a λ grid does (evaluate.lambda_warm_start).
+    chain_starts: bool = False
+    start_block: Any = None
 
     def close(self) -> None:
         """Release the backend's cached data (the Spark backend unpersists X)."""
@@ -299,9 +303,14 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
     ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
     t0 = time.perf_counter()
     shared: dict[str, np.ndarray] = {}
+    started_from = None
     if t.method == "cr5":
         solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
-        solver.fit(backend)
+        start = data.start_block if data.chain_starts else None
+        solver.fit(backend, start=start, keep_start=data.chain_starts)
+        if data.chain_starts:
+            data.start_block = solver.start_block_
+        started_from = "surrogate" if start is None else "previous_fit"
         components, means = solver.components_, solver.mean_
         eigenvalues, history = solver.eigenvalues_, solver.history_
         n_iter = solver.n_iter_
@@ -351,6 +360,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "load_seconds": round(data.load_seconds, 3),
         "fit_seconds": round(fit_seconds, 3),
         "passes_over_x": passes,
+        "eigensolver_start": started_from,
     }
     meta = {
         "method": t.method,
