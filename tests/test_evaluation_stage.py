@@ -199,6 +199,40 @@ def test_lambda_selection_records_the_curve(spark, chain):
     assert Cr5Model.load(report["model"]).meta["lam"] == report["lam"]
 
 
+def test_lambda_warm_start_chooses_as_independent_fits(spark, chain):
+    """evaluate.lambda_warm_start: each λ's eigensolver starts from the previous λ's Ritz
+    vectors; the chosen λ and the validation scores are those of independent fits, for
+    fewer passes over X."""
+    root, cfg, _ = chain
+    runs = {}
+    for warm in (True, False):
+        e = EvaluateConfig(
+            engine="local",
+            measures=["cosine"],
+            lambda_grid=[0.1, 0.3, 3.0, 10.0],
+            lambda_warm_start=warm,
+            lambda_models_dir=str(root / f"lambda-models-{warm}"),
+            report_dir=str(root / f"reports-lambda-{warm}"),
+            plot=False,
+        )
+        runs[warm] = run_evaluation(spark, cfg, e)["lambda_selection"]
+    assert runs[True]["chosen"] == runs[False]["chosen"]
+    passes = {}
+    for warm, sel in runs.items():
+        starts, total = [], 0
+        for c in sel["curve"]:
+            training = Cr5Model.load(c["model"]).meta["training"]
+            starts.append(training["eigensolver_start"])
+            total += sum(training["passes_over_x"]["column_passes"].values())
+        passes[warm] = total
+        want = ["surrogate"] + ["previous_fit"] * 3 if warm else ["surrogate"] * 4
+        assert starts == want
+    for a, b in zip(runs[True]["curve"], runs[False]["curve"], strict=True):
+        assert a["lam"] == b["lam"]
+        assert a["score"] == pytest.approx(b["score"], abs=0.01)
+    assert passes[True] < 0.9 * passes[False], passes
+
+
 def test_evaluation_refuses_split_concepts_in_training(spark, chain, tmp_path):
     root, _cfg, _ = chain
     train_concept = _rows(spark, TFIDF, root / "tfidf")[0]["concept_id"]
