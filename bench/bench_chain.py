@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -206,7 +207,9 @@ def spark_metrics(event_dir: Path, launched_epoch: float | None = None) -> dict[
         )
     )
     for f in files:
-        if f.name.startswith("appstatus"):
+        # only the event files (not appstatus markers or Hadoop's .crc side files, which
+        # Spark renames while the application ends)
+        if not f.name.startswith("events_"):
             continue
         with open(f) as fh:
             for line in fh:
@@ -433,6 +436,15 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
         stages["generate"] = _read_json(records / "generate.json")
     t_all = time.perf_counter()
     for name, script, extra in plan:
+        if args.resume and (records / f"{name}.json").exists():
+            stages[name] = _read_json(records / f"{name}.json")
+            print(f"-- {name}: measured before, record reused (--resume)", flush=True)
+            if name == "evaluate":
+                result["quality"] = _quality(_manifest(root, "evaluation"))
+            continue
+        # a previous (interrupted) run's event log must not count in this one
+        shutil.rmtree(workdir / "events" / name, ignore_errors=True)
+        (workdir / "events" / name).mkdir(parents=True, exist_ok=True)
         stages[name] = run_stage(name, command(name, script, extra), workdir, args.interval, env)
         stages[name]["spark"] = spark_metrics(
             workdir / "events" / name, stages[name].pop("launched_epoch")
@@ -647,6 +659,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--driver-memory", default="6g")
     p.add_argument("--also-local", action="store_true", help="also train on the local backend")
     p.add_argument("--skip-generate", action="store_true", help="reuse the workdir's corpus")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the records of stages an interrupted run of this workdir completed",
+    )
     p.add_argument("--workdir", help="default /tmp/cr5_chain_<docs>")
     p.add_argument("--label")
     p.add_argument("--interval", type=float, default=0.25, help="/proc sampling period [s]")

@@ -229,6 +229,29 @@ def test_spark_partials_merge_on_executors_or_driver(backends, dtype, monkeypatc
             _close(getattr(spk, method)(lang, arg), getattr(loc, method)(lang, arg), TOL[dtype])
 
 
+@pytest.mark.parametrize("fused", ["spark_fused1", "spark_fused2"])
+def test_fused_passes_equal_the_dense_reference(backends, reference, fused):
+    """Row-partitioned languages under solve_in_task_max_nnz run every pass as one job whose
+    tasks gather the blocks and each sum a share of the columns (no shuffled partials):
+    the same products as the dense reference and the per-partition route."""
+    ref, k = reference
+    be, per_partition = backends[fused, "float64"], backends["spark", "float64"]
+    assert be._rdd(LANGS[0]).getNumPartitions() == 3
+    rng = np.random.default_rng(7)
+    b = 5
+    for lang, (x, y) in ref.items():
+        v = rng.standard_normal((x.shape[1], b))
+        p = rng.standard_normal((k, b))
+        for method, arg, want in (
+            ("gram", v, x.T @ (x @ v)),
+            ("xt_gather", p, x.T @ (y @ p)),
+            ("x_scatter", v, y.T @ (x @ v)),
+        ):
+            got = getattr(be, method)(lang, arg)
+            _close(got, want, TOL["float64"])
+            _close(got, getattr(per_partition, method)(lang, arg), TOL["float64"])
+
+
 def test_concurrent_passes_from_three_threads(backends, reference, kind):
     """Three threads at once (on Spark: three concurrent jobs), two on the same language."""
     ref, k = reference
