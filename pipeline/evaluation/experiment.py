@@ -111,7 +111,12 @@ def choose_model(
             return score, details
 
         selection = select_lambda(
-            ctx.spark, cfg, list(e.lambda_grid), models_dir=e.lambda_models_dir, score_fn=score_fn
+            ctx.spark,
+            cfg,
+            list(e.lambda_grid),
+            models_dir=e.lambda_models_dir,
+            score_fn=score_fn,
+            warm_start=e.lambda_warm_start,
         )
         return selection["chosen_model"], selection
     model_path = cfg.paths.dataset("model")

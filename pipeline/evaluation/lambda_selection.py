@@ -68,6 +68,7 @@ def select_lambda(
     *,
     models_dir: str | None,
     score_fn: Callable[[str, float], tuple[float, dict[str, Any]]],
+    warm_start: bool = False,
 ) -> dict[str, Any]:
     """Fit one model per λ, score each with ``score_fn(model_path, lam)``, keep the best.
 
@@ -77,6 +78,8 @@ def select_lambda(
         λ values, evaluated in the given order; ties keep the first.
     score_fn : callable
         ``(model_path, lam) -> (score, details)``; higher is better.
+    warm_start : bool
+        ``evaluate.lambda_warm_start``: chain the fits' eigensolver starts.
 
     Returns
     -------
@@ -97,7 +100,7 @@ def select_lambda(
             if path is None:
                 if data is None:
                     data = training.load_training_data(spark, cfg)
-                    data.chain_starts = cfg.evaluate.lambda_warm_start
+                    data.chain_starts = warm_start
                 path = lambda_model_dir(cfg, models_dir, lam)
                 sub = dataclasses.replace(
                     cfg,
