@@ -115,14 +115,13 @@ class Machine:
 
     sparse_flops_per_core: float = 1.0e9  # effective rate of the float32 sparse products
     dense_flops: float = 5.0e9  # driver BLAS, one thread
-    seconds_per_job: float = 0.3  # Spark: fixed cost of one job (fused solves, C passes)
+    seconds_per_read_nnz: float = 5e-8  # Spark: one task reading one cached nonzero
     python_base_mb: float = 200.0  # interpreter, numpy, pyspark, pyarrow
 
 
 def spark_jobs(s: Sizes) -> dict[str, float]:
     """Spark jobs per language: one per C pass (``2 (s + I)``), and per solve one job when
-    the language is fused (``nnz_l <= solve_in_task_max_nnz``), else one per CG iteration.
-    The languages run in concurrent threads, so their jobs overlap."""
+    the language is fused (``nnz_l <= solve_in_task_max_nnz``), else one per CG iteration."""
     out = {}
     for lang in s.languages:
         c_jobs = 2 * (s.start_steps + s.lanczos_iterations)
@@ -134,9 +133,21 @@ def spark_jobs(s: Sizes) -> dict[str, float]:
     return out
 
 
+def spark_reads(s: Sizes) -> float:
+    """Cached nonzeros read from the executors' block cache over the fit: a fused job's
+    ``solve_tasks`` (= cores per executor) tasks each read all of X_l; an unfused pass
+    reads each block once. Reading (JVM cache -> Python worker, unpickling) is what a
+    Spark pass costs beyond the products."""
+    reads = 0.0
+    for lang, jobs in spark_jobs(s).items():
+        fused = s.nnz[lang] <= s.solve_in_task_max_nnz
+        reads += s.nnz[lang] * jobs * (s.cores if fused else 1)
+    return reads
+
+
 def fit_seconds(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
     """Predicted fit time: the languages' sparse work over the cores, the driver's dense
-    work, and for Spark one job per C pass and language plus one per fused solve.
+    work, and for Spark the reading of the cached blocks (:func:`spark_reads`).
 
     The local backend runs one thread per language and each language's products on one
     core, so the largest language bounds it (``max_l``); the Spark backend splits a fused
@@ -147,8 +158,8 @@ def fit_seconds(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
     work = total / cores if backend == "spark" else max(total / cores, max(fl.values()))
     sparse = work / mc.sparse_flops_per_core
     dense = dense_flops(s) / mc.dense_flops
-    jobs = mc.seconds_per_job * max(spark_jobs(s).values()) if backend == "spark" else 0.0
-    return {"sparse": sparse, "dense": dense, "jobs": jobs, "total": sparse + dense + jobs}
+    reads = spark_reads(s) * mc.seconds_per_read_nnz / cores if backend == "spark" else 0.0
+    return {"sparse": sparse, "dense": dense, "reads": reads, "total": sparse + dense + reads}
 
 
 def driver_mb(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
@@ -248,9 +259,10 @@ def calibrate(path: Path) -> Machine:
     mc.sparse_flops_per_core = work / max(loc["fit_s"] - dense, 1e-3)
     sp = sizes_of_run(path, "train")
     spk = measured(path, "train")
-    mc.seconds_per_job = 0.0
+    mc.seconds_per_read_nnz = 0.0
     base = fit_seconds(sp, mc, "spark")["total"]
-    mc.seconds_per_job = max(spk["fit_s"] - base, 0.0) / max(spark_jobs(sp).values())
+    cores = sp.cores * sp.executors
+    mc.seconds_per_read_nnz = max(spk["fit_s"] - base, 0.0) * cores / spark_reads(sp)
     rest = driver_mb(sp, mc, "spark")["total"] - mc.python_base_mb
     mc.python_base_mb = max(spk["driver_mb"] - rest, 100.0)
     return mc
@@ -373,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"b {s.block}, basis {s.basis_columns()} columns, "
                 f"{s.executors} x {s.cores} cores\n"
                 f"  fit ~{t['total'] / 3600:.1f} h (sparse {t['sparse']:.0f} s, dense "
-                f"{t['dense']:.0f} s, jobs {t['jobs']:.0f} s)\n"
+                f"{t['dense']:.0f} s, reading cached blocks {t['reads']:.0f} s)\n"
                 f"  driver Python ~{d['total'] / 1024:.1f} GB "
                 f"({', '.join(f'{k} {v / 1024:.1f}' for k, v in d.items() if k != 'total')})\n"
                 f"  executor: cached X {e['jvm_cached_X'] / 1024:.1f} GB (JVM), fused-solve "
