@@ -98,6 +98,39 @@ def flops(s: Sizes) -> dict[str, float]:
     return out
 
 
+#: Bytes block CG streams per row of X_l's columns, per right-hand side and iteration: the
+#: preconditioner, two dot products, three axpys, the residual norm and the operator's
+#: gather/cast/scatter of the block, ~19 float64 reads or writes (pipeline/linalg/block_cg.py).
+CG_BYTES_PER_ROW = 150
+
+
+def cg_vector_bytes(s: Sizes) -> float:
+    """Memory traffic of block CG's vector work: it scales with p_l x b, not with the
+    nonzeros, so it dominates where documents are short relative to the vocabulary
+    (100k documents here: 33 nonzeros per term against 246 at 1M)."""
+    total = 0.0
+    for lang in s.languages:
+        q = s.cg_iterations.get(lang, 30.0)
+        cols = s.w_iterations.get(lang, 100.0) + q * s.lanczos_iterations * s.block
+        total += CG_BYTES_PER_ROW * s.terms[lang] * cols
+    return total
+
+
+def measure_bandwidth() -> float:
+    """Bytes per second one core streams through ``a += 0.5 * b`` (4 float64 streams)."""
+    import time
+
+    import numpy as np
+
+    n = 32_000_000  # 256 MB per array: beyond any cache, like p_l x b CG blocks
+    a, b = np.ones(n), np.ones(n)
+    a += 0.5 * b
+    t = time.perf_counter()
+    for _ in range(5):
+        a += 0.5 * b
+    return 4 * 8 * n * 5 / (time.perf_counter() - t)
+
+
 def dense_flops(s: Sizes) -> float:
     """Driver-side dense work: twice Gram-Schmidt of each new block against the basis
     (2 x 2Kmb), the Rayleigh-Ritz (m³) per iteration, Φ* = (images) S (2 p m r)."""
@@ -116,6 +149,7 @@ class Machine:
     sparse_flops_per_core: float = 1.0e9  # effective rate of the float32 sparse products
     dense_flops: float = 5.0e9  # driver BLAS, one thread
     seconds_per_read_nnz: float = 5e-8  # Spark: one task reading one cached nonzero
+    bytes_per_second: float = 5.8e9  # one core streaming numpy arrays (measure_bandwidth)
     python_base_mb: float = 200.0  # interpreter, numpy, pyspark, pyarrow
 
 
@@ -158,8 +192,10 @@ def fit_seconds(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
     work = total / cores if backend == "spark" else max(total / cores, max(fl.values()))
     sparse = work / mc.sparse_flops_per_core
     dense = dense_flops(s) / mc.dense_flops
+    vectors = cg_vector_bytes(s) / (mc.bytes_per_second * cores)
     reads = spark_reads(s) * mc.seconds_per_read_nnz / cores if backend == "spark" else 0.0
-    return {"sparse": sparse, "dense": dense, "reads": reads, "total": sparse + dense + reads}
+    total = sparse + dense + vectors + reads
+    return {"sparse": sparse, "dense": dense, "vectors": vectors, "reads": reads, "total": total}
 
 
 def driver_mb(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
@@ -250,10 +286,11 @@ def measured(path: Path, stage: str) -> dict[str, float]:
 def calibrate(path: Path) -> Machine:
     """Fit the sparse rate on the local fit (sparse + dense work, no Spark) and the per-job
     cost on the Spark fit of the same run; the Python base from the Spark driver's peak."""
-    mc = Machine()
+    mc = Machine(bytes_per_second=measure_bandwidth())
     s = sizes_of_run(path, "train_local")
     loc = measured(path, "train_local")
     dense = dense_flops(s) / mc.dense_flops
+    dense += cg_vector_bytes(s) / (mc.bytes_per_second * s.cores * s.executors)
     fl = flops(s)
     work = max(sum(fl.values()) / (s.cores * s.executors), max(fl.values()))
     mc.sparse_flops_per_core = work / max(loc["fit_s"] - dense, 1e-3)
@@ -385,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"b {s.block}, basis {s.basis_columns()} columns, "
                 f"{s.executors} x {s.cores} cores\n"
                 f"  fit ~{t['total'] / 3600:.1f} h (sparse {t['sparse']:.0f} s, dense "
-                f"{t['dense']:.0f} s, reading cached blocks {t['reads']:.0f} s)\n"
+                f"{t['dense']:.0f} s, CG vectors {t['vectors']:.0f} s, reading cached blocks "
+                f"{t['reads']:.0f} s)\n"
                 f"  driver Python ~{d['total'] / 1024:.1f} GB "
                 f"({', '.join(f'{k} {v / 1024:.1f}' for k, v in d.items() if k != 'total')})\n"
                 f"  executor: cached X {e['jvm_cached_X'] / 1024:.1f} GB (JVM), fused-solve "
