@@ -554,7 +554,7 @@ class SparkCorpusBackend(CorpusBackend):
         self._sc = spark_context
         self._blocks = dict(blocks)
         self._layout = layout
-        fused = [lang for lang in blocks if layout.nnz[lang] <= self._solve_max_nnz]
+        fused = [lang for lang in blocks if self._fuses(lang)]
         log.info(
             "fused CG solves (one job per solve) up to %d nonzeros: %s; one job per CG "
             "iteration: %s",
@@ -771,7 +771,7 @@ class SparkCorpusBackend(CorpusBackend):
         bc = self._sc.broadcast(value if index is None else (value, index))
         n_parts = rdd.getNumPartitions()
         partial_bytes = n_rows * block.shape[1] * np.dtype(self.dtype).itemsize
-        if n_parts > 1 and self._layout.nnz[lang] <= self._solve_max_nnz:
+        if n_parts > 1 and self._fuses(lang):
             try:
                 return self._run_fused(rdd, fn, bc, n_rows, block.shape[1])
             finally:
@@ -806,22 +806,31 @@ class SparkCorpusBackend(CorpusBackend):
         ~partitions x p_l x b values per pass: at 1M documents a C pass of the largest
         language (42 blocks) took 160-200 s against ~10 s of products (bench/README.md).
         """
+        out = np.zeros((n_rows, b), dtype=np.float64)
+        if b == 0:
+            return out
+        task = functools.partial(_fused_pass_columns, fn, bc, n_rows)
+        for lo, part in self._gathered_column_tasks(rdd, b, task):
+            out[:, lo : lo + part.shape[1]] = part
+        return out
+
+    def _fuses(self, lang: str) -> bool:
+        """Whether ``lang`` is small enough for tasks that gather all its blocks."""
+        return self._layout.nnz[lang] <= self._solve_max_nnz
+
+    def _gathered_column_tasks(self, rdd: Any, b: int, task: Any) -> list:
+        """Split b columns over ``solve_tasks`` tasks, each gathering every block of ``rdd``
+        (coalesced) and running ``task(lo, hi, blocks)`` on its columns; one job, the
+        collected records of all tasks."""
         tasks = max(1, min(b, self._solve_tasks or int(self._sc.defaultParallelism)))
         edges = np.linspace(0, b, tasks + 1).round().astype(int)
         gathered = rdd.coalesce(1)
         jobs = [
-            gathered.mapPartitions(
-                functools.partial(_fused_pass_columns, fn, bc, n_rows, int(lo), int(hi))
-            )
+            gathered.mapPartitions(functools.partial(task, int(lo), int(hi)))
             for lo, hi in itertools.pairwise(edges)
-            if hi > lo
+            if hi > lo or b == 0
         ]
-        out = np.zeros((n_rows, b), dtype=np.float64)
-        if not jobs:
-            return out
-        for lo, part in (jobs[0] if len(jobs) == 1 else self._sc.union(jobs)).collect():
-            out[:, lo : lo + part.shape[1]] = part
-        return out
+        return (jobs[0] if len(jobs) == 1 else self._sc.union(jobs)).collect()
 
     def solve_gram(
         self,
@@ -845,13 +854,10 @@ class SparkCorpusBackend(CorpusBackend):
         passes). Every task's iterations count as gram passes (a task traverses X_l once per
         iteration for its columns).
         """
-        if self._layout.nnz[lang] > self._solve_max_nnz:
+        if not self._fuses(lang):
             return None
         rdd = self._rdd(lang)
         self.describe(f"{name}/in-task", None)
-        b = rhs.shape[1]
-        tasks = max(1, min(b, self._solve_tasks or int(self._sc.defaultParallelism)))
-        edges = np.linspace(0, b, tasks + 1).round().astype(int)
         budget = self._solve_memory_mb * 2**20
         chunk = max(1, int(budget // (CG_BYTES_PER_ROW_AND_COLUMN * max(rhs.shape[0], 1))))
         payload = (
@@ -865,14 +871,10 @@ class SparkCorpusBackend(CorpusBackend):
         )
         bc = self._sc.broadcast(payload)
         try:
-            gathered = rdd.coalesce(1)
-            jobs = [
-                gathered.mapPartitions(functools.partial(_solve_columns, bc, int(lo), int(hi)))
-                for lo, hi in itertools.pairwise(edges)
-                if hi > lo or b == 0
-            ]
             parts = sorted(
-                (jobs[0] if len(jobs) == 1 else self._sc.union(jobs)).collect(),
+                self._gathered_column_tasks(
+                    rdd, rhs.shape[1], functools.partial(_solve_columns, bc)
+                ),
                 key=lambda part: part[0],
             )
         finally:

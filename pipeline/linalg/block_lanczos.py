@@ -523,7 +523,7 @@ def _thick_restart(
     theta: np.ndarray,
     s: np.ndarray,
     keep: int,
-    buf: _BasisBuffer | None = None,
+    buf: _BasisBuffer,
 ) -> None:
     """Replace the applied part of the basis by the ``keep`` leading Ritz vectors."""
     m = state.n_applied
@@ -533,8 +533,6 @@ def _thick_restart(
     h = np.zeros((keep + n_new, keep))
     h[:keep, :keep] = np.diag(theta[:keep])
     h[keep:, :] = coupling
-    if buf is None:
-        buf = _BasisBuffer(state.basis, None)
     state.basis = buf.restart(m, s[:, :keep])
     if state.images:
         state.images = [_combine(state.images, s[:, :keep])]

@@ -38,8 +38,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +49,7 @@ import scipy.sparse as sp
 
 from pipeline import __version__
 from pipeline.errors import ModelError
+from pipeline.io.local_dirs import staged_directory
 
 MODEL_SCHEMA_VERSION = 1
 MODEL_JSON = "model.json"
@@ -166,9 +165,7 @@ def save_model(
     if len(kinds) > 1:
         raise ModelError("a model's languages must all be dense or all be selection maps")
     phi_format = "selection" if kinds == {True} else "dense"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
-    try:
+    with staged_directory(path) as tmp:
         files: dict[str, dict[str, Any]] = {}
         for lang, lm in languages.items():
             d = tmp / "languages" / lang
@@ -211,14 +208,6 @@ def save_model(
         if shared_arrays:
             full["shared_arrays"] = sorted(shared_arrays)
         (tmp / MODEL_JSON).write_text(json.dumps(full, indent=2, sort_keys=True, default=str))
-        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return full
 
 

@@ -268,12 +268,16 @@ class _BackgroundChecksums:
     def result(self, languages: list[str]) -> None:
         try:
             for lang, job in self._jobs.items():
-                if lang not in languages:
+                if lang not in languages:  # not hashed at all if not started yet
                     job.cancel()
             for lang in languages:
                 self._jobs[lang].result()
         finally:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self.close()
+
+    def close(self) -> None:
+        """Drop the checks not waited for (languages the input lacks, or the job failed)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
@@ -363,7 +367,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
                 spark, None, EMBEDDINGS, path, files=write_files, **write_options(cfg.paths)
             )
         finally:
-            checksums.result([])
+            checksums.close()
         report = manifest["report"]
     else:
         found = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().collect()}

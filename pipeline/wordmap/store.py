@@ -9,9 +9,6 @@ renamed into place, so a reader never sees a half-written language.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import ConfigError, DatasetNotFoundError, ModelError
+from pipeline.io.local_dirs import staged_directory
 
 __all__ = ["WordVectors", "local_dir", "read_word_vectors", "write_word_vectors"]
 
@@ -47,10 +45,7 @@ def local_dir(where: str, key: str) -> Path:
 def write_word_vectors(root: Path, lang: str, wv: WordVectors, meta: dict[str, Any]) -> Path:
     """Write ``root/lang`` atomically; returns its path."""
     final = root / lang
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{lang}.tmp-{uuid.uuid4().hex[:12]}"
-    try:
-        tmp.mkdir()
+    with staged_directory(final) as tmp:
         np.save(tmp / "vectors.npy", np.ascontiguousarray(wv.vectors, dtype=np.float32))
         pq.write_table(
             pa.table(
@@ -60,14 +55,6 @@ def write_word_vectors(root: Path, lang: str, wv: WordVectors, meta: dict[str, A
         )
         body = {**meta, "lang": lang, "n_words": len(wv.words), "dim": int(wv.vectors.shape[1])}
         (tmp / "meta.json").write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
-        old = root / f".{lang}.old-{uuid.uuid4().hex[:12]}"
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 
