@@ -306,6 +306,23 @@ class TrainConfig:
         doc="Form Φ*ᵀ from the eigensolver's own solves Â⁻¹CV (p x basis float32 of memory) "
         "instead of r further right-hand sides at the end.",
     )
+    stop_rule: Literal["residual", "validation"] = param(
+        "residual",
+        doc="What ends the eigensolver: residual (every Ritz pair within eig_rtol) or "
+        "validation (P@1 of train.validation_concepts held-out concepts, scored after every "
+        "iteration, has not improved for stop_patience iterations; the best iteration is "
+        "returned, and the residual rule still ends the run if met first). validation needs "
+        "the split stage's concepts (features.heldout_concepts: splits).",
+    )
+    stop_patience: int = param(
+        2, lo=1, doc="stop_rule=validation: iterations without improvement before stopping."
+    )
+    validation_concepts: int = param(
+        500,
+        lo=1,
+        doc="stop_rule=validation: validation concepts (lowest split priority) whose documents "
+        "are embedded and retrieved among each other after every eigensolver iteration.",
+    )
     max_workers: int | None = param(
         None, lo=1, doc="Concurrent language passes / solves (None: one per language)."
     )
@@ -350,6 +367,8 @@ SOLVER_KEYS: tuple[str, ...] = (
     "block_size",
     "start_steps",
     "reuse_solves",
+    "stop_rule",
+    "stop_patience",
     "max_workers",
     "checkpoint_every",
 )

@@ -119,7 +119,13 @@ def test_every_solver_parameter_has_a_train_key():
         sig = inspect.signature(fn).parameters
         keywords = {k for k, v in sig.items() if v.kind is inspect.Parameter.KEYWORD_ONLY}
         # not configuration: where checkpoints go, progress hooks, a λ grid's chained start
-        assert set(params) == keywords - {"checkpoint_dir", "callback", "start", "keep_start"}, fn
+        assert set(params) == keywords - {
+            "checkpoint_dir",
+            "callback",
+            "start",
+            "keep_start",
+            "validation",
+        }, fn
         for name in params:
             if sig[name].default is not inspect.Parameter.empty:
                 # The solver's default is the configuration's default (declared once).

@@ -47,6 +47,7 @@ __all__ = [
     "block_lanczos",
     "initial_state",
     "orthonormal_columns",
+    "ritz_images",
 ]
 
 logger = logging.getLogger(__name__)
@@ -145,6 +146,8 @@ class LanczosResult:
         The leading ``n_vectors`` Ritz vectors when more than r were asked for
         (``eigenvectors`` is then a view of its first r columns): a start block for a
         related problem.
+    stopped_by : {"residual", "maxiter", "monitor"}
+        What ended the iteration (``"residual"`` also when the basis spans the space).
     """
 
     eigenvalues: np.ndarray
@@ -156,6 +159,7 @@ class LanczosResult:
     n_restarts: int = 0
     images: np.ndarray | None = None
     leading_block: np.ndarray | None = None
+    stopped_by: str = "residual"
 
     def to_history(self) -> dict:
         """JSON-ready summary; Ritz values and residuals not available yet (NaN/inf while the
@@ -164,6 +168,7 @@ class LanczosResult:
             "n_iter": self.n_iter,
             "converged": self.converged,
             "n_restarts": self.n_restarts,
+            "stopped_by": self.stopped_by,
             "eigenvalues": self.eigenvalues.tolist(),
             "ritz_values": np.where(np.isfinite(self.ritz_values), self.ritz_values, -1.0).tolist(),
             "residual_norms": np.where(
@@ -286,6 +291,7 @@ def block_lanczos(
     callback: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
     track_images: bool = False,
     n_vectors: int | None = None,
+    monitor: Callable[[LanczosState, np.ndarray, np.ndarray], bool] | None = None,
     name: str = "lanczos",
 ) -> LanczosResult:
     """Leading ``r`` eigenpairs of a symmetric positive semi-definite operator.
@@ -321,6 +327,12 @@ def block_lanczos(
     n_vectors : int, optional
         Also return the leading ``n_vectors`` (> r) Ritz vectors as ``leading_block``
         (e.g. to start the eigensolver of a neighbouring problem). Default: r only.
+    monitor : callable, optional
+        ``monitor(state, theta, s)`` after each iteration, before any restart, with the Ritz
+        values θ (all, descending) and the eigenvectors S of the projected matrix (the Ritz
+        vectors are ``state.basis[:, :state.n_applied] @ S``); returning True stops the
+        iteration (an outside stopping rule, e.g. validation retrieval; the result's
+        ``stopped_by`` is then ``"monitor"``).
     name : str
         Label for log lines.
 
@@ -367,11 +379,12 @@ def block_lanczos(
     state.basis = buf.view()
     clock = ProgressClock(maxiter, rtol, start_iteration=state.n_iter)
     converged = False
+    stopped = False
     theta = s = rho = None
     if state.n_applied > 0:
         theta, s, rho = _ritz(state, r)
         converged = state.n_applied >= r and bool(np.all(rho <= rtol))
-    while not converged and state.n_iter < maxiter:
+    while not converged and not stopped and state.n_iter < maxiter:
         m_total = state.basis.shape[1]
         q_a = state.basis[:, state.n_applied :]
         if q_a.shape[1] == 0:  # the basis spans the whole space: Ritz pairs are exact
@@ -427,7 +440,9 @@ def block_lanczos(
             format_seconds(clock.elapsed()),
             format_seconds(clock.eta(state.n_iter, max_rho)),
         )
-        if not converged:
+        if monitor is not None:
+            stopped = bool(monitor(state, theta, s)) and not converged
+        if not converged and not stopped:
             if max_basis is not None and state.basis.shape[1] + b > max_basis:
                 keep = max(r, min(max_basis - 2 * b, max_basis // 2))
                 _thick_restart(state, theta, s, keep=keep, buf=buf)
@@ -440,7 +455,7 @@ def block_lanczos(
     if state.n_applied == 0:  # maxiter == 0 on a fresh start
         raise ValueError("maxiter must be >= 1 for a fresh start")
     theta, s, rho = _ritz(state, r)  # of the final (possibly just restarted) basis
-    if not converged:
+    if not converged and not stopped:
         warnings.warn(
             f"{name}: {int(np.sum(rho > rtol))} of {r} Ritz pairs did not reach rtol={rtol} in "
             f"maxiter={maxiter} iterations (max relative residual {float(np.max(rho)):.3e})",
@@ -459,7 +474,8 @@ def block_lanczos(
         ritz_values=np.array(state.ritz_history).reshape(-1, r),
         residual_norms=np.array(state.residual_history).reshape(-1, r),
         n_restarts=state.n_restarts,
-        images=_combine(state.images, s[:, :rr]) if state.images else None,
+        images=ritz_images(state, s[:, :rr]) if state.images else None,
+        stopped_by="residual" if converged else "monitor" if stopped else "maxiter",
     )
 
 
@@ -472,6 +488,11 @@ def _combine(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:
         out = part if out is None else out + part
         start += block.shape[1]
     return out
+
+
+def ritz_images(state: LanczosState, coef: np.ndarray) -> np.ndarray:
+    """Tracked images of the Ritz vectors ``V S``: ``F V S`` (n_img, coef columns)."""
+    return _combine(state.images, coef)
 
 
 class _BasisBuffer:

@@ -53,8 +53,10 @@ from pipeline.linalg.block_lanczos import (
     block_lanczos,
     initial_state,
     orthonormal_columns,
+    ritz_images,
 )
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
+from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 from pipeline.params import check_params
@@ -319,12 +321,15 @@ def solve_cr5(
     block_size: int | None = _D.block_size,
     start_steps: int = _D.start_steps,
     reuse_solves: bool = _D.reuse_solves,
+    stop_rule: str = _D.stop_rule,
+    stop_patience: int = _D.stop_patience,
     max_workers: int | None = _D.max_workers,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = _D.checkpoint_every,
     callback: ProgressCallback | None = None,
     start: np.ndarray | None = None,
     keep_start: bool = False,
+    validation: ValidationSet | None = None,
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
 
@@ -337,7 +342,18 @@ def solve_cr5(
     ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
     ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
     raise to abort (the checkpoint of that iteration is already written).
+
+    ``validation`` (documents of held-out concepts): scored (P@1) after every eigensolver
+    iteration (:mod:`~pipeline.linalg.monitor`); with ``stop_rule="validation"`` the
+    eigensolver stops when that score has not improved for ``stop_patience`` iterations and
+    the best iteration's solution is returned. The objective and σ are recorded either way
+    (``history["stopping"]``).
     """
+    if validation is not None and not reuse_solves:
+        raise ConfigError(
+            "validation scoring during the eigensolver needs train.reuse_solves=true (it "
+            "embeds with the Ritz vectors' own solves)"
+        )
     params = {
         "lam": float(lam),
         "r": int(r),
@@ -352,6 +368,8 @@ def solve_cr5(
         "block_size": block_size,
         "start_steps": int(start_steps),
         "reuse_solves": bool(reuse_solves),
+        "stop_rule": stop_rule,
+        "stop_patience": int(stop_patience),
     }
     timings: dict[str, float] = {}
     passes0 = backend.pass_counts
@@ -422,6 +440,21 @@ def solve_cr5(
     if resumed_from is not None:
         logger.info("cr5: resuming the eigensolver from iteration %d", resumed_from)
 
+    monitor = IterationMonitor(
+        y_norm_sq=backend.n_total_docs() * (1.0 - float(nu @ nu)),
+        split=layout.split,
+        r=r,
+        validation=validation,
+        stop_rule=stop_rule,
+        patience=stop_patience,
+    )
+
+    def on_ritz(st: LanczosState, theta: np.ndarray, s: np.ndarray) -> bool:
+        rr = min(r, st.n_applied)
+        return monitor.observe(
+            st.n_iter, theta[:rr], (lambda: ritz_images(st, s[:, :r])) if rr == r else None
+        )
+
     def label(iteration: int) -> None:
         ainv.stage = cmat.stage = f"cr5/eig{iteration}"
 
@@ -449,6 +482,7 @@ def solve_cr5(
         callback=on_iteration,
         track_images=reuse_solves,
         n_vectors=b if keep_start else None,
+        monitor=on_ritz,
         name="cr5/eigensolver",
     )
     ainv.wait()
@@ -459,19 +493,21 @@ def solve_cr5(
     # --- Φ*ᵀ = Â⁻¹ C P, then orthonormal rows (Eq. 15) -------------------------------------------
     t0 = time.perf_counter()
     ainv.stage = cmat.stage = "cr5/phi"
-    if reuse_solves:
+    eigenvalues, returned_iteration = eig.eigenvalues, eig.n_iter
+    best = monitor.best
+    if stop_rule == "validation" and best is not None and best.iteration != eig.n_iter:
+        # the validation rule returns its best iteration, not the last one it looked past
+        phi_star_t, eigenvalues, returned_iteration = best.images, best.eigenvalues, best.iteration
+    elif reuse_solves:
         phi_star_t = np.asarray(eig.images, dtype=np.float64)
     else:
         phi_star_t = ainv.matmat(cmat.matmat(eig.eigenvectors))
-    gram = phi_star_t.T @ phi_star_t
-    lam_g, q = np.linalg.eigh(0.5 * (gram + gram.T))
-    lam_g, q = lam_g[::-1], q[:, ::-1]
+    phi_t, lam_g, q = orthonormal_rows(phi_star_t)
     if not lam_g[-1] > 1e-12 * lam_g[0]:
         raise BreakdownError(
             f"cr5: Φ*Φ*ᵀ (r={r}) is numerically singular (eigenvalues {lam_g[0]:.3e} .. "
             f"{lam_g[-1]:.3e}); r exceeds the rank of C ({k} concepts, {layout.n_terms} terms)"
         )
-    phi_t = (phi_star_t @ q) / np.sqrt(lam_g)
     timings["phi"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
 
@@ -486,6 +522,10 @@ def solve_cr5(
         "max_basis": basis_cap,
         "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(mu @ ainv.w)},
         "eigensolver": {**eig.to_history(), "resumed_from_iteration": resumed_from},
+        "stopping": {
+            **monitor.to_history(eig.stopped_by),
+            "returned_iteration": returned_iteration,
+        },
         "solves": [rec.to_dict() for rec in ainv.records],
         "passes": pass_delta(passes0, passes1),
         "timings": {key: round(v, 4) for key, v in timings.items()},
@@ -500,7 +540,7 @@ def solve_cr5(
     parts = layout.split(phi_t)
     return Cr5Result(
         components={lang: np.ascontiguousarray(v, dtype=np.float32) for lang, v in parts.items()},
-        eigenvalues=eig.eigenvalues,
+        eigenvalues=eigenvalues,
         mean={lang: v.copy() for lang, v in layout.split(mu).items()},
         history=history,
         gram_eigenvalues=lam_g.copy(),
@@ -533,6 +573,9 @@ class Cr5Solver:
     eig_rtol, eig_maxiter, seed, max_basis : see ``train.*``
         Eigensolver tolerance (relative Ritz residual, see
         :func:`~pipeline.linalg.block_lanczos.block_lanczos`), cap, seed and restart size.
+    stop_rule, stop_patience : see ``train.*``
+        ``"validation"`` stops the eigensolver when P@1 on the ``validation`` documents given
+        to :meth:`fit` stops improving (:mod:`~pipeline.linalg.monitor`).
     max_workers : int or None
         Concurrent language passes / solves (None: one per language).
     checkpoint_dir : str or None, default None
@@ -571,6 +614,8 @@ class Cr5Solver:
         block_size: int | None = _D.block_size,
         start_steps: int = _D.start_steps,
         reuse_solves: bool = _D.reuse_solves,
+        stop_rule: str = _D.stop_rule,
+        stop_patience: int = _D.stop_patience,
         max_workers: int | None = _D.max_workers,
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = _D.checkpoint_every,
@@ -588,6 +633,8 @@ class Cr5Solver:
         self.block_size = block_size
         self.start_steps = start_steps
         self.reuse_solves = reuse_solves
+        self.stop_rule = stop_rule
+        self.stop_patience = stop_patience
         self.max_workers = max_workers
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
@@ -628,15 +675,27 @@ class Cr5Solver:
         callback: ProgressCallback | None = None,
         start: np.ndarray | None = None,
         keep_start: bool = False,
+        validation: ValidationSet | None = None,
     ) -> Cr5Solver:
         """Solve Cr5 on ``backend``; returns ``self`` with the fitted attributes set.
 
         ``start`` / ``keep_start``: see :func:`solve_cr5` (a λ grid passes each fit's
-        ``start_block_`` to the next).
+        ``start_block_`` to the next). ``validation``: documents of held-out concepts scored
+        at every eigensolver iteration (required by ``stop_rule="validation"``).
         """
         self._validate(backend)
+        if self.stop_rule == "validation" and validation is None:
+            raise ConfigError(
+                "Cr5Solver(stop_rule='validation') needs validation documents: "
+                "fit(backend, validation=ValidationSet(...)); or use stop_rule='residual'"
+            )
         result = solve_cr5(
-            backend, callback=callback, start=start, keep_start=keep_start, **self.get_params()
+            backend,
+            callback=callback,
+            start=start,
+            keep_start=keep_start,
+            validation=validation,
+            **self.get_params(),
         )
         self.start_block_ = result.start_block
         self.components_ = result.components

@@ -1,0 +1,255 @@
+"""What each eigensolver iteration is worth: the Cr5 objective, σ and validation retrieval.
+
+The residual rule (``train.eig_rtol``) stops the eigensolver when every Ritz pair is accurate;
+but the stopping point acts as a regulariser, and "more converged" is not "better retrieval"
+(a tighter ``eig_rtol`` can lower P@1). This module measures, after every iteration, from
+the Ritz pairs the eigensolver has anyway:
+
+- the reduced-rank ridge objective ``‖Ŷ − X̂W‖² + λ‖W‖²`` of ``W = Â⁻¹C P Pᵀ`` for the current
+  Ritz vectors P: it equals ``‖Ŷ‖² − tr(PᵀMP) = n(1 − ‖ν‖²) − Σθ_i`` (each document has one
+  concept), so it costs nothing; ``relative_objective`` divides by ``‖Ŷ‖²``;
+- σ_i = √θ_i, the singular values of ``Â^{-1/2} C P`` (first and r-th);
+- optionally P@1 on a small **validation set** (documents of held-out concepts, a TF-IDF row
+  block per language): every ordered pair of languages, queries of one language against all
+  validation documents of the other, cosine similarity in the space of the current Φ (Eq. 15).
+
+With ``stop_rule="validation"`` the monitor stops the eigensolver when validation P@1 has not
+improved by more than ``min_delta`` for ``patience`` iterations, and keeps the best
+iteration's Φ*ᵀ so that the solver returns it (the residual rule still ends the run if it is
+met first; :attr:`IterationMonitor.stopped_by` says which rule stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from pipeline.errors import ConfigError
+
+__all__ = ["IterationMonitor", "ValidationSet", "orthonormal_rows"]
+
+logger = logging.getLogger(__name__)
+
+STOP_RULES = ("residual", "validation")
+
+
+def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eq. 15: ``Φ*Φ*ᵀ = QΛQᵀ``, ``Φᵀ = Φ*ᵀ Q Λ^{-1/2}``.
+
+    Parameters
+    ----------
+    phi_star_t : ndarray of shape (p, r)
+
+    Returns
+    -------
+    phi_t : ndarray of shape (p, r), orthonormal columns, ordered by decreasing Λ
+    lam : ndarray of shape (r,), descending (may contain values <= 0 if Φ* is singular)
+    q : ndarray of shape (r, r)
+    """
+    gram = phi_star_t.T @ phi_star_t
+    lam, q = np.linalg.eigh(0.5 * (gram + gram.T))
+    lam, q = lam[::-1], q[:, ::-1]
+    safe = np.where(lam > 0, lam, np.inf)
+    return (phi_star_t @ q) / np.sqrt(safe), lam, q
+
+
+@dataclass
+class ValidationSet:
+    """Documents of held-out concepts, scored at every eigensolver iteration.
+
+    Attributes
+    ----------
+    rows : dict of str to csr_matrix of shape (m_l, p_l)
+        TF-IDF rows (the training vocabulary and IDF, L2-normalised) per language.
+    concepts : dict of str to ndarray of shape (m_l,)
+        The concept of each row (any comparable ids; a concept at most once per language).
+    """
+
+    rows: Mapping[str, sp.csr_matrix]
+    concepts: Mapping[str, np.ndarray]
+    _directions: list[tuple[str, str, np.ndarray, np.ndarray]] = field(
+        default_factory=list, init=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if set(self.rows) != set(self.concepts):
+            raise ValueError(
+                f"validation rows and concepts name different languages: {sorted(self.rows)} "
+                f"vs {sorted(self.concepts)}"
+            )
+        for lang, x in self.rows.items():
+            c = np.asarray(self.concepts[lang])
+            if x.shape[0] != c.shape[0]:
+                raise ValueError(
+                    f"validation language {lang!r}: {x.shape[0]} rows but {c.shape[0]} concepts"
+                )
+            if np.unique(c).size != c.size:
+                raise ValueError(f"validation language {lang!r}: a concept appears twice")
+        langs = sorted(self.rows)
+        for l1 in langs:
+            for l2 in langs:
+                if l1 == l2:
+                    continue
+                c1, c2 = np.asarray(self.concepts[l1]), np.asarray(self.concepts[l2])
+                shared, i1, i2 = np.intersect1d(c1, c2, return_indices=True)
+                if shared.size:
+                    self._directions.append((l1, l2, i1, i2))
+
+    @property
+    def directions(self) -> list[str]:
+        """``"l1->l2"`` for every ordered pair with at least one shared concept."""
+        return [f"{l1}->{l2}" for l1, l2, _, _ in self._directions]
+
+    def p_at_1(self, phi_t: Mapping[str, np.ndarray]) -> tuple[float, dict[str, float]]:
+        """Mean P@1 (cosine) over the directions, and per direction.
+
+        ``phi_t[l]`` (p_l, r): the map of language l (``Φ_lᵀ``). The candidates of a
+        direction l1->l2 are all validation documents of l2.
+        """
+        if not self._directions:
+            raise ValueError("the validation set has no pair of languages sharing a concept")
+        emb = {}
+        for lang, x in self.rows.items():
+            e = np.asarray(x @ phi_t[lang], dtype=np.float64)
+            norms = np.linalg.norm(e, axis=1, keepdims=True)
+            emb[lang] = e / np.where(norms > 0, norms, 1.0)
+        per = {}
+        for l1, l2, i1, i2 in self._directions:
+            best = np.argmax(emb[l1][i1] @ emb[l2].T, axis=1)
+            per[f"{l1}->{l2}"] = float(np.mean(best == i2))
+        return float(np.mean(list(per.values()))), per
+
+
+@dataclass
+class _Best:
+    iteration: int
+    score: float
+    eigenvalues: np.ndarray
+    images: np.ndarray
+
+
+class IterationMonitor:
+    """Records the objective, σ and (with a validation set) P@1 of each iteration; decides
+    whether a validation stop rule ends the eigensolver.
+
+    Parameters
+    ----------
+    y_norm_sq : float
+        ``‖Ŷ‖²_F = n (1 − ‖ν‖²)``.
+    split : callable
+        Splits a stacked (p, r) array into per-language blocks (``TermLayout.split``).
+    r : int
+    validation : ValidationSet, optional
+    stop_rule : {"residual", "validation"}
+    patience : int
+        Iterations without improvement before a validation stop.
+    min_delta : float
+        An improvement must exceed this (in P@1) to count.
+    """
+
+    def __init__(
+        self,
+        *,
+        y_norm_sq: float,
+        split: Callable[[np.ndarray], Mapping[str, np.ndarray]],
+        r: int,
+        validation: ValidationSet | None = None,
+        stop_rule: str = "residual",
+        patience: int = 1,
+        min_delta: float = 0.0,
+    ) -> None:
+        if stop_rule not in STOP_RULES:
+            raise ConfigError(f"stop_rule must be one of {STOP_RULES}; got {stop_rule!r}")
+        if stop_rule == "validation" and validation is None:
+            raise ConfigError(
+                "stop_rule='validation' needs validation documents (a ValidationSet); "
+                "give them, or use stop_rule='residual'"
+            )
+        if patience < 1:
+            raise ConfigError(f"patience must be >= 1; got {patience}")
+        self.y_norm_sq = float(y_norm_sq)
+        self.split = split
+        self.r = int(r)
+        self.validation = validation
+        self.stop_rule = stop_rule
+        self.patience = int(patience)
+        self.min_delta = float(min_delta)
+        self.records: list[dict[str, Any]] = []
+        self.best: _Best | None = None
+        self.stopped_by: str | None = None
+
+    @property
+    def needs_images(self) -> bool:
+        """Whether :meth:`observe` needs the Ritz vectors' images Φ*ᵀ."""
+        return self.validation is not None
+
+    def observe(
+        self, iteration: int, theta: np.ndarray, images: Callable[[], np.ndarray] | None
+    ) -> bool:
+        """Record iteration ``iteration`` (top Ritz values ``theta``, descending); return True
+        when the validation rule says stop. ``images()`` gives Φ*ᵀ (p, r) of the current Ritz
+        vectors; it is called only when a validation set is scored."""
+        t0 = time.perf_counter()
+        theta = np.asarray(theta, dtype=np.float64)[: self.r]
+        if theta.size < self.r or not np.all(np.isfinite(theta)):
+            return False  # the basis is still narrower than r: no r-dimensional solution yet
+        rec: dict[str, Any] = {"iteration": int(iteration)}
+        objective = self.y_norm_sq - float(theta.sum())
+        rec["objective"] = objective
+        rec["relative_objective"] = objective / self.y_norm_sq if self.y_norm_sq else None
+        sigma = np.sqrt(np.maximum(theta, 0.0))
+        rec["sigma_1"], rec["sigma_r"] = float(sigma[0]), float(sigma[-1])
+        if self.validation is not None and images is not None:
+            phi_star_t = np.asarray(images(), dtype=np.float64)
+            phi_t = orthonormal_rows(phi_star_t)[0]
+            score, per = self.validation.p_at_1(self.split(phi_t))
+            rec["validation_p_at_1"] = score
+            rec["validation_per_direction"] = per
+            if self.best is None or score > self.best.score + self.min_delta:
+                self.best = _Best(int(iteration), score, theta.copy(), phi_star_t.copy())
+        rec["seconds"] = round(time.perf_counter() - t0, 4)
+        self.records.append(rec)
+        if "validation_p_at_1" in rec:
+            logger.info(
+                "cr5 monitor it=%d objective=%.6g sigma_r=%.4g validation P@1=%.4f (best %.4f "
+                "at it=%d)",
+                iteration,
+                rec["objective"],
+                rec["sigma_r"],
+                rec["validation_p_at_1"],
+                self.best.score,
+                self.best.iteration,
+            )
+        if self.stop_rule != "validation" or self.best is None:
+            return False
+        if iteration - self.best.iteration >= self.patience:
+            self.stopped_by = "validation"
+            return True
+        return False
+
+    def to_history(self, eigensolver_stopped_by: str) -> dict:
+        """``history["stopping"]``: the rule asked for, the rule that stopped (``validation``,
+        ``residual`` or ``maxiter``), per-iteration records, and (with a validation set) the
+        best iteration."""
+        stopped_by = "validation" if eigensolver_stopped_by == "monitor" else eigensolver_stopped_by
+        out: dict[str, Any] = {
+            "rule": self.stop_rule,
+            "stopped_by": stopped_by,
+            "patience": self.patience if self.stop_rule == "validation" else None,
+            "iterations": self.records,
+        }
+        if self.best is not None:
+            out["best_iteration"] = self.best.iteration
+            out["best_validation_p_at_1"] = self.best.score
+        if self.validation is not None:
+            out["validation_documents"] = {
+                lang: int(x.shape[0]) for lang, x in sorted(self.validation.rows.items())
+            }
+            out["validation_directions"] = self.validation.directions
+        return out

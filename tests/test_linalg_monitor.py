@@ -1,0 +1,188 @@
+"""The eigensolver monitor: objective and validation P@1 against independent computations,
+and the validation stopping rule."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pipeline.backends.local import LocalCorpusBackend
+from pipeline.errors import ConfigError
+from pipeline.linalg.block_lanczos import block_lanczos
+from pipeline.linalg.cr5 import Cr5Solver, solve_cr5
+from pipeline.linalg.monitor import IterationMonitor, ValidationSet
+from pipeline.linalg.operator import DenseOperator
+from tests.problems import PROBLEMS, dense_centred, planted_corpus
+from tests.test_linalg_cr5 import TIGHT
+
+
+def _validation(heldout) -> ValidationSet:
+    return ValidationSet(heldout, {lang: np.arange(x.shape[0]) for lang, x in heldout.items()})
+
+
+def _p_at_1_by_hand(components, heldout) -> float:
+    """Mean P@1 over ordered language pairs, one query at a time (no shared code)."""
+    scores = []
+    langs = sorted(heldout)
+    for l1 in langs:
+        for l2 in langs:
+            if l1 == l2:
+                continue
+            q = heldout[l1].toarray() @ components[l1].astype(np.float64)
+            c = heldout[l2].toarray() @ components[l2].astype(np.float64)
+            hits = 0
+            for i in range(q.shape[0]):
+                sims = [
+                    float(q[i] @ c[j]) / (np.linalg.norm(q[i]) * np.linalg.norm(c[j]) or 1.0)
+                    for j in range(c.shape[0])
+                ]
+                hits += int(np.argmax(sims) == i)
+            scores.append(hits / q.shape[0])
+    return float(np.mean(scores))
+
+
+def test_objective_equals_the_dense_ridge_objective():
+    problem = PROBLEMS["three_uneven"]
+    corpus, k, lam, r = problem.corpus(), problem.n_concepts, 0.3, 5
+    res = solve_cr5(LocalCorpusBackend(corpus, k, dtype="float64"), lam=lam, r=r, **TIGHT)
+    # ‖Ŷ − X̂W‖² + λ‖W‖² of W = Â⁻¹Ĉ P Pᵀ, P the dense top-r eigenvectors, formed explicitly
+    xh, yh = dense_centred(corpus, k)
+    a_hat = xh.T @ xh + lam * np.eye(xh.shape[1])
+    c = xh.T @ yh
+    _, vecs = np.linalg.eigh(c.T @ np.linalg.solve(a_hat, c))
+    p = vecs[:, ::-1][:, :r]
+    w = np.linalg.solve(a_hat, c @ p) @ p.T
+    want = np.sum((yh - xh @ w) ** 2) + lam * np.sum(w**2)
+    records = res.history["stopping"]["iterations"]
+    assert records and res.history["stopping"]["stopped_by"] == "residual"
+    np.testing.assert_allclose(records[-1]["objective"], want, rtol=1e-9)
+    np.testing.assert_allclose(records[-1]["sigma_1"], np.sqrt(res.eigenvalues[0]), rtol=1e-12)
+    # Ritz values only grow between restarts, so the objective never rises
+    objectives = [rec["objective"] for rec in records]
+    assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(objectives))
+
+
+def test_validation_score_matches_an_independent_computation():
+    corpus, heldout, k = planted_corpus(seed=1)
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    res = solve_cr5(be, lam=1.0, r=8, **TIGHT, validation=_validation(heldout))
+    stopping = res.history["stopping"]
+    last = stopping["iterations"][-1]
+    assert last["iteration"] == res.history["eigensolver"]["n_iter"]
+    assert last["validation_p_at_1"] == pytest.approx(
+        _p_at_1_by_hand(res.components, heldout), abs=1e-12
+    )
+    assert set(last["validation_per_direction"]) == {
+        f"{a}->{b}" for a in heldout for b in heldout if a != b
+    }
+    assert last["validation_p_at_1"] > 5 / 40  # planted structure: far above chance (1/40)
+    assert stopping["validation_documents"] == {lang: 40 for lang in sorted(heldout)}
+
+
+def test_validation_rule_stops_early_and_returns_the_best_iteration():
+    corpus, heldout, k = planted_corpus(seed=0)
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    common = dict(lam=1.0, r=10, oversampling=4, block_size=4, start_steps=0, seed=0)
+    tight = {**TIGHT, "eig_rtol": 1e-10, "eig_maxiter": 60}
+    res = solve_cr5(be, **common, **tight, stop_rule="validation", stop_patience=2,
+                    validation=_validation(heldout))  # fmt: skip
+    stopping = res.history["stopping"]
+    records = {rec["iteration"]: rec for rec in stopping["iterations"]}
+    n_iter = res.history["eigensolver"]["n_iter"]
+    assert stopping["rule"] == "validation" and stopping["stopped_by"] == "validation"
+    best = stopping["best_iteration"]
+    assert stopping["returned_iteration"] == best == n_iter - 2  # patience 2
+    scores = [records[i]["validation_p_at_1"] for i in sorted(records)]
+    assert records[best]["validation_p_at_1"] == max(scores)
+    assert scores[-1] <= max(scores) and scores[-2] <= max(scores)
+    # the returned model is the best iteration's, not the last one's
+    assert _p_at_1_by_hand(res.components, heldout) == pytest.approx(max(scores), abs=1e-12)
+    assert n_iter < 60
+    # Φ is that of the dense Cr5 restricted to the best iteration's Ritz vectors: its columns
+    # are orthonormal as always
+    phi_t = np.vstack([res.components[lang] for lang in sorted(corpus)]).astype(np.float64)
+    np.testing.assert_allclose(phi_t.T @ phi_t, np.eye(10), atol=1e-5)
+
+
+def test_residual_rule_records_validation_without_stopping_on_it():
+    corpus, heldout, k = planted_corpus(seed=0)
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    common = dict(lam=1.0, r=10, oversampling=4, block_size=4, start_steps=0, seed=0)
+    with pytest.warns(Warning, match="did not reach"):
+        res = solve_cr5(be, **common, **{**TIGHT, "eig_rtol": 1e-10, "eig_maxiter": 12},
+                        validation=_validation(heldout))  # fmt: skip
+    stopping = res.history["stopping"]
+    assert stopping["stopped_by"] == "maxiter" and res.history["eigensolver"]["n_iter"] == 12
+    assert stopping["returned_iteration"] == 12
+    assert all("validation_p_at_1" in rec for rec in stopping["iterations"])
+
+
+def test_monitor_patience_and_min_delta():
+    scores = iter([0.2, 0.3, 0.3, 0.31, 0.29, 0.1])
+
+    class FakeValidation(ValidationSet):
+        def p_at_1(self, phi_t):
+            return next(scores), {}
+
+    x = {"en": np.eye(2)[:1], "de": np.eye(2)[:1]}
+    val = FakeValidation(x, {"en": np.array([0]), "de": np.array([0])})
+    mon = IterationMonitor(
+        y_norm_sq=10.0,
+        split=lambda a: {"en": a[:2], "de": a[2:]},
+        r=1,
+        validation=val,
+        stop_rule="validation",
+        patience=2,
+        min_delta=0.015,
+    )
+    images = lambda: np.ones((4, 1))  # noqa: E731
+    stops = [mon.observe(i, np.array([1.0]), images) for i in range(1, 7)]
+    # best 0.3 at it 2; 0.3 and 0.31 do not beat it by more than 0.015; stop at it 4
+    assert stops[:4] == [False, False, False, True]
+    assert mon.best.iteration == 2 and mon.stopped_by == "validation"
+    assert mon.records[0]["objective"] == pytest.approx(9.0)
+
+
+def test_block_lanczos_monitor_can_stop():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((60, 60))
+    op = DenseOperator(a @ a.T)
+    seen = []
+
+    def monitor(state, theta, s):
+        seen.append(state.n_iter)
+        return state.n_iter == 2
+
+    res = block_lanczos(op, 4, block_size=4, rtol=1e-14, maxiter=50, monitor=monitor)
+    assert res.n_iter == 2 and res.stopped_by == "monitor" and seen == [1, 2]
+    assert res.to_history()["stopped_by"] == "monitor"
+
+
+def test_validation_rule_needs_documents_and_reused_solves():
+    problem = PROBLEMS["three_uneven"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts)
+    with pytest.raises(ConfigError, match="needs validation documents"):
+        Cr5Solver(lam=1.0, r=3, stop_rule="validation").fit(be)
+    corpus, heldout, k = planted_corpus()
+    with pytest.raises(ConfigError, match="reuse_solves"):
+        solve_cr5(
+            LocalCorpusBackend(corpus, k),
+            lam=1.0,
+            r=3,
+            reuse_solves=False,
+            validation=_validation(heldout),
+        )
+    with pytest.raises(ConfigError, match="train.stop_rule"):
+        Cr5Solver(lam=1.0, r=3, stop_rule="sometimes").fit(be)
+
+
+def test_validation_set_rejects_inconsistent_input():
+    x = {"en": np.eye(3), "de": np.eye(3)}
+    with pytest.raises(ValueError, match="2 concepts"):
+        ValidationSet(x, {"en": np.arange(3), "de": np.arange(2)})
+    with pytest.raises(ValueError, match="appears twice"):
+        ValidationSet(x, {"en": np.array([0, 0, 1]), "de": np.arange(3)})
+    with pytest.raises(ValueError, match="different languages"):
+        ValidationSet(x, {"en": np.arange(3)})
