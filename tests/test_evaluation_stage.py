@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import EvaluateConfig, SplitConfig, load_config
-from pipeline.errors import InputDataError
+from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF, VOCABULARY
 from pipeline.model import Cr5Model
@@ -230,6 +230,68 @@ def test_lambda_warm_start_chooses_as_independent_fits(spark, chain):
     # The scores are not bit-equal: each fit stops at eig_rtol = 0.1 from another start
     # (measured on this subset: |Δ| <= 0.055 MRR, 120 validation queries per direction).
     assert passes[True] < passes[False], passes
+
+
+def test_validation_stop_rule_scores_the_split_validation_concepts(spark, chain, tmp_path):
+    """train.stop_rule=validation: the eigensolver is scored on the split stage's validation
+    concepts after every iteration; the model holds the best iteration, and its recorded
+    score is what the public embedding path gives those documents."""
+    root, _, _ = chain
+    cfg = cfg_for(
+        root,
+        f"paths.model={tmp_path / 'model'}",
+        "train.stop_rule=validation",
+        "train.stop_patience=1",
+        "train.eig_rtol=1e-6",
+        "train.eig_maxiter=30",
+        "train.validation_concepts=25",
+    )
+    report = get_stage("train")(spark, cfg)
+    model = Cr5Model.load(report["path"])
+    stopping = model.meta["training"]["stopping"]
+    history = model.meta["solver"]["history"]["stopping"]
+    assert stopping["rule"] == "validation" and report["stopping"] == stopping
+    assert stopping["stopped_by"] in ("validation", "residual")
+    assert stopping["returned_iteration"] == stopping["best_iteration"]
+    # the 25 validation concepts of lowest priority, in every language that has them
+    splits = [r for r in _rows(spark, SPLITS, root / "splits") if r["role"] == "validation"]
+    first: dict[str, int] = {}
+    for r in splits:
+        first[r["concept_id"]] = min(first.get(r["concept_id"], 1 << 62), r["priority"])
+    chosen = sorted(first, key=lambda c: (first[c], c))[:25]
+    docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents")).toArrow().to_pylist()
+    texts: dict[str, dict[str, str]] = {}
+    for d in sorted(docs, key=lambda d: d["doc_id"]):
+        if d["concept_id"] in chosen:
+            texts.setdefault(d["lang"], {}).setdefault(d["concept_id"], d["text"])
+    assert history["validation_documents"] == {lang: len(t) for lang, t in sorted(texts.items())}
+    # P@1 of the returned model, by hand through Cr5Model.embed
+    per = {}
+    for l1 in sorted(texts):
+        for l2 in sorted(texts):
+            if l1 == l2:
+                continue
+            shared = sorted(set(texts[l1]) & set(texts[l2]))
+            cands = sorted(texts[l2])
+            q = model.embed([texts[l1][c] for c in shared], l1).astype(np.float64)
+            c = model.embed([texts[l2][c] for c in cands], l2).astype(np.float64)
+            q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)
+            c /= np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-30)
+            best = np.argmax(q @ c.T, axis=1)
+            per[f"{l1}->{l2}"] = np.mean([cands[j] == shared[i] for i, j in enumerate(best)])
+    # equal here; 0.02 allows two near-ties to flip between the solver's float64 Φ and the
+    # model's float32 copy (one query of a direction is 1/6 x 1/18 of the mean)
+    assert stopping["best_validation_p_at_1"] == pytest.approx(
+        np.mean(list(per.values())), abs=0.02
+    )
+    assert stopping["best_validation_p_at_1"] > 0.3  # chance is 1/25
+
+
+def test_validation_stop_rule_needs_the_split_stage(spark, chain, tmp_path):
+    root, _, _ = chain
+    cfg = cfg_for(root, "features.heldout_concepts=", "train.stop_rule=validation")
+    with pytest.raises(ConfigError, match="features.heldout_concepts is not set"):
+        get_stage("train")(spark, cfg)
 
 
 def test_evaluation_refuses_split_concepts_in_training(spark, chain, tmp_path):

@@ -217,6 +217,16 @@ def model_preprocessing(cfg: Config) -> dict[str, Any]:
     }
 
 
+def _stopping_summary(history: dict[str, Any]) -> dict[str, Any] | None:
+    """Which rule ended the eigensolver and which iteration's solution the model holds (the
+    per-iteration objective, σ and validation P@1 are in ``solver.history.stopping``)."""
+    stopping = history.get("stopping")
+    if not stopping:
+        return None
+    keys = ("rule", "stopped_by", "returned_iteration", "best_iteration", "best_validation_p_at_1")
+    return {k: stopping[k] for k in keys if k in stopping}
+
+
 @dataclass
 class TrainingData:
     """The training rows loaded into a corpus backend, reusable by several fits.
@@ -239,6 +249,9 @@ class TrainingData:
     #: leading Ritz vectors (``start_block``), as a λ grid does (evaluate.lambda_warm_start).
     chain_starts: bool = False
     start_block: Any = None
+    #: Documents of validation concepts (train.stop_rule=validation), scored at every
+    #: eigensolver iteration.
+    validation: Any = None
 
     def close(self) -> None:
         """Release the backend's cached data (the Spark backend unpersists X)."""
@@ -255,7 +268,12 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
     backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options())
     vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
-    return TrainingData(backend, selection, vocab, time.perf_counter() - t0)
+    validation = None
+    if t.method == "cr5" and t.stop_rule == "validation":
+        from pipeline.features.validation_rows import load_validation_set
+
+        validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
+    return TrainingData(backend, selection, vocab, time.perf_counter() - t0, validation=validation)
 
 
 def run(spark: SparkSession, cfg: Config, data: TrainingData | None = None) -> dict[str, Any]:
@@ -307,7 +325,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
     if t.method == "cr5":
         solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
         start = data.start_block if data.chain_starts else None
-        solver.fit(backend, start=start, keep_start=data.chain_starts)
+        solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
         if data.chain_starts:
             data.start_block = solver.start_block_
         started_from = "surrogate" if start is None else "previous_fit"
@@ -361,6 +379,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "fit_seconds": round(fit_seconds, 3),
         "passes_over_x": passes,
         "eigensolver_start": started_from,
+        "stopping": _stopping_summary(history),
     }
     meta = {
         "method": t.method,
@@ -389,6 +408,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "eigenvalues": {"first": float(eig[0]), "last": float(eig[-1])} if len(eig) else None,
         "method": t.method,
         "eigensolver_iterations": n_iter,
+        "stopping": training["stopping"],
         "fit_seconds": round(fit_seconds, 2),
         "passes_over_x": passes["passes"],
         "warnings": warnings_,

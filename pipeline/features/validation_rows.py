@@ -1,0 +1,103 @@
+"""TF-IDF rows of validation concepts, for the train stage's ``train.stop_rule: validation``.
+
+The split stage's validation concepts are held out of vocabulary, IDF and training in every
+language (design.md §4), so their documents are an honest validation set for the eigensolver's
+stopping rule. The ``train.validation_concepts`` concepts of lowest split priority are taken
+(the same ones the evaluation's λ selection scores first); their documents in the training
+languages are collected to the driver (a few thousand short texts) and weighted with the
+training vocabulary and IDF through :func:`~pipeline.features.weighting.tfidf_rows`, the
+function the embedding API uses, so a validation document gets exactly the vector the
+trained model would give it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow.compute as pc
+import scipy.sparse as sp
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.config import Config
+from pipeline.errors import ConfigError, InputDataError
+from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
+from pipeline.io.datasets import read_dataset, read_table
+from pipeline.io.schemas import DOCUMENTS
+from pipeline.linalg.monitor import ValidationSet
+from pipeline.text.tokenizer import Tokenizer
+
+__all__ = ["load_validation_set"]
+
+log = logging.getLogger(__name__)
+
+
+def load_validation_set(
+    spark: SparkSession, cfg: Config, languages: list[str], vocabulary: dict[str, dict]
+) -> ValidationSet:
+    """Validation documents of the training languages as TF-IDF rows.
+
+    ``vocabulary[lang]``: ``terms`` (pyarrow array, term_index order) and ``idf``.
+    """
+    path = cfg.heldout_path()
+    fix = (
+        "Fix: run the split stage and set features.heldout_concepts: splits (before the "
+        "vocabulary stage), or use train.stop_rule: residual."
+    )
+    if not path:
+        raise ConfigError(
+            "train.stop_rule=validation scores the split stage's validation concepts, but "
+            f"features.heldout_concepts is not set. {fix}"
+        )
+    splits = read_table(spark, path)
+    if "role" not in splits.columns:
+        raise InputDataError(
+            f"features.heldout_concepts {path} has no 'role' column (columns: "
+            f"{splits.columns}), so it names no validation concepts. {fix}"
+        )
+    order = F.col("priority") if "priority" in splits.columns else F.xxhash64("concept_id")
+    chosen = (
+        splits.filter(F.col("role") == "validation")
+        .groupBy("concept_id")
+        .agg(F.min(order).alias("_order"))
+        .orderBy("_order", "concept_id")
+        .limit(cfg.train.validation_concepts)
+        .select("concept_id")
+    )
+    docs = (
+        read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
+        .filter(F.col("lang").isin(languages))
+        .join(F.broadcast(chosen), "concept_id")
+        # one document per (language, concept): the smallest doc_id, deterministically
+        .groupBy("lang", "concept_id")
+        .agg(F.min_by("text", "doc_id").alias("text"))
+        .orderBy("lang", "concept_id")
+        .toArrow()
+    )
+    tokenizer = Tokenizer.from_settings(cfg.to_dict()["text"])
+    rows, concepts = {}, {}
+    for lang in languages:
+        sub = docs.filter(pc.equal(docs.column("lang"), lang))
+        if sub.num_rows == 0:
+            continue
+        texts = sub.column("text").combine_chunks()
+        tokens, doc_of = tokenizer.flat_tokens(texts)
+        vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
+        indptr, indices, values = tfidf_rows(tokens, doc_of, len(texts), vocab)
+        rows[lang] = sp.csr_matrix((values, indices, indptr), shape=(len(texts), len(vocab)))
+        concepts[lang] = np.array(sub.column("concept_id").to_pylist(), dtype=str)
+    validation = ValidationSet(rows, concepts)
+    if not validation.directions:
+        raise InputDataError(
+            f"train.stop_rule=validation: no validation concept of {path} has documents in "
+            f"two of the training languages {languages} (documents per language: "
+            f"{ {lang: int(x.shape[0]) for lang, x in rows.items()} }). {fix}"
+        )
+    log.info(
+        "validation stopping: %s documents of %d concepts, %d directions",
+        {lang: int(x.shape[0]) for lang, x in rows.items()},
+        len({c for v in concepts.values() for c in v}),
+        len(validation.directions),
+    )
+    return validation
