@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.ddtp_sample import load_sample_corpus  # noqa: E402
+from bench.ddtp_sample import SAMPLE, default_full_path, load_sample_corpus  # noqa: E402
 from bench.machine import machine_info  # noqa: E402
 from bench.synthetic import SyntheticCorpus, make_synthetic_corpus  # noqa: E402
 
@@ -412,13 +412,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tokens", type=float, default=60.0, help="mean tokens per document")
     ap.add_argument(
         "--corpus",
-        choices=("synthetic", "sample"),
+        choices=("synthetic", "sample", "ddtp"),
         default="synthetic",
-        help="synthetic (bench/synthetic.py, the size options apply) or the bundled DDTP "
-        "sample (bench/ddtp_sample.py)",
+        help="synthetic (bench/synthetic.py, the size options apply), the bundled DDTP "
+        "sample (bench/ddtp_sample.py) or the full DDTP corpus (--corpus-path)",
     )
     ap.add_argument(
-        "--test", type=int, default=None, help="held-out concepts (synthetic 1000, sample 300)"
+        "--corpus-path",
+        type=Path,
+        default=None,
+        help="--corpus ddtp: the Parquet file of bench/build_ddtp_full.sh "
+        "(default: $DDTP_FULL, else ~/.cache/cr5/ddtp_full.parquet)",
+    )
+    ap.add_argument(
+        "--corpus-languages",
+        default=None,
+        help="sample/ddtp: comma-separated subset of en,de,fr,es (default: all four)",
+    )
+    ap.add_argument(
+        "--test",
+        type=int,
+        default=None,
+        help="held-out concepts (synthetic 1000, sample 300, ddtp 500)",
+    )
+    ap.add_argument(
+        "--validation",
+        type=int,
+        default=0,
+        help="sample/ddtp: further held-out concepts (disjoint from test) in corpus.validation",
     )
     ap.add_argument("--r", type=int, default=50)
     ap.add_argument("--oversampling", type=int, default=20)
@@ -606,8 +627,18 @@ def main(argv: list[str] | None = None) -> int:
         print("  WARNING: OPENBLAS_NUM_THREADS is not 1 (multithreaded BLAS was 5-8x slower here)")
 
     with Measure() as m_gen:
-        if args.corpus == "sample":
-            corpus = load_sample_corpus(n_test=args.test or 300, seed=args.seed)
+        if args.corpus in ("sample", "ddtp"):
+            ddtp = args.corpus == "ddtp"
+            langs = args.corpus_languages.split(",") if args.corpus_languages else None
+            corpus = load_sample_corpus(
+                n_test=args.test or (500 if ddtp else 300),
+                seed=args.seed,
+                path=(args.corpus_path or default_full_path()) if ddtp else SAMPLE,
+                n_validation=args.validation,
+                languages=langs,
+            )
+        elif args.validation or args.corpus_languages:
+            raise SystemExit("--validation and --corpus-languages apply to --corpus sample/ddtp")
         else:
             corpus = make_synthetic_corpus(
                 n_docs=args.docs,
@@ -630,7 +661,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  n = {ci['n_train']} training docs, K = {corpus.n_concepts} training concepts, "
         f"nnz = {ci['nnz']}, topics = {ci['n_topics']}, "
-        f"held-out concepts = {len(next(iter(corpus.test.values()))[1])}"
+        f"held-out concepts = {len(next(iter(corpus.test.values()))[1])}, "
+        f"validation concepts = {ci.get('n_validation', 0)}"
     )
     for lang, v in ci["per_language"].items():
         print(

@@ -1,8 +1,10 @@
-"""The bundled real DDTP sample as a benchmark corpus (no Spark).
+"""The bundled real DDTP sample, or the full DDTP corpus, as a benchmark corpus (no Spark).
 
 Source: ``data/sample/ddtp_en_de_fr_es.parquet`` (Debian's translated package descriptions in
-en, de, fr, es; licence and provenance in ``data/sample/README.md``); ``concept_id`` (the
-Description-md5) links the translations of one description.
+en, de, fr, es; licence and provenance in ``data/sample/README.md``), or the full corpus that
+``bench/build_ddtp_full.sh`` writes outside the repository (same schema, every concept present
+in >= 2 languages); ``concept_id`` (the Description-md5) links the translations of one
+description.
 
 Construction, mirroring ``bench/synthetic.py`` so that ``bench/bench_train.py`` can use either:
 
@@ -11,17 +13,22 @@ Construction, mirroring ``bench/synthetic.py`` so that ``bench/bench_train.py`` 
   COO -> CSR conversion per language: no Python loop over documents or tokens);
 * ``n_test`` concepts with a document in every language are held out of training in every
   language (seeded); their documents, one per language in the same concept order, are the test
-  set;
+  set; optionally ``n_validation`` further such concepts, drawn after the test set from the
+  rest, form a validation set of the same layout;
 * per language: vocabulary = terms of the training documents with document frequency >=
   ``min_df``; IDF ``log((1 + n_l) / (1 + df)) + 1``; TF-IDF rows L2-normalised (a row with no
-  known term stays zero); float32 CSR; test rows use the training vocabulary and IDF.
+  known term stays zero); float32 CSR; test and validation rows use the training vocabulary
+  and IDF.
 
 The sample is small (4 languages, 12.7k documents, ~0.5M nonzeros): on it the per-pass cost is
-dominated by fixed overheads, which is what the benchmark shows there.
+dominated by fixed overheads, which is what the benchmark shows there. The full corpus
+(bookworm: 4 languages, 59k documents, ~2.7M nonzeros, p_l ~23k at min_df 2) is 5x larger.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +41,7 @@ from bench.synthetic import SyntheticCorpus
 from pipeline.config import TextConfig
 from pipeline.text.tokenizer import Tokenizer
 
-__all__ = ["SAMPLE", "load_sample_corpus"]
+__all__ = ["SAMPLE", "default_full_path", "load_sample_corpus"]
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample" / "ddtp_en_de_fr_es.parquet"
 
@@ -60,11 +67,49 @@ def _tfidf(counts: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix(x, dtype=np.float32)
 
 
+def default_full_path() -> Path:
+    """Where ``bench/build_ddtp_full.sh`` writes the full corpus: ``$DDTP_FULL`` or the cache."""
+    env = os.environ.get("DDTP_FULL")
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "cr5" / "ddtp_full.parquet"
+
+
+def _source_name(path: Path) -> str:
+    """The corpus path relative to the repository when inside it, else absolute."""
+    path = path.resolve()
+    repo = Path(__file__).resolve().parents[1]
+    return str(path.relative_to(repo)) if path.is_relative_to(repo) else str(path)
+
+
 def load_sample_corpus(
-    *, n_test: int = 300, seed: int = 0, min_df: int = 2, path: Path = SAMPLE
+    *,
+    n_test: int = 300,
+    seed: int = 0,
+    min_df: int = 2,
+    path: Path = SAMPLE,
+    n_validation: int = 0,
+    languages: Sequence[str] | None = None,
 ) -> SyntheticCorpus:
-    """Build the train/test corpus of the bundled sample (see the module docstring)."""
+    """Build the train/test (and optional validation) corpus of a DDTP Parquet file.
+
+    ``path`` is the bundled sample by default, or the full corpus of
+    ``bench/build_ddtp_full.sh`` (same schema). ``n_validation`` further concepts present in
+    every language are held out of training (disjoint from the test concepts) and returned as
+    ``corpus.validation`` in the layout of ``corpus.test``; the test draw does not depend on it.
+    ``languages`` keeps only those languages' documents (default: all; concepts left in one
+    language stay in training, they only add rows to that language).
+    """
+    if not path.is_file():
+        hint = " (build it with bench/build_ddtp_full.sh)" if path != SAMPLE else ""
+        raise FileNotFoundError(f"DDTP corpus {path} does not exist{hint}")
     table = pq.read_table(path, columns=["concept_id", "lang", "text"])
+    if languages is not None:
+        missing = sorted(set(languages) - set(table.column("lang").to_pylist()))
+        if missing or len(set(languages)) < 2:
+            raise ValueError(f"{path}: need >= 2 languages of the corpus, got {list(languages)}")
+        table = table.filter(pc.is_in(table.column("lang"), pa.array(list(languages))))
     langs = sorted(set(table.column("lang").to_pylist()), key=["en", "de", "fr", "es"].index)
     concept = table.column("concept_id").to_numpy(zero_copy_only=False).astype(str)
     lang = table.column("lang").to_numpy(zero_copy_only=False).astype(str)
@@ -72,44 +117,61 @@ def load_sample_corpus(
     everywhere = set.intersection(*(set(concept[lang == code]) for code in langs))
     rng = np.random.default_rng(seed)
     pool = np.array(sorted(everywhere))
-    if n_test > pool.size:
-        raise ValueError(f"n_test={n_test} > {pool.size} concepts present in every language")
+    if n_test + n_validation > pool.size:
+        raise ValueError(
+            f"{path}: n_test={n_test} + n_validation={n_validation} > {pool.size} concepts "
+            "present in every language"
+        )
     test_ids = rng.choice(pool, size=n_test, replace=False)
-    is_test = np.isin(concept, test_ids)
-    train_ids = np.unique(concept[~is_test])
+    # Drawn after (and independently of) the test set, so n_validation=0 changes nothing.
+    val_ids = rng.choice(pool[~np.isin(pool, test_ids)], size=n_validation, replace=False)
+    held_out = {"test": np.sort(test_ids), "validation": np.sort(val_ids)}
+    is_held_out = np.isin(concept, test_ids) | np.isin(concept, val_ids)
+    train_ids = np.unique(concept[~is_held_out])
     tokenizer = Tokenizer.from_config(TextConfig())
 
-    train, test, per_language = {}, {}, {}
+    train: dict[str, tuple[sp.csr_matrix, np.ndarray]] = {}
+    sets: dict[str, dict[str, tuple[sp.csr_matrix, np.ndarray]]] = {"test": {}, "validation": {}}
+    per_language = {}
     for code in langs:
-        rows_tr = np.flatnonzero((lang == code) & ~is_test)
-        rows_te = np.flatnonzero((lang == code) & is_test)
-        # row i of every language's test set: the i-th held-out concept in sorted id order
-        rows_te = rows_te[np.argsort(concept[rows_te], kind="stable")]
-        if not np.array_equal(concept[rows_te], np.sort(test_ids)):
-            raise ValueError(
-                f"{path}: language {code!r} has not exactly one test document per concept"
-            )
+        in_lang = lang == code
+        rows_tr = np.flatnonzero(in_lang & ~is_held_out)
+        parts = [rows_tr]
+        for name, ids in held_out.items():
+            rows = np.flatnonzero(in_lang & np.isin(concept, ids))
+            # row i of every language's held-out set: its i-th concept in sorted id order
+            rows = rows[np.argsort(concept[rows], kind="stable")]
+            if not np.array_equal(concept[rows], ids):
+                raise ValueError(
+                    f"{path}: language {code!r} has not exactly one {name} document per concept"
+                )
+            parts.append(rows)
 
-        texts = table.column("text").take(pa.array(np.r_[rows_tr, rows_te]))
+        texts = table.column("text").take(pa.array(np.concatenate(parts)))
         counts, _ = _counts(texts, tokenizer)
-        c_tr, c_te = counts[: rows_tr.size], counts[rows_tr.size :]
+        c_tr = counts[: rows_tr.size]
         df = np.bincount(c_tr.indices, minlength=counts.shape[1])
         keep = np.flatnonzero(df >= min_df)
         n_l = rows_tr.size
         idf = np.log((1.0 + n_l) / (1.0 + df[keep])) + 1.0
         x_tr = _tfidf(c_tr[:, keep], idf)
-        x_te = _tfidf(c_te[:, keep], idf)
         train[code] = (x_tr, np.searchsorted(train_ids, concept[rows_tr]).astype(np.int64))
-        test[code] = (x_te, concept[rows_te])
+        offset = rows_tr.size
+        for name, rows in zip(held_out, parts[1:], strict=True):
+            c_held = counts[offset : offset + rows.size]
+            offset += rows.size
+            sets[name][code] = (_tfidf(c_held[:, keep], idf), concept[rows])
         per_language[code] = {
             "n_train": int(n_l),
             "p": int(keep.size),
             "nnz": int(x_tr.nnz),
             "coverage": round(float(np.unique(concept[rows_tr]).size / train_ids.size), 3),
-            "n_test": int(rows_te.size),
+            "n_test": int(held_out["test"].size),
         }
+        if n_validation:
+            per_language[code]["n_validation"] = int(n_validation)
     info = {
-        "source": str(path.relative_to(path.parents[2])),
+        "source": _source_name(path),
         "languages": langs,
         "n_train": int(sum(v["n_train"] for v in per_language.values())),
         "nnz": int(sum(v["nnz"] for v in per_language.values())),
@@ -119,4 +181,12 @@ def load_sample_corpus(
         "seed": int(seed),
         "per_language": per_language,
     }
-    return SyntheticCorpus(train=train, n_concepts=int(train_ids.size), test=test, info=info)
+    if n_validation:
+        info["n_validation"] = int(n_validation)
+    return SyntheticCorpus(
+        train=train,
+        n_concepts=int(train_ids.size),
+        test=sets["test"],
+        info=info,
+        validation=sets["validation"] if n_validation else {},
+    )

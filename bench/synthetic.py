@@ -51,12 +51,16 @@ class SyntheticCorpus:
         is the document of held-out concept ``test_concept_l[i]`` (same order in all languages).
     info : dict
         Sizes and generator parameters (JSON-serialisable).
+    validation : dict of str to (csr_matrix, ndarray)
+        A second held-out set in the layout of ``test``, disjoint from training and test
+        concepts (for validation-based stopping or λ choice); empty when none was requested.
     """
 
     train: dict[str, tuple[sp.csr_matrix, np.ndarray]]
     n_concepts: int
     test: dict[str, tuple[sp.csr_matrix, np.ndarray]]
     info: dict = field(default_factory=dict)
+    validation: dict[str, tuple[sp.csr_matrix, np.ndarray]] = field(default_factory=dict)
 
 
 def _zipf_cdf(m: int, s: float) -> np.ndarray:

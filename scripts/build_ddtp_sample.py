@@ -30,6 +30,11 @@ appear in, every group is sorted, and
    unused quota redistributed (water-filling). Concepts present in a single language are
    never sampled.
 
+``--n-concepts 0`` takes every concept present in at least two languages (the full corpus; no
+random draw, so ``--seed`` does not matter). Only one suite is read: the descriptions of
+another suite (e.g. trixie next to bookworm) are mostly revisions of the same packages under a
+new md5, i.e. near-duplicate concepts that would leak between training and held-out sets.
+
 The result is written as ONE zstd-compressed Parquet file, and statistics (documents per
 language, concepts per number of languages, pairwise intersections, word and unique-word
 counts) are printed to stdout and optionally written as JSON (``--stats-json``).
@@ -37,6 +42,10 @@ counts) are printed to stdout and optionally written as JSON (``--stats-json``).
 Rebuild the bundled sample with::
 
     python scripts/build_ddtp_sample.py --out data/sample/ddtp_en_de_fr_es.parquet
+
+and the full corpus (kept outside the repository; see ``bench/build_ddtp_full.sh``) with::
+
+    python scripts/build_ddtp_sample.py --n-concepts 0 --out /path/outside/repo/ddtp_full.parquet
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import re
 import shutil
@@ -291,13 +301,20 @@ def water_fill(sizes: dict[K, int], budget: int) -> dict[K, int]:
 def sample_concepts(
     lang_sets: dict[str, frozenset[str]], languages: Sequence[str], n_concepts: int, seed: int
 ) -> tuple[list[str], dict[frozenset[str], tuple[int, int]]]:
-    """Pick ``n_concepts`` concept ids; return them sorted plus ``{lang set: (taken, total)}``."""
+    """Pick ``n_concepts`` concept ids; return them sorted plus ``{lang set: (taken, total)}``.
+
+    ``n_concepts == 0`` picks every concept present in at least two languages.
+    """
+    if n_concepts < 0:
+        raise ValueError(f"n_concepts must be >= 0 (0 = all), got {n_concepts}")
     groups: dict[frozenset[str], list[str]] = defaultdict(list)
     for cid, langs in lang_sets.items():
         if len(langs) >= 2:
             groups[langs].append(cid)
     for ids in groups.values():
         ids.sort()
+    if n_concepts == 0:
+        n_concepts = sum(len(ids) for ids in groups.values())
     lang_counts = Counter(lang for langs in lang_sets.values() for lang in langs)
     rarest = min(languages, key=lambda lang: (lang_counts[lang], lang))
     everything = frozenset(languages)
@@ -416,7 +433,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--languages", default=DEFAULT_LANGUAGES, help="comma-separated codes")
     parser.add_argument("--suite", default=DEFAULT_SUITE)
     parser.add_argument("--component", default=DEFAULT_COMPONENT)
-    parser.add_argument("--n-concepts", type=int, default=DEFAULT_N_CONCEPTS)
+    parser.add_argument(
+        "--n-concepts",
+        type=int,
+        default=DEFAULT_N_CONCEPTS,
+        help="concepts to sample; 0 = every concept present in >= 2 languages (full corpus)",
+    )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--stats-json", type=Path, default=None, help="also write stats here")
@@ -426,6 +448,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the Translation files, sample concepts, write Parquet and print statistics."""
     args = parse_args(argv)
+    if args.n_concepts < 0:
+        raise SystemExit("--n-concepts must be >= 0 (0 = every concept in >= 2 languages)")
     languages = [lang.strip() for lang in args.languages.split(",") if lang.strip()]
     if len(set(languages)) < 2:
         raise SystemExit("need at least two distinct languages")
@@ -471,7 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     table = pa.Table.from_pylist([doc.__dict__ for doc in sample], schema=SCHEMA)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, args.out, compression="zstd", compression_level=19)
+    partial = args.out.with_name(f".{args.out.name}.partial")
+    pq.write_table(table, partial, compression="zstd", compression_level=19)
+    os.replace(partial, args.out)  # atomic: a reader never sees a half-written file
     size = args.out.stat().st_size
     print(f"\nwrote {len(sample)} documents ({len(chosen)} concepts) to {args.out} ({size} bytes)")
 
