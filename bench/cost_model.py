@@ -1,30 +1,72 @@
-"""Cost model of the train stage: passes, time and memory from the corpus sizes.
+"""Cost model of the chain: train time and driver memory, embed and evaluate times.
 
 The formulas are documented in ``docs/scaling.md``; this script evaluates them, fits their
-machine constants on one ``bench_chain.py`` run, checks the predictions against the other
-runs (ratio predicted / measured), and applies them to the paper's settings.
+machine constants by least squares on ``bench_chain.py`` runs, checks the predictions
+against runs (ratio predicted / measured, jointly and leave-one-out) and applies them to
+the paper's settings.
 
 Usage (repository root)::
 
-    .venv/bin/python bench/cost_model.py --calibrate bench/results/chain_100k.json \\
-        --check bench/results/chain_10k.json bench/results/chain_1M.json
-    .venv/bin/python bench/cost_model.py --calibrate bench/results/chain_100k.json --paper
+    .venv/bin/python bench/cost_model.py --calibrate bench/results/chain_1M.json \\
+        bench/results/chain_100k.json --leave-one-out
+    .venv/bin/python bench/cost_model.py --calibrate bench/results/chain_1M.json \\
+        bench/results/chain_100k.json --paper
 
-A run's solver summary (block width, Lanczos iterations, CG iterations per solve) comes from
-its train record (``report.solver``, written by bench_chain.py) or, for runs recorded before
-that field existed, from ``<run>.history.json`` beside it (the model.json ``solver.history``).
+What is taken from a checked run and what is predicted: the corpus sizes (n_l, p_l, z_l,
+K), the block width b, the Lanczos iterations I and the CG iterations of every solve and
+language (its ``report.solver``, or for runs recorded before that field existed
+``<run>.history.json`` beside it) are inputs; every time and memory figure is predicted.
+Fitting uses the run's phase timings (warm start, each language's seconds in each
+eigensolver solve, the rest of the fit); checking compares only the stage totals.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 MB = 2**20
+
+#: Cached row blocks of a language: 1 up to this many nonzeros, else max(cores, z / this)
+#: (pipeline.backends.spark.NNZ_PER_PARTITION).
+NNZ_PER_PARTITION = 2_000_000
+
+#: Driver Python of a Spark stage that holds no data (interpreter, numpy, scipy, pyspark,
+#: pyarrow): the embed stage's driver peak in both chain runs (140.5 / 140.3 MB).
+DRIVER_BASE_MB = 140.0
+
+#: Live float64 p_l x b arrays of one language's block CG at its peak (pipeline/linalg/
+#: block_cg.py): B, X, R (full), R and X of the active columns, Z, P, the scratch block,
+#: A·P and the product's λV term, plus the float32 copy of P and of XᵀXP (2 halves).
+CG_BLOCKS = 11
+
+#: Live float64 p x b arrays while Â⁻¹ is applied (pipeline/linalg/woodbury.py _matmat):
+#: the right-hand sides U, the per-language solutions (held by ``x, _ = ...``), their
+#: concatenation X, and the Woodbury correction's outer product and its scaled copy.
+SOLVE_BLOCKS = 5
+
+#: float64 element reads + writes per term and column of one block CG iteration, counted in
+#: pipeline/linalg/block_cg.py (two dot products, two axpys through the scratch block, the
+#: residual norm, the preconditioner, the direction update, A·P with its float32 casts and
+#: λV): the unit of the fitted constant g.
+CG_TOUCHES = 31
+
+#: ... of the driver's work around one C product per term and column (result to float64,
+#: concatenation, the centring outer product, its scaling and subtraction)...
+C_TOUCHES = 10
+
+
+def ct_touches(languages: int) -> float:
+    """... and per concept and column around one Cᵀ product (each language's K x b result
+    converted and added, then the centring term)."""
+    return 4.5 * languages + 5
+
 
 # --------------------------------------------------------------------------- sizes
 
@@ -33,18 +75,22 @@ MB = 2**20
 class Sizes:
     """What the model needs to know about a training run."""
 
-    nnz: dict[str, int]  # nonzeros per language
+    nnz: dict[str, int]  # z_l
     terms: dict[str, int]  # p_l
+    docs: dict[str, int]  # n_l training documents (= the language's concepts K_l)
     concepts: int  # K
     r: int
-    block: int  # b, the eigensolver's block width
+    block: int  # b
     lanczos_iterations: int = 2  # I
-    start_steps: int = 2  # s (surrogate warm start)
-    cg_iterations: dict[str, float] = field(default_factory=dict)  # q_l per M application
-    w_iterations: dict[str, float] = field(default_factory=dict)  # q_w (one column, once)
-    cores: int = 2  # executor cores (local[N]: N)
+    start_steps: int = 2  # s
+    #: q_{l,i}: CG iterations of language l in eigensolver iteration i (one dict per i)
+    cg_iterations: list[dict[str, float]] = field(default_factory=list)
+    w_iterations: dict[str, float] = field(default_factory=dict)  # q_w,l
+    cores: int = 2  # per executor (local[N]: N)
     executors: int = 1
-    solve_in_task_max_nnz: int = 125_000_000  # the auto default on a 24 GB machine, local[2]
+    solve_in_task_max_nnz: int = 125_000_000  # the auto default here (24 GB, local[2])
+    solve_tasks: int | None = None  # None: all cores (defaultParallelism)
+    max_basis: int | None = None  # None: max(r, b) + 4b
 
     @property
     def languages(self) -> list[str]:
@@ -54,89 +100,39 @@ class Sizes:
     def p(self) -> int:
         return sum(self.terms.values())
 
-    def max_basis(self) -> int:
-        """train.max_basis default: max(r, b) + 4b (pipeline.linalg.cr5.default_max_basis)."""
-        return max(self.r, self.block) + 4 * self.block
+    @property
+    def z(self) -> int:
+        return sum(self.nnz.values())
 
-    def basis_columns(self) -> int:
-        """Columns the basis reaches: the start block plus one block per iteration, capped."""
-        return min(self.max_basis(), (self.lanczos_iterations + 1) * self.block)
+    @property
+    def n(self) -> int:
+        return sum(self.docs.values())
 
-    def image_columns(self) -> int:
-        """Kept images Â⁻¹CV: one column per applied basis column, capped like the basis."""
-        return min(self.max_basis(), self.lanczos_iterations * self.block)
+    @property
+    def total_cores(self) -> int:
+        return self.cores * self.executors
 
+    def basis_cap(self) -> int:
+        """The basis buffer's columns: train.max_basis, default max(r, b) + 4b."""
+        cap = self.max_basis or max(self.r, self.block) + 4 * self.block
+        return min(cap, self.concepts)
 
-# --------------------------------------------------------------------------- passes
+    def q(self, lang: str, it: int) -> float:
+        """CG iterations of ``lang`` in eigensolver iteration ``it`` (0-based)."""
+        if it < len(self.cg_iterations):
+            return float(self.cg_iterations[it][lang])
+        return float(self.cg_iterations[-1][lang]) if self.cg_iterations else 30.0
 
+    def partitions(self, lang: str) -> int:
+        z = self.nnz[lang]
+        return 1 if z <= NNZ_PER_PARTITION else max(self.total_cores, -(-z // NNZ_PER_PARTITION))
 
-def passes(s: Sizes) -> dict[str, dict[str, float]]:
-    """Column-passes over X_l per kind and language (one column through one X_l product).
+    def fused(self, lang: str) -> bool:
+        return self.nnz[lang] <= self.solve_in_task_max_nnz
 
-    * C products (xt_gather X_lᵀ P[c_l], x_scatter Y_lᵀ X_l V): ``s + I`` each, ``b`` columns
-      (the warm start's surrogate steps, then one C and one Cᵀ per Lanczos iteration);
-    * gram X_lᵀ(X_l V): the Woodbury vector's solve (``q_w`` iterations, one column) plus
-      ``q_l`` CG iterations of ``b`` columns per Lanczos iteration (Φ reuses these solves).
-    """
-    out: dict[str, dict[str, float]] = {}
-    for lang in s.languages:
-        q = s.cg_iterations.get(lang, 30.0)
-        out[lang] = {
-            "xt_gather": (s.start_steps + s.lanczos_iterations) * s.block,
-            "x_scatter": (s.start_steps + s.lanczos_iterations) * s.block,
-            "gram": s.w_iterations.get(lang, 100.0) + q * s.lanczos_iterations * s.block,
-        }
-    return out
-
-
-def flops(s: Sizes) -> dict[str, float]:
-    """Sparse flops per language: 2 per nonzero and column of X or Xᵀ (gram does both)."""
-    out = {}
-    for lang, kinds in passes(s).items():
-        z = s.nnz[lang]
-        out[lang] = 2.0 * z * (kinds["xt_gather"] + kinds["x_scatter"] + 2 * kinds["gram"])
-    return out
-
-
-#: Bytes block CG streams per row of X_l's columns, per right-hand side and iteration: the
-#: preconditioner, two dot products, three axpys, the residual norm and the operator's
-#: gather/cast/scatter of the block, ~19 float64 reads or writes (pipeline/linalg/block_cg.py).
-CG_BYTES_PER_ROW = 150
-
-
-def cg_vector_bytes(s: Sizes) -> float:
-    """Memory traffic of block CG's vector work: it scales with p_l x b, not with the
-    nonzeros, so it dominates where documents are short relative to the vocabulary
-    (100k documents here: 33 nonzeros per term against 246 at 1M)."""
-    total = 0.0
-    for lang in s.languages:
-        q = s.cg_iterations.get(lang, 30.0)
-        cols = s.w_iterations.get(lang, 100.0) + q * s.lanczos_iterations * s.block
-        total += CG_BYTES_PER_ROW * s.terms[lang] * cols
-    return total
-
-
-def measure_bandwidth() -> float:
-    """Bytes per second one core streams through ``a += 0.5 * b`` (4 float64 streams)."""
-    import time
-
-    import numpy as np
-
-    n = 32_000_000  # 256 MB per array: beyond any cache, like p_l x b CG blocks
-    a, b = np.ones(n), np.ones(n)
-    a += 0.5 * b
-    t = time.perf_counter()
-    for _ in range(5):
-        a += 0.5 * b
-    return 4 * 8 * n * 5 / (time.perf_counter() - t)
-
-
-def dense_flops(s: Sizes) -> float:
-    """Driver-side dense work: twice Gram-Schmidt of each new block against the basis
-    (2 x 2Kmb), the Rayleigh-Ritz (m³) per iteration, Φ* = (images) S (2 p m r)."""
-    k, b, m = s.concepts, s.block, s.basis_columns()
-    per_iter = 2 * 2.0 * k * m * b + float(m) ** 3
-    return s.lanczos_iterations * per_iter + 2.0 * s.p * s.image_columns() * s.r
+    def tasks(self, columns: int) -> int:
+        """Tasks of a fused job over ``columns`` right-hand sides (_gathered_column_tasks)."""
+        return max(1, min(columns, self.solve_tasks or self.total_cores))
 
 
 # --------------------------------------------------------------------------- constants
@@ -144,98 +140,330 @@ def dense_flops(s: Sizes) -> float:
 
 @dataclass
 class Machine:
-    """Machine constants, fitted on one run (:func:`calibrate`)."""
+    """Machine constants. The first seven are fitted (:func:`calibrate`); ``job_s`` and
+    ``shuffle_s_per_byte`` come from separate measurements (docs/scaling.md)."""
 
-    sparse_flops_per_core: float = 1.0e9  # effective rate of the float32 sparse products
-    dense_flops: float = 5.0e9  # driver BLAS, one thread
-    seconds_per_read_nnz: float = 5e-8  # Spark: one task reading one cached nonzero
-    bytes_per_second: float = 5.8e9  # one core streaming numpy arrays (measure_bandwidth)
-    python_base_mb: float = 200.0  # interpreter, numpy, pyspark, pyarrow
+    a_local: float = 1.2e-9  # s per nonzero and column: X_lᵀ(X_l V) in the local backend
+    a_spark: float = 1.8e-9  # the same inside a Spark task, block by block
+    a_one: float = 4e-9  # s per nonzero: one-column X_lᵀ(X_l v) (the w solve)
+    g: float = 1e-8  # s per term and column: block CG's vector work per iteration
+    read: float = 1e-7  # s per nonzero: a Spark task unpickling a language's cached blocks
+    tau: float = 5e-9  # s per byte broadcast to or collected from the executors
+    dense_flops: float = 1e10  # driver BLAS (one thread)
+    job_s: float = 0.07  # one Spark job's fixed latency (bench/results/backend_overhead.txt)
+    #: s per byte and core of a row-partitioned pass's keyed merge of partials (first 1M
+    #: Spark run, bench/README.md: 42 x 200k x 120 doubles in 50-197 s on 2 cores). Not
+    #: checked: no language of the chain runs is above train.solve_in_task_max_nnz.
+    shuffle_s_per_byte: float = 2.5e-8
 
-
-def spark_jobs(s: Sizes) -> dict[str, float]:
-    """Spark jobs per language: one per C pass (``2 (s + I)``), and per solve one job when
-    the language is fused (``nnz_l <= solve_in_task_max_nnz``), else one per CG iteration."""
-    out = {}
-    for lang in s.languages:
-        c_jobs = 2 * (s.start_steps + s.lanczos_iterations)
-        if s.nnz[lang] <= s.solve_in_task_max_nnz:
-            out[lang] = c_jobs + 1 + s.lanczos_iterations
-        else:
-            q = s.cg_iterations.get(lang, 30.0)
-            out[lang] = c_jobs + s.w_iterations.get(lang, 100.0) + q * s.lanczos_iterations
-    return out
+    FITTED = ("a_local", "a_spark", "a_one", "g", "read", "tau", "dense_flops")
 
 
-def spark_reads(s: Sizes) -> float:
-    """Cached nonzeros read from the executors' block cache over the fit: a fused job's
-    ``solve_tasks`` (= cores per executor) tasks each read all of X_l; an unfused pass
-    reads each block once. Reading (JVM cache -> Python worker, unpickling) is what a
-    Spark pass costs beyond the products."""
-    reads = 0.0
-    for lang, jobs in spark_jobs(s).items():
-        fused = s.nnz[lang] <= s.solve_in_task_max_nnz
-        reads += s.nnz[lang] * jobs * (s.cores if fused else 1)
-    return reads
+# --------------------------------------------------------------------------- scheduling
 
 
-def fit_seconds(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
-    """Predicted fit time: the languages' sparse work over the cores, the driver's dense
-    work, and for Spark the reading of the cached blocks (:func:`spark_reads`).
+def processor_sharing(
+    works: Sequence[float], cores: int, background: list[float] | None = None
+) -> tuple[list[float], float]:
+    """Finish times of threads sharing ``cores`` equally (the local backend: one Python
+    thread per language, the GIL released in the kernels), each thread at most one core.
 
-    The local backend runs one thread per language and each language's products on one
-    core, so the largest language bounds it (``max_l``); the Spark backend splits a fused
-    solve's columns over ``solve_tasks`` tasks and a C pass over the row blocks."""
-    fl = flops(s)
-    total = sum(fl.values())
-    cores = s.cores * s.executors
-    work = total / cores if backend == "spark" else max(total / cores, max(fl.values()))
-    sparse = work / mc.sparse_flops_per_core
-    dense = dense_flops(s) / mc.dense_flops
-    vectors = cg_vector_bytes(s) / (mc.bytes_per_second * cores)
-    reads = spark_reads(s) * mc.seconds_per_read_nnz / cores if backend == "spark" else 0.0
-    total = sparse + dense + vectors + reads
-    return {"sparse": sparse, "dense": dense, "vectors": vectors, "reads": reads, "total": total}
+    ``background`` (remaining works of threads that started earlier, e.g. the w solve) share
+    the cores too and are updated in place. Returns (finish times, the phase's wall = last
+    finish of ``works``)."""
+    left = [float(w) for w in works]
+    bg = background if background is not None else []
+    finish = [0.0] * len(left)
+    t = 0.0
+    while any(w > 1e-12 for w in left):
+        active = [i for i, w in enumerate(left) if w > 1e-12]
+        bg_active = [j for j, w in enumerate(bg) if w > 1e-12]
+        rate = min(1.0, cores / (len(active) + len(bg_active)))
+        step = min([left[i] for i in active] + [bg[j] for j in bg_active]) / rate
+        t += step
+        for i in active:
+            left[i] -= step * rate
+            if left[i] <= 1e-12:
+                left[i], finish[i] = 0.0, t
+        for j in bg_active:
+            bg[j] = max(0.0, bg[j] - step * rate)
+    return finish, t
 
 
-def driver_mb(s: Sizes, mc: Machine, backend: str) -> dict[str, float]:
-    """Peak driver Python memory.
+def list_schedule(
+    jobs: Sequence[tuple[int, float]], slots: list[float]
+) -> tuple[list[float], float]:
+    """Spark's FIFO scheduler: the tasks of ``jobs`` (n_tasks, seconds per task), in
+    submission order, each on the slot that frees first. ``slots`` (free times relative to
+    the phase start, e.g. busy with the w solve's task) are updated in place. Returns
+    (finish time of each job, the phase's wall)."""
+    finish = []
+    for n_tasks, seconds in jobs:
+        end = 0.0
+        for _ in range(n_tasks):
+            k = min(range(len(slots)), key=slots.__getitem__)
+            slots[k] += seconds
+            end = max(end, slots[k])
+        finish.append(end)
+    return finish, max(finish, default=0.0)
 
-    * basis V, one preallocated K x m float64 buffer (block Lanczos appends and restarts in
-      place): 8·K·m;
-    * kept images Â⁻¹CV (p x I·b float32): 4·p·I·b;
-    * per language in flight, the right-hand sides, solutions and merged partials:
-      ~3 p_l x b float64 blocks (24·p·b);
-    * local backend only: X (float32 values + int32 indices: 8·nnz, with row pointers and
-      the Arrow load transient ~12·nnz) and block CG's vectors, ~9 float64 p_l x b arrays per
-      concurrently solving language (72·p·b).
-    Nothing here grows with the iteration count: m is capped by train.max_basis.
+
+# --------------------------------------------------------------------------- work per task
+
+
+def dense_flops(s: Sizes) -> float:
+    """Driver-side dense flops of a fit (pipeline/linalg/block_lanczos.py, cr5.py):
+    orthonormalising the start block and each warm-start step (4Kb² each), per Lanczos
+    iteration two classical Gram-Schmidt passes against the basis (4K·m_i·b) and the new
+    block's QR (4Kb²), then the Ritz vectors (2K·m·r), Φ*ᵀ from the kept images
+    (2p·min(Ib, m_cap)·r) and Eq. 15 (4pr²)."""
+    k, b, p, r, cap = s.concepts, s.block, s.p, s.r, s.basis_cap()
+    d = (s.start_steps + 1) * 4.0 * k * b * b
+    for i in range(1, s.lanczos_iterations + 1):
+        d += 4.0 * k * min(i * b, cap) * b + 4.0 * k * b * b
+    m_final = min((s.lanczos_iterations + 1) * b, cap)
+    d += 2.0 * k * m_final * r + 2.0 * p * min(s.lanczos_iterations * b, cap) * r + 4.0 * p * r**2
+    return d
+
+
+def _product_local(s: Sizes, mc: Machine, lang: str) -> float:
+    """One C or Cᵀ product of a language (half a product pair), local backend, one core."""
+    return 0.5 * mc.a_local * s.nnz[lang] * s.block
+
+
+def _solve_local(s: Sizes, mc: Machine, lang: str, q: float, cols: int) -> float:
+    """A block CG solve of ``cols`` columns, local backend, one core: per iteration the
+    product pair (a·z) and the vector work (g·p) per column."""
+    a = mc.a_local if cols > 1 else mc.a_one / max(cols, 1)
+    return q * cols * (a * s.nnz[lang] + mc.g * s.terms[lang])
+
+
+def _driver_product_s(s: Sizes, mc: Machine, kind: str) -> float:
+    """The driver's array work around one C or Cᵀ product (element touches x g / CG_TOUCHES)."""
+    c_part = C_TOUCHES * s.p
+    touches = c_part if kind == "xt_gather" else ct_touches(len(s.languages)) * s.concepts
+    return mc.g / CG_TOUCHES * touches * s.block
+
+
+def _spark_product_jobs(s: Sizes, mc: Machine, lang: str, kind: str) -> tuple[int, float, float]:
+    """(tasks, seconds per task, bytes moved) of one C (``xt_gather``) or Cᵀ (``x_scatter``)
+    product of a language on Spark (pipeline/backends/spark.py ``_run``).
+
+    Fused (several blocks, z_l <= solve_in_task_max_nnz): ``tasks(b)`` tasks each gather
+    every block (read·z_l) and multiply their share of the columns. One block: one task.
+    Row-partitioned: one task per block, whose partial (xt_gather: ~p_l x b float64, as
+    Zipfian blocks touch most terms; x_scatter: the block's concepts x b) goes through the
+    keyed merge (shuffle). Bytes: the broadcast block
+    (P[concepts_l] float32 and its index, or V float32) and the float64 result (p_l x b or
+    K x b)."""
+    z, p, b = s.nnz[lang], s.terms[lang], s.block
+    parts = s.partitions(lang)
+    rows = p if kind == "xt_gather" else s.concepts
+    sent = s.docs[lang] * (4 * b + 8) if kind == "xt_gather" else 4 * p * b
+    moved = sent + 8.0 * rows * b
+    if parts == 1:
+        return 1, mc.read * z + 0.5 * mc.a_spark * z * b, moved
+    if s.fused(lang):
+        n = s.tasks(b)
+        return n, mc.read * z + 0.5 * mc.a_spark * z * b / n, moved
+    zp = z / parts
+    # a block's partial: the terms it touches (~p_l) or its own concepts (n_l / parts)
+    partial = p if kind == "xt_gather" else s.docs[lang] / parts
+    shuffle = mc.shuffle_s_per_byte * 8.0 * partial * b
+    return parts, mc.read * zp + 0.5 * mc.a_spark * zp * b + shuffle, moved
+
+
+def _spark_solve_jobs(
+    s: Sizes, mc: Machine, lang: str, q: float, cols: int
+) -> tuple[list[tuple[int, float]], float, float]:
+    """Jobs [(tasks, seconds per task)], bytes moved and driver seconds of one solve of
+    ``cols`` columns on Spark. Fused: one job of ``tasks(cols)`` tasks, each gathering the
+    blocks and running CG on its columns (right-hand sides out, solutions back). Else one
+    gram job per CG iteration (the CG's vectors then live on the driver)."""
+    z, p = s.nnz[lang], s.terms[lang]
+    a = mc.a_spark if cols > 1 else mc.a_one / max(cols, 1)
+    if s.fused(lang):
+        n = s.tasks(cols)
+        task = mc.read * z + q * (cols / n) * (a * z + mc.g * p)
+        return [(n, task)], 16.0 * p * cols + 8.0 * p, 0.0
+    parts = s.partitions(lang)
+    zp = z / parts
+    task = mc.read * zp + a * zp * cols + mc.shuffle_s_per_byte * 8.0 * p * cols
+    jobs = [(parts, task)] * max(1, round(q))
+    return jobs, q * 12.0 * p * cols, q * mc.g * p * cols
+
+
+# --------------------------------------------------------------------------- fit time
+
+
+@dataclass
+class Prediction:
+    """Predicted fit: the phases' walls and, per eigensolver solve, each language's
+    finish time (what the fit is calibrated on)."""
+
+    mean: float
+    warm: float
+    products: float  # the eigensolver iterations' C and Cᵀ products
+    solves: list[float]
+    solve_finish: list[dict[str, float]]
+    dense: float
+    bytes_moved: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.mean + self.warm + self.products + sum(self.solves) + self.dense
+
+    @property
+    def rest(self) -> float:
+        """What the fit spends outside the warm start and the eigensolver's solves."""
+        return self.total - self.warm - sum(self.solves)
+
+
+def predict_local(s: Sizes, mc: Machine) -> Prediction:
+    """Local backend: every phase is the languages' threads sharing the cores (the w solve
+    runs in the background from the start); the driver's dense work is sequential."""
+    langs, c = s.languages, s.cores
+    w_bg = [_solve_local(s, mc, lang, s.w_iterations.get(lang, 100.0), 1) for lang in langs]
+    products = [_product_local(s, mc, lang) for lang in langs]
+
+    def product(kind: str) -> float:
+        return processor_sharing(products, c, w_bg)[1] + _driver_product_s(s, mc, kind)
+
+    warm = sum(product(k) for _ in range(s.start_steps) for k in ("xt_gather", "x_scatter"))
+    prod = 0.0
+    walls, finish = [], []
+    for it in range(s.lanczos_iterations):
+        prod += product("xt_gather")
+        works = [_solve_local(s, mc, lang, s.q(lang, it), s.block) for lang in langs]
+        f, wall = processor_sharing(works, c, w_bg)
+        walls.append(wall)
+        finish.append(dict(zip(langs, f, strict=True)))
+        prod += product("x_scatter")
+    mean = 3.0 * mc.a_one * s.z / c  # column sums, squared sums, concept counts
+    return Prediction(mean, warm, prod, walls, finish, dense_flops(s) / mc.dense_flops)
+
+
+def predict_spark(s: Sizes, mc: Machine, order: list[list[str]] | None = None) -> Prediction:
+    """Spark backend: every phase's tasks are list-scheduled on the executor cores in
+    submission order (the w solve's tasks occupy slots first), plus one job latency per
+    phase; bytes broadcast and collected cost tau each, on the same cores in local mode
+    (driver and executors share the machine), on the driver otherwise.
+
+    ``order`` (per eigensolver solve, the languages in submission order) is only used to
+    predict each language's finish time; the phase's wall does not depend on it when a
+    language's tasks fill the cores."""
+    langs, cores = s.languages, s.total_cores
+    shared = s.executors == 1
+    moved = 0.0
+
+    def phase(jobs: list[tuple[int, float]], nbytes: float, slots: list[float]) -> float:
+        nonlocal moved
+        moved += nbytes
+        _, wall = list_schedule(jobs, slots)
+        for k in range(len(slots)):
+            slots[k] = max(0.0, slots[k] - wall)
+        transfer = mc.tau * nbytes
+        wall = wall + transfer / cores if shared else max(wall, transfer)
+        return wall + mc.job_s
+
+    def products(kind: str, slots: list[float]) -> float:
+        jobs = [_spark_product_jobs(s, mc, lang, kind) for lang in langs]
+        wall = phase([(n, t) for n, t, _ in jobs], sum(m for _, _, m in jobs), slots)
+        return wall + _driver_product_s(s, mc, kind)
+
+    slots = [0.0] * cores
+    w_jobs, w_bytes = [], 0.0
+    for lang in langs:
+        jobs, nbytes, _ = _spark_solve_jobs(s, mc, lang, s.w_iterations.get(lang, 100.0), 1)
+        w_jobs += jobs
+        w_bytes += nbytes
+    list_schedule(w_jobs, slots)  # the background w solve takes slots first
+    moved += w_bytes
+    warm = sum(products(k, slots) for _ in range(s.start_steps) for k in ("xt_gather", "x_scatter"))
+    prod, walls, finish = 0.0, [], []
+    for it in range(s.lanczos_iterations):
+        prod += products("xt_gather", slots)
+        seq = (order[it] if order and it < len(order) else None) or langs
+        jobs, nbytes, driver = [], 0.0, 0.0
+        for lang in seq:
+            j, m, d = _spark_solve_jobs(s, mc, lang, s.q(lang, it), s.block)
+            jobs.append(j)
+            nbytes += m
+            driver = max(driver, d)
+        flat = [job for js in jobs for job in js]
+        ends, _ = list_schedule(flat, list(slots))
+        f, k = {}, 0
+        for lang, js in zip(seq, jobs, strict=True):
+            k += len(js)
+            f[lang] = ends[k - 1] + mc.job_s * len(js)
+        finish.append(f)
+        n_jobs = max(len(js) for js in jobs)
+        walls.append(phase(flat, nbytes, slots) + driver + mc.job_s * (n_jobs - 1))
+        prod += products("x_scatter", slots)
+    mean = 3 * mc.job_s  # column statistics come with the load; μ, ν, diag(B) are small jobs
+    return Prediction(mean, warm, prod, walls, finish, dense_flops(s) / mc.dense_flops, moved)
+
+
+def predict(s: Sizes, mc: Machine, backend: str, **kw: Any) -> Prediction:
+    return predict_local(s, mc) if backend == "local" else predict_spark(s, mc, **kw)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
+    """Peak driver Python memory, counted from the code (no fitted constant): the larger of
+    two moments of the last eigensolver iteration, on top of
+
+    * base: the Python driver without data (DRIVER_BASE_MB, measured);
+    * basis: the Lanczos buffer, K x m_cap float64, allocated once (every page is touched
+      from the first block on: rows are m_cap x 8 bytes, the written part of each row
+      spans its pages), so it does not grow with the iterations;
+    * local backend: X (float32 values + int32 indices, int64 row pointers and concept ids).
+
+    Moment 1, Â⁻¹ applied: the images kept before it (float32 p x min((I-1)b, m_cap)) and
+    SOLVE_BLOCKS float64 p x b arrays; on Spark the CG vectors of languages above
+    solve_in_task_max_nnz (CG_BLOCKS p_l x b, they run on the driver); locally every
+    language's block CG at once (CG_BLOCKS p_l x b, the first being U, so it replaces the
+    solve blocks) and X V (n x b float32).
+    Moment 2, Cᵀ applied: the images (float32 p x min(Ib, m_cap)), Â⁻¹CV (p x b float64),
+    every language's K x b float64 result (held until summed) and their sum.
     """
-    k, p, b = s.concepts, s.p, s.block
-    parts = {
-        "python": mc.python_base_mb * MB,
-        "basis": 8.0 * k * s.basis_columns(),
-        "images": 4.0 * p * s.image_columns(),
-        "blocks": 24.0 * p * b,
-    }
+    k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
+    common = {"base": DRIVER_BASE_MB * MB, "basis": 8.0 * k * cap}
     if backend == "local":
-        z = sum(s.nnz.values())
-        parts["X"] = 12.0 * z
-        parts["cg"] = 72.0 * p * b
-    return {key: v / MB for key, v in parts.items()} | {"total": sum(parts.values()) / MB}
+        common["X"] = 8.0 * s.z + 16.0 * s.n
+    one = {"images": 4.0 * p * min((s.lanczos_iterations - 1) * b, cap)}
+    if backend == "local":
+        one["cg"] = 8.0 * CG_BLOCKS * p * b
+        one["xv"] = 4.0 * s.n * b
+    else:
+        one["solve"] = 8.0 * SOLVE_BLOCKS * p * b
+        unfused = sum(s.terms[lang] for lang in s.languages if not s.fused(lang))
+        one["cg_unfused"] = 8.0 * CG_BLOCKS * unfused * b
+    two = {
+        "images": 4.0 * p * min(s.lanczos_iterations * b, cap),
+        "solve": 8.0 * p * b,
+        "ct_results": 8.0 * k * b * (len(s.languages) + 1),
+    }
+    peak = max(one, two, key=lambda d: sum(d.values()))
+    parts = common | peak
+    return (
+        {key: v / MB for key, v in parts.items()}
+        | {"moment": 1.0 if peak is one else 2.0}
+        | {"total": sum(parts.values()) / MB}
+    )
 
 
-def executor_mb(s: Sizes, solve_tasks: int | None = None) -> dict[str, float]:
+def executor_mb(s: Sizes) -> dict[str, float]:
     """Per executor: the cached X (~8 bytes per nonzero, serialized CSR) spread over the
     executors; per fused-solve task, the gathered X_l of the largest fused language (24
     bytes per nonzero at peak) and its CG vectors (at most train.solve_in_task_memory_mb =
     512 MB)."""
-    z = sum(s.nnz.values())
-    fused = [n for n in s.nnz.values() if n <= s.solve_in_task_max_nnz]
-    big = max(fused, default=0)
+    fused = [s.nnz[lang] for lang in s.languages if s.fused(lang)]
     return {
-        "jvm_cached_X": 8.0 * z / s.executors / MB,
-        "python_per_solving_task": (24.0 * big) / MB + 512.0,
+        "jvm_cached_X": 8.0 * s.z / s.executors / MB,
+        "python_per_solving_task": (24.0 * max(fused, default=0)) / MB + 512.0,
         "broadcast_per_pass": 4.0 * max(max(s.terms.values()), s.concepts) * s.block / MB,
     }
 
@@ -247,84 +475,174 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def _solver(path: Path, stage: str) -> dict[str, Any]:
+    solver = _read(path)["stages"][stage]["report"].get("solver")
+    if solver:
+        return solver
+    side = path.with_name(path.stem + ".history.json")
+    if not side.exists():
+        raise SystemExit(f"{path}: no solver summary in {stage} and no {side.name}")
+    return _read(side)[stage]
+
+
 def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
     """Sizes of a bench_chain.py run, with its solver's measured iteration counts."""
     run = _read(path)
     per = run["corpus"]["per_language"]
-    rec = run["stages"][stage]["report"]
-    solver = rec.get("solver")
-    if not solver:
-        side = path.with_name(path.stem + ".history.json")
-        if not side.exists():
-            raise SystemExit(f"{path}: no solver summary in {stage} and no {side.name}")
-        solver = _read(side)[stage]
+    solver = _solver(path, stage)
     eig = [x for x in solver["solves"] if str(x["stage"]).startswith("cr5/eig")]
     w = [x for x in solver["solves"] if x["stage"] == "cr5/w"]
     langs = sorted(per)
-    cg = {lang: sum(x["n_iter"][lang] for x in eig) / max(1, len(eig)) for lang in langs}
     return Sizes(
         nnz={lang: int(per[lang]["nnz"]) for lang in langs},
         terms={lang: int(per[lang]["vocabulary"]) for lang in langs},
+        docs={lang: int(per[lang]["documents"]) for lang in langs},
         concepts=int(run["corpus"]["concepts"]),
         r=int(run["r"]),
         block=int(solver["block_size"]),
         lanczos_iterations=int(solver.get("eigensolver_iterations") or len(eig)),
-        cg_iterations=cg,
+        cg_iterations=[{lang: float(x["n_iter"][lang]) for lang in langs} for x in eig],
         w_iterations={lang: float(w[0]["n_iter"][lang]) for lang in langs} if w else {},
         cores=int(run["machine"].get("cores") or 2),
+        max_basis=solver.get("max_basis"),
     )
 
 
-def measured(path: Path, stage: str) -> dict[str, float]:
+STAGES = (("train_local", "local"), ("train", "spark"))
+
+
+@dataclass
+class Observed:
+    """What one train stage of a run measured: totals and the phases fitted on."""
+
+    fit_s: float
+    driver_mb: float
+    warm: float
+    solve_seconds: list[dict[str, float]]  # per eigensolver solve, per language
+    bytes_moved: float
+
+    @property
+    def rest(self) -> float:
+        return self.fit_s - self.warm - sum(max(x.values()) for x in self.solve_seconds)
+
+
+def observed(path: Path, stage: str) -> Observed:
     st = _read(path)["stages"][stage]
-    return {
-        "fit_s": float(st["report"]["fit_s"]),
-        "driver_mb": float(st["peak_mb"]["driver_python_hwm"]),
-    }
+    rep = st["report"]
+    solver = _solver(path, stage)
+    eig = [x for x in solver["solves"] if str(x["stage"]).startswith("cr5/eig")]
+    timings = solver.get("timings") or rep["solver"]["timings"]
+    sp = st.get("spark", {})
+    return Observed(
+        fit_s=float(rep["fit_s"]),
+        driver_mb=float(st["peak_mb"]["driver_python_hwm"]),
+        warm=float(timings["warm_start"]),
+        solve_seconds=[{k: float(v) for k, v in x["seconds"].items()} for x in eig],
+        bytes_moved=float(sp.get("broadcast_bytes", 0)) + float(sp.get("result_bytes", 0)),
+    )
 
 
-def calibrate(path: Path) -> Machine:
-    """Fit the sparse rate on the local fit (sparse + dense work, no Spark) and the per-job
-    cost on the Spark fit of the same run; the Python base from the Spark driver's peak."""
-    mc = Machine(bytes_per_second=measure_bandwidth())
-    s = sizes_of_run(path, "train_local")
-    loc = measured(path, "train_local")
-    dense = dense_flops(s) / mc.dense_flops
-    dense += cg_vector_bytes(s) / (mc.bytes_per_second * s.cores * s.executors)
-    fl = flops(s)
-    work = max(sum(fl.values()) / (s.cores * s.executors), max(fl.values()))
-    mc.sparse_flops_per_core = work / max(loc["fit_s"] - dense, 1e-3)
-    sp = sizes_of_run(path, "train")
-    spk = measured(path, "train")
-    mc.seconds_per_read_nnz = 0.0
-    base = fit_seconds(sp, mc, "spark")["total"]
-    cores = sp.cores * sp.executors
-    mc.seconds_per_read_nnz = max(spk["fit_s"] - base, 0.0) * cores / spark_reads(sp)
-    rest = driver_mb(sp, mc, "spark")["total"] - mc.python_base_mb
-    mc.python_base_mb = max(spk["driver_mb"] - rest, 100.0)
-    return mc
+def _finish_order(obs: Observed) -> list[list[str]]:
+    return [sorted(x, key=x.__getitem__) for x in obs.solve_seconds]
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def residuals(mc: Machine, data: list[tuple[Sizes, Observed, str]]) -> list[float]:
+    """log(predicted / measured) of the phases: the warm start, the rest of the fit (1 each)
+    and every language's seconds in every eigensolver solve (weight 1/L each)."""
+    out = []
+    for s, obs, backend in data:
+        kw = {"order": _finish_order(obs)} if backend == "spark" else {}
+        pr = predict(s, mc, backend, **kw)
+        out.append(math.log(pr.warm / obs.warm))
+        out.append(math.log(max(pr.rest, 1e-3) / max(obs.rest, 1e-3)))
+        w = 1.0 / math.sqrt(len(s.languages))
+        for got, want in zip(pr.solve_finish, obs.solve_seconds, strict=False):
+            out += [w * math.log(got[lang] / want[lang]) for lang in want]
+    return out
+
+
+def calibrate(paths: Sequence[Path]) -> Machine:
+    """Least squares (in log space, so every constant stays positive) of the fitted machine
+    constants over the phases of the runs' local and Spark train stages."""
+    from scipy.optimize import least_squares
+
+    data = []
+    for path in paths:
+        stages = _read(path)["stages"]
+        data += [
+            (sizes_of_run(path, st), observed(path, st), be) for st, be in STAGES if st in stages
+        ]
+    start = Machine()
+    names = Machine.FITTED
+    x0 = [math.log(getattr(start, n)) for n in names]
+
+    def fun(x: Sequence[float]) -> list[float]:
+        mc = replace(start, **{n: math.exp(v) for n, v in zip(names, x, strict=True)})
+        return residuals(mc, data)
+
+    res = least_squares(fun, x0, method="trf", x_scale=1.0)
+    return replace(start, **{n: math.exp(v) for n, v in zip(names, res.x, strict=True)})
 
 
 def check(path: Path, mc: Machine) -> list[dict[str, Any]]:
     rows = []
-    stages = [("train_local", "local"), ("train", "spark")]
-    for stage, backend in stages:
-        if stage not in _read(path)["stages"]:
+    stages = _read(path)["stages"]
+    for stage, backend in STAGES:
+        if stage not in stages:
             continue
-        s = sizes_of_run(path, stage)
-        got = measured(path, stage)
-        t = fit_seconds(s, mc, backend)["total"]
-        d = driver_mb(s, mc, backend)["total"]
+        s, obs = sizes_of_run(path, stage), observed(path, stage)
+        pr = predict(s, mc, backend)
+        d = driver_mb(s, backend)["total"]
         rows.append(
             {
                 "run": path.stem,
                 "stage": stage,
-                "nnz": sum(s.nnz.values()),
-                "fit_s": (round(t, 1), got["fit_s"], round(t / got["fit_s"], 2)),
-                "driver_mb": (round(d), round(got["driver_mb"]), round(d / got["driver_mb"], 2)),
+                "nnz": s.z,
+                "fit_s": (round(pr.total, 1), obs.fit_s, round(pr.total / obs.fit_s, 2)),
+                "driver_mb": (round(d), round(obs.driver_mb), round(d / obs.driver_mb, 2)),
+                "bytes": (pr.bytes_moved, obs.bytes_moved),
             }
         )
     return rows
+
+
+# --------------------------------------------------------------------------- embed, evaluate
+
+
+def _docs_and_pairs(path: Path) -> tuple[int, float, dict[str, Any]]:
+    run = _read(path)
+    dirs = [x for x in run["quality"]["directions"] if x["measure"] == "cosine"]
+    pairs = float(sum(x["n_queries"] * x["n_candidates"] for x in dirs))
+    return int(run["stages"]["embed"]["report"]["documents"]), pairs, run["stages"]
+
+
+def fit_stages(path: Path, job_s: float = Machine.job_s) -> dict[str, float]:
+    """Embed: wall = F_embed + n·t_doc, F_embed = the stage's wall outside embed_seconds
+    (session, model load and checksum, counts), t_doc = embed_seconds per document.
+    Evaluate: retrieval seconds (report.test_s) = J·job_s + t_pair·Σ queries x candidates,
+    J = the stage's Spark jobs, job_s measured separately."""
+    docs, pairs, st = _docs_and_pairs(path)
+    emb, ev = st["embed"], st["evaluate"]
+    jobs = float(ev["spark"]["jobs"])
+    return {
+        "embed_fixed_s": emb["wall_s"] - emb["report"]["embed_s"],
+        "embed_s_per_doc": emb["report"]["embed_s"] / docs,
+        "retrieval_s_per_pair": (ev["report"]["test_s"] - jobs * job_s) / pairs,
+    }
+
+
+def check_stages(path: Path, consts: dict[str, float], job_s: float = Machine.job_s) -> dict:
+    docs, pairs, st = _docs_and_pairs(path)
+    emb, ev = st["embed"], st["evaluate"]
+    e = consts["embed_fixed_s"] + docs * consts["embed_s_per_doc"]
+    t = float(ev["spark"]["jobs"]) * job_s + pairs * consts["retrieval_s_per_pair"]
+    return {
+        "embed_wall": (round(e, 1), emb["wall_s"], round(e / emb["wall_s"], 2)),
+        "retrieval": (round(t, 1), ev["report"]["test_s"], round(t / ev["report"]["test_s"], 2)),
+    }
 
 
 # --------------------------------------------------------------------------- paper
@@ -335,21 +653,25 @@ def paper_settings() -> dict[str, Sizes]:
 
     Document and nonzero counts are estimates from the paper's description (training
     documents with 50-1,000 unique words; every concept in >= 2 languages); the cores are
-    a cluster's (32 executors x 4 cores). The block is narrow at r = 300
+    a cluster's (32 executors x 4 cores) with conf/cluster.yaml (fused solves up to 64M
+    nonzeros, solve_tasks null). The block is narrow at r = 300
     (pipeline.linalg.cr5.default_block_size: b = 50) and needs ~14 Lanczos iterations
-    (measured on the 200k synthetic corpus at r = 300, bench/README.md).
+    (measured on the 200k synthetic corpus at r = 300, bench/README.md); CG iterations 30
+    per solve and 100 for w (the chain runs: 14-40 and 77-106).
     """
 
     def setting(docs: dict[str, int], concepts: int) -> Sizes:
         avg_unique = 250
+        iters = 14
         return Sizes(
             nnz={lang: n * avg_unique for lang, n in docs.items()},
             terms=dict.fromkeys(docs, 200_000),
+            docs=dict(docs),
             concepts=concepts,
             r=300,
             block=50,
-            lanczos_iterations=14,
-            cg_iterations=dict.fromkeys(docs, 30.0),
+            lanczos_iterations=iters,
+            cg_iterations=[dict.fromkeys(docs, 30.0)] * iters,
             w_iterations=dict.fromkeys(docs, 100.0),
             cores=4,
             executors=32,
@@ -367,9 +689,56 @@ def paper_settings() -> dict[str, Sizes]:
     }
 
 
+# --------------------------------------------------------------------------- report
+
+
+def _table(rows: list[dict[str, Any]], title: str) -> None:
+    print(
+        f"\n{title}\n| run | stage | nnz | fit predicted / measured [s] | ratio | driver "
+        "predicted / measured [MB] | ratio | bytes moved predicted / recorded [GB] |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    for row in rows:
+        t, d, by = row["fit_s"], row["driver_mb"], row["bytes"]
+        moved = f"{by[0] / 1e9:.2f} / {by[1] / 1e9:.2f}" if row["stage"] == "train" else "-"
+        print(
+            f"| {row['run']} | {row['stage']} | {row['nnz']:,} | {t[0]} / {t[1]} | {t[2]} "
+            f"| {d[0]:,} / {d[1]:,} | {d[2]} | {moved} |"
+        )
+
+
+def _print_constants(label: str, mc: Machine) -> None:
+    vals = ", ".join(f"{k}={v:.3g}" for k, v in asdict(mc).items())
+    print(f"machine constants ({label}): {vals}")
+
+
+def _paper(mc: Machine) -> None:
+    for name, s in paper_settings().items():
+        pr = predict_spark(s, mc)
+        d = driver_mb(s, "spark")
+        e = executor_mb(s)
+        unfused = [lang for lang in s.languages if not s.fused(lang)]
+        skip = ("total", "moment")
+        print(
+            f"\n{name}: nnz {s.z:,}, K {s.concepts:,}, p {s.p:,}, r {s.r}, b {s.block}, basis "
+            f"{s.basis_cap()} columns, {s.executors} x {s.cores} cores; one job per CG "
+            f"iteration (above 64M nonzeros): {', '.join(unfused) or 'none'}\n"
+            f"  fit ~{pr.total / 3600:.1f} h (warm start {pr.warm:.0f} s, solves "
+            f"{sum(pr.solves):.0f} s, eigensolver products {pr.products:.0f} s, dense "
+            f"{pr.dense:.0f} s); {pr.bytes_moved / 1e12:.2f} TB broadcast + collected\n"
+            f"  driver Python ~{d['total'] / 1024:.1f} GB "
+            f"({', '.join(f'{k} {v / 1024:.1f}' for k, v in d.items() if k not in skip)})\n"
+            f"  executor: cached X {e['jvm_cached_X'] / 1024:.1f} GB (JVM), fused-solve "
+            f"task {e['python_per_solving_task'] / 1024:.1f} GB (Python), broadcast "
+            f"{e['broadcast_per_pass']:.0f} MB per pass"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calibrate", type=Path, help="a bench_chain.py run (JSON)")
+    ap.add_argument(
+        "--calibrate", type=Path, nargs="+", help="bench_chain.py runs (JSON) to fit on"
+    )
     ap.add_argument(
         "--extract",
         type=Path,
@@ -378,7 +747,12 @@ def main(argv: list[str] | None = None) -> int:
         help="write the solver summaries of a bench_chain.py work directory's models to OUT "
         "(<run>.history.json, for runs recorded before the train records carried them)",
     )
-    ap.add_argument("--check", type=Path, nargs="*", default=[], help="runs to predict")
+    ap.add_argument("--check", type=Path, nargs="*", default=[], help="further runs to predict")
+    ap.add_argument(
+        "--leave-one-out",
+        action="store_true",
+        help="also fit on each calibration run alone and predict the others",
+    )
     ap.add_argument("--paper", action="store_true", help="apply to the paper's settings")
     args = ap.parse_args(argv)
     if args.extract:
@@ -395,42 +769,42 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(summaries, indent=1))
         print(f"wrote {out}: {sorted(summaries)}")
         return 0
-    if args.calibrate is None:
+    if not args.calibrate:
         ap.error("--calibrate is required")
-    mc = calibrate(args.calibrate)
-    print(f"machine constants from {args.calibrate.name}: {json.dumps(asdict(mc))}")
-    rows = [row for path in [args.calibrate, *args.check] for row in check(path, mc)]
-    if rows:
-        print(
-            "\n| run | stage | nnz | fit predicted / measured [s] | ratio | driver predicted "
-            "/ measured [MB] | ratio |\n|---|---|---|---|---|---|---|"
-        )
-        for row in rows:
-            t, d = row["fit_s"], row["driver_mb"]
-            print(
-                f"| {row['run']} | {row['stage']} | {row['nnz']:,} | {t[0]} / {t[1]} | {t[2]} "
-                f"| {d[0]:,} / {d[1]:,} | {d[2]} |"
-            )
+    runs = list(args.calibrate)
+    fits: list[tuple[str, list[Path], list[Path]]] = [("joint", runs, runs + args.check)]
+    if args.leave_one_out and len(runs) > 1:
+        fits += [(f"on {p.stem} only", [p], [q for q in runs if q != p] + args.check) for p in runs]
+    mc_joint = None
+    for label, cal, targets in fits:
+        mc = calibrate(cal)
+        mc_joint = mc_joint or mc
+        _print_constants(label, mc)
+        _table([row for path in targets for row in check(path, mc)], f"fit {label}:")
+        for path in targets:
+            consts = fit_stages(cal[0]) if len(cal) == 1 else _mean_stage_constants(cal)
+            print(f"  {path.stem} embed / retrieval: {check_stages(path, consts)}")
     if args.paper:
-        cluster = Machine(**{**asdict(mc)})
-        for name, s in paper_settings().items():
-            t = fit_seconds(s, cluster, "spark")
-            d = driver_mb(s, cluster, "spark")
-            e = executor_mb(s)
-            print(
-                f"\n{name}: nnz {sum(s.nnz.values()):,}, K {s.concepts:,}, p {s.p:,}, r {s.r}, "
-                f"b {s.block}, basis {s.basis_columns()} columns, "
-                f"{s.executors} x {s.cores} cores\n"
-                f"  fit ~{t['total'] / 3600:.1f} h (sparse {t['sparse']:.0f} s, dense "
-                f"{t['dense']:.0f} s, CG vectors {t['vectors']:.0f} s, reading cached blocks "
-                f"{t['reads']:.0f} s)\n"
-                f"  driver Python ~{d['total'] / 1024:.1f} GB "
-                f"({', '.join(f'{k} {v / 1024:.1f}' for k, v in d.items() if k != 'total')})\n"
-                f"  executor: cached X {e['jvm_cached_X'] / 1024:.1f} GB (JVM), fused-solve "
-                f"task {e['python_per_solving_task'] / 1024:.1f} GB (Python), broadcast "
-                f"{e['broadcast_per_pass']:.0f} MB per pass"
-            )
+        assert mc_joint is not None
+        _paper(mc_joint)
     return 0
+
+
+def _mean_stage_constants(paths: Sequence[Path]) -> dict[str, float]:
+    """Embed and evaluate constants of several runs: fixed parts averaged, per-unit costs
+    from the summed work (least squares of a proportional model weights by size)."""
+    fits = [fit_stages(p) for p in paths]
+    out = {"embed_fixed_s": sum(f["embed_fixed_s"] for f in fits) / len(fits)}
+    docs, pairs, emb, ret = 0.0, 0.0, 0.0, 0.0
+    for p in paths:
+        d, pr, st = _docs_and_pairs(p)
+        docs += d
+        pairs += pr
+        emb += st["embed"]["report"]["embed_s"]
+        ret += st["evaluate"]["report"]["test_s"] - st["evaluate"]["spark"]["jobs"] * Machine.job_s
+    out["embed_s_per_doc"] = emb / docs
+    out["retrieval_s_per_pair"] = ret / pairs
+    return out
 
 
 if __name__ == "__main__":
