@@ -457,6 +457,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--lam", type=float, default=1.0)
     ap.add_argument(
+        "--stop-rule",
+        choices=("residual", "validation"),
+        default="residual",
+        help="ours: train.stop_rule; validation needs --validation N (sample/ddtp corpora)",
+    )
+    ap.add_argument("--stop-patience", type=int, default=TRAIN_DEFAULTS.stop_patience)
+    ap.add_argument(
         "--cg-rtol",
         type=float,
         default=TRAIN_DEFAULTS.cg_rtol,
@@ -553,6 +560,18 @@ def run_lambda_grid(
     return out
 
 
+def validation_set(corpus: SyntheticCorpus):
+    """The corpus's validation hold-out as the solver's ValidationSet (None when empty)."""
+    from pipeline.linalg.monitor import ValidationSet
+
+    if not corpus.validation:
+        return None
+    return ValidationSet(
+        {lang: x for lang, (x, _) in corpus.validation.items()},
+        {lang: np.asarray(c) for lang, (_, c) in corpus.validation.items()},
+    )
+
+
 def run_ours(
     kind: str, args: argparse.Namespace, corpus: SyntheticCorpus, nnz: dict[str, int], b: int
 ) -> tuple[dict, dict | None]:
@@ -579,6 +598,9 @@ def run_ours(
                     oversampling=args.oversampling,
                     cg_rtol=args.cg_rtol,
                     cg_maxiter=500,
+                    stop_rule=args.stop_rule,
+                    stop_patience=args.stop_patience,
+                    validation=validation_set(corpus),
                     eig_rtol=0.1,
                     eig_maxiter=250,
                     seed=args.seed,
@@ -598,6 +620,11 @@ def run_ours(
         "timings": h["timings"],
         "eigensolver_iterations": h["eigensolver"]["n_iter"],
         "eigensolver_converged": h["eigensolver"]["converged"],
+        "stopping": {k: v for k, v in h["stopping"].items() if k != "iterations"},
+        "monitor": [
+            {k: v for k, v in rec.items() if k != "validation_per_direction"}
+            for rec in h["stopping"]["iterations"]
+        ],
         "backend_pass_counts": h["passes"],
         "per_language_passes": counts,
         "full_x_equivalent": full_x_equivalents(counts, nnz),
@@ -611,7 +638,8 @@ def run_ours(
     print(
         f"   done: {m_ours.wall:.1f} s wall, {m_ours.cpu:.1f} s CPU, "
         f"{h['eigensolver']['n_iter']} Lanczos iterations, "
-        f"{fx['passes']} full-X passes ({fx['column_passes']} column-passes)"
+        f"{fx['passes']} full-X passes ({fx['column_passes']} column-passes), stopped by "
+        f"{h['stopping']['stopped_by']} (returned iteration {h['stopping']['returned_iteration']})"
     )
     return entry, res.components
 
@@ -625,6 +653,8 @@ def fmt_row(cells: list, widths: list[int]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.stop_rule == "validation" and not args.validation:
+        raise SystemExit("--stop-rule validation needs --validation N (validation concepts)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     tracemalloc.start()
     info = machine_info()

@@ -655,23 +655,24 @@ def paper_settings() -> dict[str, Sizes]:
     documents with 50-1,000 unique words; every concept in >= 2 languages); the cores are
     a cluster's (32 executors x 4 cores) with conf/cluster.yaml (fused solves up to 64M
     nonzeros, solve_tasks null). The block is narrow at r = 300
-    (pipeline.linalg.cr5.default_block_size: b = 50) and needs ~14 Lanczos iterations
-    (measured on the 200k synthetic corpus at r = 300, bench/README.md); CG iterations 30
-    per solve and 100 for w (the chain runs: 14-40 and 77-106).
+    (pipeline.linalg.cr5.default_block_size: b = 25) and needs ~35 Lanczos iterations
+    (measured on the 200k synthetic corpus at r = 300 with the current defaults, 28 on the
+    DDTP corpus; bench/README.md); CG iterations 20 per solve at train.cg_rtol = 0.03 (0.67x
+    those at 0.01 in bench_knobs; the chain runs at 0.01: 14-40) and 100 for w (77-106).
     """
 
     def setting(docs: dict[str, int], concepts: int) -> Sizes:
         avg_unique = 250
-        iters = 14
+        iters = 35
         return Sizes(
             nnz={lang: n * avg_unique for lang, n in docs.items()},
             terms=dict.fromkeys(docs, 200_000),
             docs=dict(docs),
             concepts=concepts,
             r=300,
-            block=50,
+            block=25,
             lanczos_iterations=iters,
-            cg_iterations=[dict.fromkeys(docs, 30.0)] * iters,
+            cg_iterations=[dict.fromkeys(docs, 20.0)] * iters,
             w_iterations=dict.fromkeys(docs, 100.0),
             cores=4,
             executors=32,

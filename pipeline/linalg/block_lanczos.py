@@ -38,6 +38,7 @@ import scipy.linalg as sla
 
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
+from pipeline.linalg.dense import tall_matmul, tall_matmul_blocks, tall_t_matmul
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.progress import ProgressClock, format_seconds
 
@@ -225,10 +226,10 @@ def initial_state(
 
 def _orthogonalise(basis: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two classical Gram–Schmidt passes; returns (coefficients, residual block)."""
-    coef = basis.T @ w
-    w = w - basis @ coef
-    coef2 = basis.T @ w
-    w -= basis @ coef2
+    coef = tall_t_matmul(basis, w)
+    w = tall_matmul(basis, coef, out=w.copy(), subtract=True)
+    coef2 = tall_t_matmul(basis, w)
+    tall_matmul(basis, coef2, out=w, subtract=True)
     return coef + coef2, w
 
 
@@ -481,13 +482,7 @@ def block_lanczos(
 
 def _combine(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:
     """``hstack(blocks) @ coef`` without concatenating the blocks."""
-    out = None
-    start = 0
-    for block in blocks:
-        part = block @ coef[start : start + block.shape[1]].astype(block.dtype)
-        out = part if out is None else out + part
-        start += block.shape[1]
-    return out
+    return tall_matmul_blocks(blocks, coef)
 
 
 def ritz_images(state: LanczosState, coef: np.ndarray) -> np.ndarray:
@@ -503,8 +498,6 @@ class _BasisBuffer:
     part with ``V[:, :m] S`` row chunk by row chunk (row i of the product needs only row i
     of V), so a thick restart needs no second K x m array either.
     """
-
-    ROWS_PER_CHUNK = 65536
 
     def __init__(self, basis: np.ndarray, max_basis: int | None) -> None:
         n, m = basis.shape
@@ -531,9 +524,8 @@ class _BasisBuffer:
         columns ``[m:]`` follow them; return the new view."""
         keep = coef.shape[1]
         tail = self.data[:, m : self.m].copy()  # the next block: b columns
-        for lo in range(0, self.data.shape[0], self.ROWS_PER_CHUNK):
-            rows = slice(lo, lo + self.ROWS_PER_CHUNK)
-            self.data[rows, :keep] = self.data[rows, :m] @ coef
+        # row chunks (on threads): row i of the product needs only row i of V
+        tall_matmul(self.data[:, :m], coef, out=self.data[:, :keep])
         self.data[:, keep : keep + tail.shape[1]] = tail
         self.m = keep + tail.shape[1]
         return self.view()

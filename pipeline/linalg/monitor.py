@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.errors import ConfigError
+from pipeline.linalg.dense import tall_matmul, tall_t_matmul
 
 __all__ = ["IterationMonitor", "ValidationSet", "orthonormal_rows"]
 
@@ -52,11 +53,11 @@ def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     lam : ndarray of shape (r,), descending (may contain values <= 0 if Φ* is singular)
     q : ndarray of shape (r, r)
     """
-    gram = phi_star_t.T @ phi_star_t
+    gram = tall_t_matmul(phi_star_t, phi_star_t)
     lam, q = np.linalg.eigh(0.5 * (gram + gram.T))
     lam, q = lam[::-1], q[:, ::-1]
     safe = np.where(lam > 0, lam, np.inf)
-    return (phi_star_t @ q) / np.sqrt(safe), lam, q
+    return tall_matmul(phi_star_t, q / np.sqrt(safe)), lam, q
 
 
 @dataclass

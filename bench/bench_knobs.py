@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Which solver knobs trade time for quality: our train stage under several settings, one run.
+
+Fits Cr5 (local backend, float32 passes) on one corpus with the solver defaults and then with
+one or two knobs changed at a time, and reports wall and CPU time, eigensolver iterations,
+passes over X and held-out P@1 (mean over directions, and the worst direction against the
+first configuration, the defaults). The README's "Solver knobs" guide quotes this table.
+
+Usage (repository root)::
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_knobs.py --corpus ddtp --r 100 \\
+        --out bench/results/knobs_ddtp_r100.json > bench/results/knobs_ddtp_r100.txt
+
+``--corpus ddtp`` needs the full DDTP corpus of ``bench/build_ddtp_full.sh`` (``--corpus-path``,
+default ``$DDTP_FULL`` or ``~/.cache/cr5/ddtp_full.parquet``); ``synthetic`` generates the
+200k-document corpus of ``bench/bench_train.py``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_train import retrieval, validation_set
+from bench.ddtp_sample import default_full_path, load_sample_corpus
+from bench.machine import machine_info
+from bench.synthetic import make_synthetic_corpus
+
+#: (label, solver keyword overrides): the defaults first, then one knob at a time.
+CONFIGS: list[tuple[str, dict]] = [
+    ("defaults", {}),
+    ("cg_rtol=0.01 (paper)", {"cg_rtol": 0.01}),
+    ("cg_rtol=0.05", {"cg_rtol": 0.05}),
+    ("block_size=r+oversampling", {"block_size": "wide"}),
+    ("block_size=16", {"block_size": 16}),
+    ("start_steps=4", {"start_steps": 4}),
+    ("start_steps=0 (random start)", {"start_steps": 0}),
+    ("eig_rtol=0.03", {"eig_rtol": 0.03}),
+    ("stop_rule=validation", {"stop_rule": "validation"}),
+    ("paper tolerances, wide block", {"cg_rtol": 0.01, "block_size": "wide"}),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", choices=("ddtp", "synthetic"), default="ddtp")
+    ap.add_argument("--corpus-path", type=Path, default=None)
+    ap.add_argument("--docs", type=int, default=200_000, help="synthetic: documents")
+    ap.add_argument("--r", type=int, default=100)
+    ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--test", type=int, default=500, help="ddtp: held-out test concepts")
+    ap.add_argument(
+        "--validation", type=int, default=300, help="ddtp: validation concepts (stop_rule)"
+    )
+    ap.add_argument("--only", default=None, help="comma-separated labels to run")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    info = machine_info()
+    print("== machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+    t0 = time.perf_counter()
+    if args.corpus == "ddtp":
+        corpus = load_sample_corpus(
+            path=args.corpus_path or default_full_path(),
+            n_test=args.test,
+            n_validation=args.validation,
+        )
+    else:
+        corpus = make_synthetic_corpus(
+            n_docs=args.docs, n_languages=3, vocab=50_000, n_topics=200, n_test=1_000, seed=0
+        )
+    from pipeline.backends.local import LocalCorpusBackend
+    from pipeline.linalg import solve_cr5
+
+    be = LocalCorpusBackend(corpus.train, corpus.n_concepts, dtype="float32")
+    ci = corpus.info
+    print(
+        f"== corpus {args.corpus} ({time.perf_counter() - t0:.1f} s): n = {ci['n_train']}, "
+        f"K = {corpus.n_concepts}, nnz = {ci['nnz']}, r = {args.r}, lambda = {args.lam}",
+        flush=True,
+    )
+    validation = validation_set(corpus)
+    only = set(args.only.split(",")) if args.only else None
+    rows: list[dict] = []
+    for label, overrides in CONFIGS:
+        if only and label not in only:
+            continue
+        kw = {"lam": args.lam, "r": args.r, "seed": 0, **overrides}
+        if kw.get("block_size") == "wide":
+            kw["block_size"] = args.r + 20
+        if kw.get("stop_rule") == "validation":
+            if validation is None:
+                print(f"-- {label}: skipped (no validation concepts)")
+                continue
+            kw["validation"] = validation
+        be.reset_counts()
+        w0, c0 = time.perf_counter(), time.process_time()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = solve_cr5(be, **kw)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        ret = retrieval(res.components, corpus.test)
+        h = res.history
+        row = {
+            "label": label,
+            "overrides": {k: v for k, v in kw.items() if k not in ("validation",)},
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "block_size": h["block_size"],
+            "eigensolver_iterations": h["eigensolver"]["n_iter"],
+            "stopped_by": h["stopping"]["stopped_by"],
+            "column_passes": int(sum(h["passes"]["column_passes"].values())),
+            "P@1_mean": round(float(np.mean([v["p@1"] for v in ret.values()])), 4),
+            "P@1": {k: v["p@1"] for k, v in ret.items()},
+        }
+        if rows:
+            ref = rows[0]
+            row["wall_over_defaults"] = round(wall / ref["wall_s"], 2)
+            row["worst_direction_vs_defaults"] = round(
+                min(row["P@1"][k] - ref["P@1"][k] for k in row["P@1"]), 4
+            )
+        rows.append(row)
+        print(
+            f"{label:32s} wall {wall:6.1f} s  cpu {cpu:6.1f} s  b {h['block_size']:4d}  "
+            f"it {row['eigensolver_iterations']:3d}  col-passes {row['column_passes']:7d}  "
+            f"P@1 {row['P@1_mean']:.4f}  worst dir vs defaults "
+            f"{row.get('worst_direction_vs_defaults', 0.0):+.3f}  ({row['stopped_by']})",
+            flush=True,
+        )
+    if args.out:
+        record = {"machine": info, "args": vars(args), "corpus": ci, "runs": rows}
+        args.out.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""Products of tall dense matrices, split into row chunks that run on a thread pool.
+
+The eigensolver's driver-side work is tall-and-skinny: K x m bases and p x m images times
+small m x k coefficient blocks (restarts, Ritz vectors, Φ) and K x m transposed products
+(re-orthogonalisation). numpy's ``matmul`` releases the GIL, so row chunks of such a product
+run in parallel on threads even when BLAS itself is pinned to one thread — which this project
+recommends (``OPENBLAS_NUM_THREADS=1``: multi-threaded BLAS ran 5-8x slower on a small shared
+machine). This work happens between the passes over X, when the language threads are idle, so
+the cores would otherwise wait.
+
+Chunks are at least :data:`MIN_ROWS` rows (smaller products run in one call) and there are at
+most ``os.cpu_count()`` (capped at :data:`MAX_THREADS`) of them. Results equal the one-call
+product up to the summation order of :func:`tall_t_matmul`'s partial sums.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+__all__ = ["tall_matmul", "tall_matmul_blocks", "tall_t_matmul"]
+
+MIN_ROWS = 16_384
+MAX_ROWS = 65_536  # bounds each chunk's temporary (rows x k) whatever the matrix height
+MAX_THREADS = 8
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="dense")
+        return _pool
+
+
+def _chunks(n: int) -> list[slice]:
+    """Row ranges: one when n < 2 * MIN_ROWS, else >= MIN_ROWS and <= MAX_ROWS rows each and at
+    least as many as there are threads."""
+    parts = max(min(_threads(), n // MIN_ROWS), -(-n // MAX_ROWS), 1)
+    bounds = np.linspace(0, n, parts + 1).astype(int)
+    return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+
+
+def _run(fn, chunks: list[slice]) -> list:
+    if len(chunks) == 1:
+        return [fn(chunks[0])]
+    return [f.result() for f in [_executor().submit(fn, rows) for rows in chunks]]
+
+
+def tall_matmul(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *, subtract: bool = False
+) -> np.ndarray:
+    """``a @ b`` for a tall ``a`` (n x m) and a small ``b`` (m x k): shape (n, k).
+
+    With ``out``: written there (``out -= a @ b`` with ``subtract``) and returned. ``out``
+    may be a view sharing rows with ``a`` (e.g. the first columns of the same buffer): each
+    chunk computes its rows' product before writing them.
+    """
+    n = a.shape[0]
+    if out is None:
+        out = np.empty((n, b.shape[1]), dtype=np.result_type(a.dtype, b.dtype))
+        subtract = False
+
+    def one(rows: slice) -> None:
+        if subtract:
+            out[rows] -= a[rows] @ b
+        else:
+            out[rows] = a[rows] @ b
+
+    _run(one, _chunks(n))
+    return out
+
+
+def tall_matmul_blocks(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:
+    """``hstack(blocks) @ coef`` without concatenating the blocks (all n rows tall), in the
+    blocks' dtype (``coef`` is cast to it)."""
+    n = blocks[0].shape[0]
+    out = np.empty((n, coef.shape[1]), dtype=blocks[0].dtype)
+    offsets = np.cumsum([0] + [blk.shape[1] for blk in blocks])
+
+    def one(rows: slice) -> None:
+        acc = None
+        for blk, (lo, hi) in zip(blocks, itertools.pairwise(offsets), strict=True):
+            part = blk[rows] @ coef[lo:hi].astype(blk.dtype)
+            acc = part if acc is None else acc + part
+        out[rows] = acc
+
+    _run(one, _chunks(n))
+    return out
+
+
+def tall_t_matmul(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``a.T @ w`` for tall ``a`` (n x m) and ``w`` (n x k): shape (m, k), partial sums over
+    row chunks added in chunk order (deterministic)."""
+    parts = _run(lambda rows: a[rows].T @ w[rows], _chunks(a.shape[0]))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out
