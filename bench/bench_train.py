@@ -521,7 +521,7 @@ def run_lambda_grid(
                             r=args.r,
                             oversampling=args.oversampling,
                             seed=args.seed,
-                            block_size=b,
+                            block_size=args.block_size,
                             cg_rtol=args.cg_rtol,
                             start_steps=args.start_steps,
                             start=start if mode == "chained" else None,
