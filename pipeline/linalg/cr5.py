@@ -221,9 +221,8 @@ class Cr5Result:
     gram_eigenvectors : ndarray of shape (r, r), float64
         Q (orthogonal; column j belongs to ``gram_eigenvalues[j]``). With them the
         unorthonormalised map is ``Φ_l*ᵀ = components[l] @ diag(Λ^{1/2}) @ Qᵀ``.
-    start_block : ndarray of shape (K, c) or None
-        With ``keep_start``: the leading c = max(b, r + oversampling) Ritz vectors of M (fewer
-        if the basis holds fewer), a start for a fit at another λ.
+    start_block : ndarray of shape (K, b) or None
+        With ``keep_start``: the leading b Ritz vectors of M, a start for a fit at another λ.
     """
 
     components: dict[str, np.ndarray]
@@ -340,10 +339,11 @@ def solve_cr5(
     ``start`` (K x c, c >= 1): start the eigensolver from these columns (completed to the
     block width with random ones) instead of the surrogate warm start, e.g. the
     ``start_block`` of a fit at a neighbouring λ: C does not depend on λ and M's leading
-    subspace moves little between grid values; the block width is then r + oversampling
-    (unless ``block_size`` is given), so the whole start is applied at once.
-    ``keep_start``: return the leading max(b, r + oversampling) Ritz vectors as
-    ``Cr5Result.start_block`` for the next fit.
+    subspace moves little between grid values. ``keep_start``: return the leading b Ritz
+    vectors as ``Cr5Result.start_block`` for the next fit. (Measured: with narrow blocks the
+    chain saves little — DDTP r = 100: the same 18 iterations; a full-width r + oversampling
+    block from the previous λ's Ritz vectors still needed 4 iterations, 1.7x the column
+    passes of a narrow fit; bench/README.md.)
 
     ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
     ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
@@ -382,13 +382,7 @@ def solve_cr5(
     t_start = time.perf_counter()
     k = backend.n_concepts
     layout = TermLayout.of(backend)
-    if start is not None and block_size is None:
-        # a neighbouring λ's r + oversampling Ritz vectors already span M's leading subspace:
-        # one full-width block applies M to all of them at once and typically converges in
-        # one or two iterations, where a narrow block would first have to re-expand it
-        b = min(r + oversampling, k)
-    else:
-        b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
+    b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
     basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
 
     t0 = time.perf_counter()
@@ -493,7 +487,7 @@ def solve_cr5(
         checkpoint_every=checkpoint_every,
         callback=on_iteration,
         track_images=reuse_solves,
-        n_vectors=min(max(b, r + oversampling), k) if keep_start else None,
+        n_vectors=b if keep_start else None,
         monitor=on_ritz,
         name="cr5/eigensolver",
     )
