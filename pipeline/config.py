@@ -294,7 +294,7 @@ class TrainConfig:
     block_size: int | None = param(
         None,
         lo=1,
-        doc="Eigensolver block width; None: min(r + oversampling, max(16, r // 12)) with the "
+        doc="Eigensolver block width; None: min(r + oversampling, max(24, r // 12)) with the "
         "warm start, min(r + oversampling, max(32, r // 6)) from a random block (capped at K).",
     )
     start_steps: int = param(
