@@ -271,8 +271,9 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     columns in all: r = 100: b = 24 took 13 iterations and 312 columns against 4 and 480 at
     b = 120 (1.6-2.6x faster, P@1 within a point; b = 16: 18 iterations, no faster in
     wall time and 0.6 point lower); r = 300: b = 24 1.3x faster than b = 50. On the
-    synthetic 200k corpus, whose spectrum decays faster, b = r + oversampling converges in two iterations and is 1.0-1.1x
-    faster than b = 24. Measurements: bench/README.md ("Block width", bench_knobs).
+    synthetic 200k corpus, whose spectrum decays faster, b = r + oversampling converges in
+    two iterations and is 1.0-1.1x faster than b = 24. Measurements: bench/README.md
+    ("Block width", bench_knobs).
     """
     wide = r + oversampling
     if warm:
