@@ -229,6 +229,21 @@ def test_lambda_chain_matches_dense_reference(name):
     assert chained < 0.9 * fresh, (chained, fresh)
 
 
+def test_start_block_of_a_block_narrower_than_r():
+    """With b < r (the narrow default block at large r) the kept start is the leading b Ritz
+    vectors, and a fit started from it reaches the dense reference."""
+    problem = PROBLEMS["three_uneven"]
+    corpus, k = problem.corpus(), problem.n_concepts
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    res = solve_cr5(be, lam=0.3, r=6, block_size=3, seed=0, keep_start=True, **TIGHT)
+    start = res.start_block
+    assert start is not None and start.shape == (k, 3)
+    np.testing.assert_allclose(start.T @ start, np.eye(3), atol=1e-8)
+    res2 = solve_cr5(be, lam=1.0, r=6, block_size=3, seed=0, start=start, **TIGHT)
+    want_ev, _ = dense_cr5(corpus, k, 1.0, 6)
+    np.testing.assert_allclose(res2.eigenvalues, want_ev, rtol=1e-6)
+
+
 def test_start_block_is_validated():
     problem = PROBLEMS["three_uneven"]
     be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")

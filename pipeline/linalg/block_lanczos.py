@@ -144,9 +144,9 @@ class LanczosResult:
     images : ndarray of shape (n_img, r) or None
         ``F`` of the eigenvectors when images were tracked.
     leading_block : ndarray of shape (n, n_vectors) or None
-        The leading ``n_vectors`` Ritz vectors when more than r were asked for
-        (``eigenvectors`` is then a view of its first r columns): a start block for a
-        related problem.
+        The leading ``n_vectors`` Ritz vectors when ``n_vectors`` was given (fewer or more
+        than r; they share memory with ``eigenvectors``): a start block for a related
+        problem.
     stopped_by : {"residual", "maxiter", "monitor"}
         What ended the iteration (``"residual"`` also when the basis spans the space).
     """
@@ -326,8 +326,9 @@ def block_lanczos(
         Keep ``F V`` from ``a.matmat_with_image`` (module docstring); the result's ``images``
         are then F of the eigenvectors.
     n_vectors : int, optional
-        Also return the leading ``n_vectors`` (> r) Ritz vectors as ``leading_block``
-        (e.g. to start the eigensolver of a neighbouring problem). Default: r only.
+        Also return the leading ``n_vectors`` Ritz vectors as ``leading_block`` (e.g. to
+        start the eigensolver of a neighbouring problem; with a block narrower than r, fewer
+        than r). Default: none.
     monitor : callable, optional
         ``monitor(state, theta, s)`` after each iteration, before any restart, with the Ritz
         values θ (all, descending) and the eigenvectors S of the projected matrix (the Ritz
@@ -469,7 +470,7 @@ def block_lanczos(
     return LanczosResult(
         eigenvalues=theta[:rr].copy(),
         eigenvectors=leading[:, :rr],
-        leading_block=leading if nv > rr else None,
+        leading_block=None if n_vectors is None else leading[:, : min(n_vectors, nv)],
         n_iter=state.n_iter,
         converged=converged,
         ritz_values=np.array(state.ritz_history).reshape(-1, r),
