@@ -512,10 +512,11 @@ class EvaluateConfig:
     lambda_warm_start: bool = param(
         False,
         doc="Start each λ's eigensolver from the previous λ's leading Ritz vectors (C does "
-        "not depend on λ) instead of the surrogate warm start: fewer passes (9 % on the "
-        "sample, 30 % on small synthetic problems), same chosen λ in the tests, but scores "
-        "that differ from independent fits by up to ~0.05 (each fit stops at eig_rtol from "
-        "another start); false: independent fits.",
+        "not depend on λ) instead of the surrogate warm start. Saves passes only with wide "
+        "blocks (200k synthetic, b = 70: a 4-value grid 2.76x one fit instead of 4x); with "
+        "the narrow default block nothing (DDTP r = 100: 3.9x), and scores differ from "
+        "independent fits by up to ~0.05 (each fit stops at eig_rtol from another start), "
+        "which can change the chosen λ; false: independent fits.",
     )
     report_dir: str | None = param(
         None, doc="Markdown/JSON report and PNG plot (default <paths.root>/reports)."
