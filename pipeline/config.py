@@ -313,8 +313,9 @@ class TrainConfig:
         doc="What ends the eigensolver: residual (every Ritz pair within eig_rtol) or "
         "validation (P@1 of train.validation_concepts held-out concepts, scored after every "
         "iteration, has not improved for stop_patience iterations; the best iteration is "
-        "returned, and the residual rule still ends the run if met first). validation needs "
-        "the split stage's concepts (features.heldout_concepts: splits).",
+        "returned, and the residual rule still ends the run if met first; the driver keeps "
+        "that iteration's p x r float64 Φ*ᵀ). validation needs the split stage's concepts "
+        "(features.heldout_concepts: splits).",
     )
     stop_patience: int = param(
         2, lo=1, doc="stop_rule=validation: iterations without improvement before stopping."
