@@ -5,7 +5,7 @@ language (design.md §4), so their documents are an honest validation set for th
 stopping rule. The ``train.validation_concepts`` concepts of lowest split priority are taken
 (the same ones the evaluation's λ selection scores first); their documents in the training
 languages are collected to the driver (a few thousand short texts) and weighted with the
-training vocabulary and IDF through :func:`~pipeline.features.weighting.tfidf_rows`, the
+training vocabulary and IDF through :func:`~pipeline.features.weighting.tfidf_matrix`, the
 function the embedding API uses, so a validation document gets exactly the vector the
 trained model would give it.
 """
@@ -16,13 +16,12 @@ import logging
 
 import numpy as np
 import pyarrow.compute as pc
-import scipy.sparse as sp
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import ConfigError, InputDataError
-from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
+from pipeline.features.weighting import LanguageVocabulary, tfidf_matrix
 from pipeline.io.datasets import read_dataset, read_table
 from pipeline.io.schemas import DOCUMENTS
 from pipeline.linalg.monitor import ValidationSet
@@ -81,11 +80,8 @@ def load_validation_set(
         sub = docs.filter(pc.equal(docs.column("lang"), lang))
         if sub.num_rows == 0:
             continue
-        texts = sub.column("text").combine_chunks()
-        tokens, doc_of = tokenizer.flat_tokens(texts)
         vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
-        indptr, indices, values = tfidf_rows(tokens, doc_of, len(texts), vocab)
-        rows[lang] = sp.csr_matrix((values, indices, indptr), shape=(len(texts), len(vocab)))
+        rows[lang] = tfidf_matrix(sub.column("text").combine_chunks(), tokenizer, vocab)
         concepts[lang] = np.array(sub.column("concept_id").to_pylist(), dtype=str)
     validation = ValidationSet(rows, concepts)
     if not validation.directions:

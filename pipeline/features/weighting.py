@@ -7,9 +7,15 @@ notebook.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    from pipeline.text.tokenizer import Tokenizer
 
 
 class LanguageVocabulary:
@@ -70,3 +76,10 @@ def tfidf_rows(
     indptr = np.zeros(n_docs + 1, dtype=np.int32)
     np.cumsum(np.bincount(docs, minlength=n_docs), out=indptr[1:])
     return indptr, terms.astype(np.int32), values
+
+
+def tfidf_matrix(texts: pa.Array, tokenizer: Tokenizer, vocab: LanguageVocabulary) -> sp.csr_matrix:
+    """Tokenise ``texts`` and weight them: csr_matrix of float32, shape (n_texts, p_l)."""
+    tokens, doc_of = tokenizer.flat_tokens(texts)
+    indptr, indices, values = tfidf_rows(tokens, doc_of, len(texts), vocab)
+    return sp.csr_matrix((values, indices, indptr), shape=(len(texts), len(vocab)))

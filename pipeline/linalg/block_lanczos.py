@@ -481,14 +481,9 @@ def block_lanczos(
     )
 
 
-def _combine(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:
-    """``hstack(blocks) @ coef`` without concatenating the blocks."""
-    return tall_matmul_blocks(blocks, coef)
-
-
 def ritz_images(state: LanczosState, coef: np.ndarray) -> np.ndarray:
     """Tracked images of the Ritz vectors ``V S``: ``F V S`` (n_img, coef columns)."""
-    return _combine(state.images, coef)
+    return tall_matmul_blocks(state.images, coef)
 
 
 class _BasisBuffer:
@@ -549,7 +544,7 @@ def _thick_restart(
     h[keep:, :] = coupling
     state.basis = buf.restart(m, s[:, :keep])
     if state.images:
-        state.images = [_combine(state.images, s[:, :keep])]
+        state.images = [ritz_images(state, s[:, :keep])]
     state.h = h
     state.n_applied = keep
     state.n_restarts += 1

@@ -392,6 +392,16 @@ def solve_cr5(
     nu = concept_frequencies(backend)
     timings["mean"] = time.perf_counter() - t0
 
+    # checks stop_rule against validation before any solve
+    monitor = IterationMonitor(
+        y_norm_sq=backend.n_total_docs() * (1.0 - float(nu @ nu)),
+        split=layout.split,
+        r=r,
+        validation=validation,
+        stop_rule=stop_rule,
+        patience=stop_patience,
+    )
+
     store = None
     if checkpoint_dir is not None:
         fingerprint = _problem_fingerprint(backend, mu, nu, params)
@@ -446,15 +456,6 @@ def solve_cr5(
     resumed_from = None if saved is None else state.n_iter
     if resumed_from is not None:
         logger.info("cr5: resuming the eigensolver from iteration %d", resumed_from)
-
-    monitor = IterationMonitor(
-        y_norm_sq=backend.n_total_docs() * (1.0 - float(nu @ nu)),
-        split=layout.split,
-        r=r,
-        validation=validation,
-        stop_rule=stop_rule,
-        patience=stop_patience,
-    )
 
     def on_ritz(st: LanczosState, theta: np.ndarray, s: np.ndarray) -> bool:
         rr = min(r, st.n_applied)
@@ -691,11 +692,6 @@ class Cr5Solver:
         at every eigensolver iteration (required by ``stop_rule="validation"``).
         """
         self._validate(backend)
-        if self.stop_rule == "validation" and validation is None:
-            raise ConfigError(
-                "Cr5Solver(stop_rule='validation') needs validation documents: "
-                "fit(backend, validation=ValidationSet(...)); or use stop_rule='residual'"
-            )
         result = solve_cr5(
             backend,
             callback=callback,

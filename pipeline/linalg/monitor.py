@@ -185,11 +185,6 @@ class IterationMonitor:
         self.best: _Best | None = None
         self.stopped_by: str | None = None
 
-    @property
-    def needs_images(self) -> bool:
-        """Whether :meth:`observe` needs the Ritz vectors' images Φ*ᵀ."""
-        return self.validation is not None
-
     def observe(
         self, iteration: int, theta: np.ndarray, images: Callable[[], np.ndarray] | None
     ) -> bool:

@@ -30,7 +30,7 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from pipeline.errors import ModelError
-from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
+from pipeline.features.weighting import LanguageVocabulary, tfidf_matrix
 from pipeline.model.format import (
     GRAM_EIGENVALUES,
     GRAM_EIGENVECTORS,
@@ -128,11 +128,9 @@ class Cr5Model:
     def tfidf(self, texts: Sequence[str | None], lang: str) -> sp.csr_matrix:
         """TF-IDF rows of ``texts``: csr_matrix of shape (n_texts, p_l), float32."""
         lang = canonical_lang(lang)
-        lm = self._map(lang)
+        self._map(lang)  # loads the language and its vocabulary
         arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), type=pa.string())
-        tokens, doc_of = self.tokenizer.flat_tokens(arr)
-        indptr, indices, values = tfidf_rows(tokens, doc_of, len(arr), self._vocab[lang])
-        return sp.csr_matrix((values, indices, indptr), shape=(len(arr), len(lm.terms)))
+        return tfidf_matrix(arr, self.tokenizer, self._vocab[lang])
 
     def embed_with_counts(
         self, texts: Sequence[str | None], lang: str
