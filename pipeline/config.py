@@ -406,6 +406,13 @@ class EmbedConfig:
         "Python workers write the Parquet files straight from Arrow (the vectors never cross "
         "into the JVM, ~4x faster); false, or any other store: Spark's writer.",
     )
+    direct_read: bool = param(
+        True,
+        doc="With direct_write and a Parquet input (the documents dataset or embed.input, not "
+        "Delta) on a local or locally mounted path, the Python workers read its row groups "
+        "with pyarrow (the texts never pass through the JVM); false, JSON Lines, Delta or "
+        "other stores: Spark's reader.",
+    )
 
 
 @dataclass(frozen=True)

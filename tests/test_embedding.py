@@ -70,6 +70,7 @@ def test_spark_job_equals_api_and_skips_unknown_languages(spark, model_dir, tmp_
     )
     report = get_stage("embed")(spark, cfg)
     assert report["writer"] == ("executors (Arrow to Parquet)" if direct else "spark")
+    assert report["reader"] == "spark"  # JSON Lines: Spark's reader
     assert report["skipped_languages"] == {"xx": 1}
     assert report["per_language"]["en"] == {"documents": 5, "zero_vectors": 2}
     got = {
@@ -232,6 +233,112 @@ def test_import_rejects_wrong_dimensions(tmp_path):
         f.write("onlyaword\n")
     with pytest.raises(InputDataError, match="no vector values"):
         read_word_vectors(tmp_path / "words.txt.gz")
+
+
+def _parquet_inputs(tmp_path):
+    """The same documents twice: hive-partitioned by language with integer ids (plus a
+    manifest and a hidden directory a reader must skip), and one flat file with
+    untidy language codes, concept ids and several row groups."""
+    import os
+
+    hive = tmp_path / "hive"
+    for lang, texts in TEXTS.items():
+        ids = [1000 * (1 + list(TEXTS).index(lang)) + i for i in range(len(texts))]
+        os.makedirs(hive / f"lang={lang}")
+        pq.write_table(
+            pa.table({"doc_id": pa.array(ids, pa.int64()), "text": texts}),
+            hive / f"lang={lang}" / "part-0.parquet",
+            row_group_size=2,
+        )
+    (hive / "_manifest.json").write_text("{}")
+    os.makedirs(hive / ".tmp-x" / "lang=en")
+    pq.write_table(
+        pa.table({"doc_id": pa.array([9], pa.int64()), "text": ["cat"]}),
+        hive / ".tmp-x" / "lang=en" / "part-0.parquet",
+    )
+    codes = {"en": " EN", "de": "De", "xx": "xx"}
+    rows = [
+        (f"{lang}{i}", codes[lang], f"c{i}", t)
+        for lang, texts in TEXTS.items()
+        for i, t in enumerate(texts)
+    ]
+    flat = tmp_path / "flat.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                k: [r[j] for r in rows]
+                for j, k in enumerate(("doc_id", "lang", "concept_id", "text"))
+            }
+        ),
+        flat,
+        row_group_size=3,
+    )
+    return {"hive": hive, "flat": flat}
+
+
+@pytest.mark.parametrize("layout", ["hive", "flat"])
+def test_direct_read_equals_spark_reader(spark, model_dir, tmp_path, layout):
+    """The executors reading Parquet with pyarrow give the dataset Spark's reader gives:
+    same rows, vectors to the bit, partition columns from directory names, hidden and
+    underscore names skipped, ids cast to strings, language codes canonical."""
+    src = _parquet_inputs(tmp_path)[layout]
+    got = {}
+    for direct in (True, False):
+        cfg = load_config(
+            [REPO / "conf/local.yaml"],
+            [
+                f"paths.root={tmp_path}/out_{direct}",
+                f"paths.model={model_dir}",
+                f"embed.input={src}",
+                "embed.batch_rows=2",
+                f"embed.direct_read={str(direct).lower()}",
+            ],
+        )
+        report = get_stage("embed")(spark, cfg)
+        assert report["reader"] == ("executors (pyarrow)" if direct else "spark")
+        assert report["skipped_languages"] == {"xx": 1}
+        assert report["per_language"]["en"] == {"documents": 5, "zero_vectors": 2}
+        got[direct] = sorted(
+            (r["doc_id"], r["lang"], r["concept_id"], r["n_terms"], tuple(r["vector"]))
+            for r in read_dataset(spark, EMBEDDINGS, cfg.paths.dataset("embeddings")).collect()
+        )
+    assert len(got[True]) == 8
+    assert got[True] == got[False]
+    if layout == "hive":
+        assert {row[0] for row in got[True]} == {f"{1000 + i}" for i in range(5)} | {
+            f"{2000 + i}" for i in range(3)
+        }
+
+
+def test_plan_scan_packs_row_groups_like_spark(tmp_path):
+    """Every row group exactly once, in file order, packed into about one task per core
+    when small; partition values from the directory names."""
+    from pipeline.io.arrow_scan import OPEN_COST_BYTES, plan_scan, read_pieces
+
+    hive = _parquet_inputs(tmp_path)["hive"]
+    tasks = plan_scan(str(hive), parallelism=2)
+    pieces = [p for task in tasks for p in task]
+    # en: 5 rows in groups of 2 -> 3 groups, de: 2, xx: 1; the hidden directory is skipped.
+    assert len(pieces) == 6
+    assert {(p.path, p.row_group) for p in pieces} == {
+        (str(hive / f"lang={lang}" / "part-0.parquet"), i)
+        for lang, n in (("de", 2), ("en", 3), ("xx", 1))
+        for i in range(n)
+    }
+    assert all(p.bytes == OPEN_COST_BYTES for p in pieces)  # tiny groups cost the open cost
+    assert [len(t) for t in tasks] == [3, 3]
+    rows = [
+        (b.column("doc_id")[i].as_py(), b.column("lang")[i].as_py())
+        for b in read_pieces(pieces, ["doc_id", "lang", "concept_id"], batch_rows=1)
+        for i in range(b.num_rows)
+    ]
+    assert sorted(rows) == sorted(
+        (1000 * (1 + list(TEXTS).index(lang)) + i, lang)
+        for lang, texts in TEXTS.items()
+        for i in range(len(texts))
+    )
+    assert len(plan_scan(str(hive), parallelism=6)) == 6
+    assert len(plan_scan(str(hive), parallelism=1)) == 1
 
 
 def test_direct_write_keeps_only_the_reported_files(tmp_path):

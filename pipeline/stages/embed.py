@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -33,6 +33,8 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import InputDataError, ModelError
+from pipeline.io import delta
+from pipeline.io.arrow_scan import Piece, plan_scan, read_pieces, scan_schema, string_column
 from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.batches import embed_batch
@@ -84,56 +86,12 @@ def write_files_fn(
     speculative attempt never overwrites another's file; the driver keeps only the files the
     successful attempts report (:func:`keep_reported_files`).
     """
-    import pyarrow.parquet as pq
-
     keep = None if languages is None else pa.array(sorted(languages), pa.string())
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        tag = f"{ctx.stageId()}-{ctx.partitionId():05d}-{ctx.attemptNumber()}"
         model = worker_model(location, version)
-        writers: dict[str, Any] = {}
-        counts: dict[str, list[int]] = {}
-        skipped: dict[str, int] = {}
-        try:
-            for batch in batches:
-                if keep is not None:
-                    wanted = pc.is_in(batch.column("lang"), value_set=keep)
-                    if not pc.all(wanted).as_py():
-                        rest = pc.value_counts(batch.column("lang").filter(pc.invert(wanted)))
-                        for item in rest.to_pylist():
-                            skipped[item["values"]] = (
-                                skipped.get(item["values"], 0) + item["counts"]
-                            )
-                        batch = batch.filter(wanted)
-                if not batch.num_rows:
-                    continue
-                out = embed_batch(model, batch, normalize=normalize)
-                langs = out.column("lang")
-                present = pc.unique(langs).to_pylist()
-                for lang in present:
-                    part = out if len(present) == 1 else out.filter(pc.equal(langs, lang))
-                    part = part.select(["doc_id", "concept_id", "n_terms", "vector"])
-                    if lang not in writers:
-                        os.makedirs(f"{directory}/lang={lang}", exist_ok=True)
-                        writers[lang] = pq.ParquetWriter(
-                            f"{directory}/lang={lang}/part-{tag}.parquet",
-                            FILE_SCHEMA,
-                            **FILE_WRITER_OPTIONS,
-                        )
-                        counts[lang] = [0, 0]
-                    writers[lang].write_batch(part.cast(FILE_SCHEMA))
-                    counts[lang][0] += part.num_rows
-                    counts[lang][1] += int(pc.sum(pc.equal(part.column("n_terms"), 0)).as_py() or 0)
-        finally:
-            for w in writers.values():
-                w.close()
-        rows = [(f"lang={lang}/part-{tag}.parquet", lang, n, z) for lang, (n, z) in counts.items()]
-        rows += [(None, lang, n, 0) for lang, n in skipped.items()]
+        rows = _embed_to_files(batches, directory, _task_tag(), model, keep, normalize)
         if rows:
-            rows.sort(key=lambda row: row[1])
             yield pa.RecordBatch.from_arrays(
                 [
                     pa.array([row[0] for row in rows], pa.string()),
@@ -145,6 +103,110 @@ def write_files_fn(
             )
 
     return fn
+
+
+def read_write_files_fn(
+    directory: str,
+    location: str,
+    version: str,
+    *,
+    normalize: bool,
+    languages: Sequence[str] | None,
+    batch_rows: int,
+) -> Callable[[Iterator[list[Piece]]], Iterator[tuple[str | None, str, int, int]]]:
+    """The direct read: like :func:`write_files_fn`, for an RDD whose elements are scan tasks
+    (:func:`pipeline.io.arrow_scan.plan_scan`); each task reads its row groups with pyarrow,
+    so the texts never go through the JVM either."""
+    keep = None if languages is None else pa.array(sorted(languages), pa.string())
+
+    def fn(tasks: Iterator[list[Piece]]) -> Iterator[tuple[str | None, str, int, int]]:
+        model = worker_model(location, version)
+        for pieces in tasks:
+            batches = (canonical_batch(b) for b in read_pieces(pieces, INPUT_COLUMNS, batch_rows))
+            yield from _embed_to_files(batches, directory, _task_tag(), model, keep, normalize)
+
+    return fn
+
+
+#: The input columns the embed stage reads, in this order.
+INPUT_COLUMNS = ("doc_id", "lang", "concept_id", "text")
+
+
+def canonical_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The casts :func:`run` applies with Spark (strings; language codes trimmed and
+    lower-case, as :func:`~pipeline.model.cr5_model.canonical_lang`)."""
+    lang = pc.utf8_lower(pc.utf8_trim_whitespace(string_column(batch.column("lang"))))
+    return pa.RecordBatch.from_arrays(
+        [
+            string_column(batch.column("doc_id")),
+            lang,
+            string_column(batch.column("concept_id")),
+            string_column(batch.column("text")),
+        ],
+        names=list(INPUT_COLUMNS),
+    )
+
+
+def _task_tag() -> str:
+    """Stage, partition and attempt: unique per task attempt, so file names never clash."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return f"{ctx.stageId()}-{ctx.partitionId():05d}-{ctx.attemptNumber()}"
+
+
+def _embed_to_files(
+    batches: Iterable[pa.RecordBatch],
+    directory: str,
+    tag: str,
+    model: Any,
+    keep: pa.Array | None,
+    normalize: bool,
+) -> list[tuple[str | None, str, int, int]]:
+    """Embed ``batches`` into this task's file per language; one (file, lang, rows, zeros)
+    per file written and one (None, lang, rows, 0) per skipped language."""
+    import pyarrow.parquet as pq
+
+    writers: dict[str, Any] = {}
+    counts: dict[str, list[int]] = {}
+    skipped: dict[str, int] = {}
+    try:
+        for batch in batches:
+            if keep is not None:
+                wanted = pc.is_in(batch.column("lang"), value_set=keep)
+                if not pc.all(wanted).as_py():
+                    rest = pc.value_counts(batch.column("lang").filter(pc.invert(wanted)))
+                    for item in rest.to_pylist():
+                        skipped[item["values"]] = skipped.get(item["values"], 0) + item["counts"]
+                    batch = batch.filter(wanted)
+            if not batch.num_rows:
+                continue
+            out = embed_batch(model, batch, normalize=normalize)
+            langs = out.column("lang")
+            present = pc.unique(langs).to_pylist()
+            for lang in present:
+                part = out if len(present) == 1 else out.filter(pc.equal(langs, lang))
+                part = part.select(["doc_id", "concept_id", "n_terms", "vector"])
+                if lang not in writers:
+                    os.makedirs(f"{directory}/lang={lang}", exist_ok=True)
+                    writers[lang] = pq.ParquetWriter(
+                        f"{directory}/lang={lang}/part-{tag}.parquet",
+                        FILE_SCHEMA,
+                        **FILE_WRITER_OPTIONS,
+                    )
+                    counts[lang] = [0, 0]
+                writers[lang].write_batch(part.cast(FILE_SCHEMA))
+                counts[lang][0] += part.num_rows
+                counts[lang][1] += int(pc.sum(pc.equal(part.column("n_terms"), 0)).as_py() or 0)
+    finally:
+        for w in writers.values():
+            w.close()
+    rows: list[tuple[str | None, str, int, int]] = [
+        (f"lang={lang}/part-{tag}.parquet", lang, n, z) for lang, (n, z) in counts.items()
+    ]
+    rows += [(None, lang, n, 0) for lang, n in skipped.items()]
+    rows.sort(key=lambda row: row[1])
+    return rows
 
 
 #: Parquet writer options of the direct write. The vectors are near-random floats: neither a
@@ -210,6 +272,51 @@ def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
     if "concept_id" not in df.columns:
         df = df.withColumn("concept_id", F.lit(None).cast("string"))
     return df
+
+
+#: Arrow types the direct read takes for each input column (others: Spark's reader casts).
+_DIRECT_READ_TYPES = {
+    "doc_id": lambda t: (
+        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+    ),
+    "concept_id": lambda t: (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_null(t)
+    ),
+    "lang": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "text": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+}
+
+
+def _direct_read_path(spark: SparkSession, cfg: Config) -> str | None:
+    """The input's local path when the executors can read it with pyarrow
+    (``embed.direct_read``): Parquet (not Delta) on a local or locally mounted file system,
+    with string (or integer id) columns; None otherwise (Spark's reader)."""
+    e = cfg.embed
+    path = e.input or cfg.paths.dataset("documents")
+    if not e.direct_read:
+        return None
+    if e.input is not None:
+        fmt = e.format
+        if fmt == "auto" and path.rstrip("/").endswith((".jsonl", ".json", ".ndjson")):
+            fmt = "jsonl"
+        if fmt == "jsonl":
+            return None
+    fs = HadoopFS(spark, path)
+    if not fs.is_local() or delta.is_delta_table(fs, path):
+        return None
+    schema = scan_schema(path)
+    odd = {
+        c: str(schema.field(c).type)
+        for c, ok in _DIRECT_READ_TYPES.items()
+        if c in schema.names and not ok(schema.field(c).type)
+    }
+    if odd:
+        log.info("embed: Spark reads %s (column types %s need its casts)", path, odd)
+        return None
+    return path
 
 
 def _check_languages(
@@ -340,11 +447,34 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         candidates = [lang for lang in (selected or meta["languages"]) if lang in meta["languages"]]
         checksums = _BackgroundChecksums(model_path, meta, candidates)
 
+        source = _direct_read_path(spark, cfg)
+        reader = "executors (pyarrow)" if source else "spark"
+
         def write_files(directory: str) -> dict[str, Any]:
-            fn = write_files_fn(
-                directory, location, version, normalize=e.normalize, languages=candidates
-            )
-            rows = docs.mapInArrow(fn, FILES_SCHEMA).collect()
+            if source is not None:
+                sc = spark.sparkContext
+                tasks = plan_scan(source, sc.defaultParallelism)
+                read_fn = read_write_files_fn(
+                    directory,
+                    location,
+                    version,
+                    normalize=e.normalize,
+                    languages=candidates,
+                    batch_rows=e.batch_rows,
+                )
+                sc.setJobDescription(f"embed: read, embed and write {len(tasks)} task(s)")
+                names = ("file", "lang", "rows", "zeros")
+                rows = [
+                    dict(zip(names, row, strict=True))
+                    for row in sc.parallelize(tasks, max(1, len(tasks)))
+                    .mapPartitions(read_fn)
+                    .collect()
+                ]
+            else:
+                fn = write_files_fn(
+                    directory, location, version, normalize=e.normalize, languages=candidates
+                )
+                rows = [r.asDict() for r in docs.mapInArrow(fn, FILES_SCHEMA).collect()]
             found: dict[str, int] = {}
             for r in rows:
                 found[r["lang"]] = found.get(r["lang"], 0) + r["rows"]
@@ -360,6 +490,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
                     st["documents"] += r["rows"]
                     st["zero_vectors"] += r["zeros"]
             report = report_of(dict(sorted(stats.items())), skipped, warnings_)
+            report["reader"] = reader
             return {"report": report, "expected_rows": report["documents"]}
 
         try:
@@ -390,6 +521,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             .collect()
         }
         report = report_of(stats, skipped, warnings_)
+        report["reader"] = "spark"
         write_dataset(
             spark,
             out,
