@@ -190,10 +190,17 @@ def test_every_method_matches_the_dense_reference(backends, reference, kind, dty
         _close(be.gram(lang, v), x.T @ (x @ v), tol)
         _close(be.xt_gather(lang, p), x.T @ (y @ p), tol)
         _close(be.x_scatter(lang, v), y.T @ (x @ v), tol)
+        # the compact form: exactly the rows of the language's concepts, the rest is zero
+        ids, values = be.x_scatter_rows(lang, v)
+        np.testing.assert_array_equal(ids, np.flatnonzero(np.asarray(y.sum(0)).ravel() > 0))
+        dense = y.T @ (x @ v)
+        _close(values, dense[ids], tol)
+        assert not np.delete(dense, ids, axis=0).any()
     counts = be.pass_counts
     for method in ("gram", "xt_gather", "x_scatter"):
-        assert counts["passes"][method] == len(LANGS)
-        assert counts["column_passes"][method] == b * len(LANGS)
+        calls = 2 if method == "x_scatter" else 1
+        assert counts["passes"][method] == calls * len(LANGS)
+        assert counts["column_passes"][method] == calls * b * len(LANGS)
     for method in ("column_sums", "column_sq_sums", "concept_counts"):
         assert counts["passes"][method] == len(LANGS)
         assert counts["column_passes"][method] == 0
@@ -250,6 +257,11 @@ def test_fused_passes_equal_the_dense_reference(backends, reference, fused):
             got = getattr(be, method)(lang, arg)
             _close(got, want, TOL["float64"])
             _close(got, getattr(per_partition, method)(lang, arg), TOL["float64"])
+        ids, values = be.x_scatter_rows(lang, v)
+        ids2, values2 = per_partition.x_scatter_rows(lang, v)
+        np.testing.assert_array_equal(ids, ids2)
+        _close(values, (y.T @ (x @ v))[ids], TOL["float64"])
+        _close(values, values2, TOL["float64"])
 
 
 def test_concurrent_passes_from_three_threads(backends, reference, kind):

@@ -52,6 +52,36 @@ def phi_star_probe(model: Cr5Model, langs: list[str]) -> np.ndarray:
     return phi_star_t.astype(np.float64) @ (phi_star_t.T.astype(np.float64) @ z)
 
 
+def test_local_loader_reads_parquet_directly_and_equals_the_spark_read(
+    spark, sample_features, monkeypatch
+):
+    """The local backend reads a local tfidf dataset with pyarrow (no Spark job, no
+    spark.driver.maxResultSize); other stores go through Spark's toArrow(): same matrices.
+    The Spark route's maxResultSize failure becomes a ConfigError that says what to set."""
+    from pipeline.errors import ConfigError
+    from pipeline.io.hadoop import HadoopFS
+
+    path = cfg_for(sample_features).paths.dataset("tfidf")
+    direct = local_backend_from_tfidf(spark, path, dtype="float64")
+    monkeypatch.setattr(HadoopFS, "is_local", lambda self: False)
+    via_spark = local_backend_from_tfidf(spark, path, dtype="float64")
+    assert direct.languages == via_spark.languages == ("de", "en", "es", "fr")
+    for lang in direct.languages:
+        a, b = direct.matrix(lang), via_spark.matrix(lang)
+        assert a.shape == b.shape and (a != b).nnz == 0
+        np.testing.assert_array_equal(direct.concept_counts(lang), via_spark.concept_counts(lang))
+
+    def too_big(self):
+        raise RuntimeError(
+            "Job aborted due to stage failure: Total size of serialized results of 9 tasks "
+            "(1092.9 MiB) is bigger than spark.driver.maxResultSize (1024.0 MiB)"
+        )
+
+    monkeypatch.setattr(type(spark.range(1)), "toArrow", too_big)  # the classic DataFrame
+    with pytest.raises(ConfigError, match=r"maxResultSize \(1024.0 MiB\)\). Fix: raise it"):
+        local_backend_from_tfidf(spark, path, dtype="float64")
+
+
 def test_train_writes_a_model_consistent_with_the_training_matrix(spark, sample_features):
     cfg = cfg_for(sample_features, "train.r=16", "train.lam=1.0")
     report = get_stage("train")(spark, cfg)

@@ -14,13 +14,15 @@ may occur in no training document) and ``K`` is ``report.concepts``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 
-from pipeline.errors import InputDataError
+from pipeline.errors import ConfigError, InputDataError
 
 __all__ = [
     "TfidfLayout",
@@ -243,7 +245,7 @@ def local_backend_from_tfidf(
 ):
     """A :class:`~pipeline.backends.local.LocalCorpusBackend` holding the tfidf dataset.
 
-    Each language is collected to the driver with ``toArrow()`` and converted by
+    Each language is read on the driver (:func:`_language_tables`) and converted by
     :func:`arrow_to_csr`.
 
     Parameters
@@ -260,21 +262,11 @@ def local_backend_from_tfidf(
     InputDataError
         Bad rows (see :func:`arrow_to_csr`) or a document count differing from the manifest.
     """
-    from pyspark.sql import functions as F
-
     from pipeline.backends.local import LocalCorpusBackend
-    from pipeline.io.datasets import read_dataset
-    from pipeline.io.schemas import TFIDF
 
     layout = read_tfidf_layout(spark, tfidf_path, languages)
-    df = read_dataset(spark, TFIDF, tfidf_path)
     data = {}
-    for lang in layout.languages:
-        table = (
-            df.filter(F.col("lang") == lang)
-            .select("row", "concept_index", "indices", "values")
-            .toArrow()
-        )
+    for lang, table in _language_tables(spark, tfidf_path, layout.languages):
         x, concepts = arrow_to_csr(
             table, layout.n_terms[lang], lang=lang, n_concepts=layout.n_concepts
         )
@@ -286,3 +278,51 @@ def local_backend_from_tfidf(
         log.info("tfidf %s: %d x %d, nnz %d", lang, x.shape[0], x.shape[1], x.nnz)
         data[lang] = (x, concepts)
     return LocalCorpusBackend(data, layout.n_concepts, dtype=dtype, transpose=transpose)
+
+
+_TFIDF_COLUMNS = ["row", "concept_index", "indices", "values"]
+
+
+def _language_tables(
+    spark: Any, tfidf_path: str, languages: Sequence[str]
+) -> Iterator[tuple[str, pa.Table]]:
+    """Each language's tfidf rows as one Arrow table, one language at a time.
+
+    A local (or locally mounted) Parquet dataset is read with pyarrow directly: no Spark job,
+    and no ``spark.driver.maxResultSize`` limit (a 2M-document corpus's largest language is
+    over 1 GB of results; Spark's default limit is 1 GB). Delta tables and other stores are
+    collected through Spark (``toArrow()``); there the limit applies and the error says so.
+    """
+    from pyspark.sql import functions as F
+
+    from pipeline.io import delta
+    from pipeline.io.arrow_scan import arrow_dataset
+    from pipeline.io.datasets import HadoopFS, read_dataset
+    from pipeline.io.schemas import TFIDF
+
+    fs = HadoopFS(spark, tfidf_path)
+    if fs.is_local() and not delta.is_delta_table(fs, tfidf_path):
+        dataset = arrow_dataset(tfidf_path)
+        for lang in languages:
+            yield lang, dataset.to_table(columns=_TFIDF_COLUMNS, filter=pc.field("lang") == lang)
+        return
+    df = read_dataset(spark, TFIDF, tfidf_path)
+    for lang in languages:
+        try:
+            table = df.filter(F.col("lang") == lang).select(*_TFIDF_COLUMNS).toArrow()
+        except Exception as exc:
+            if "maxResultSize" not in str(exc):
+                raise
+            raise ConfigError(
+                f"train.backend=local collects language {lang!r} of {tfidf_path} to the driver "
+                f"and it exceeds spark.driver.maxResultSize ({_first_line(exc)}). Fix: raise "
+                "it (spark.conf: {spark.driver.maxResultSize: 8g} as in conf/cluster.yaml; 0 "
+                "= unlimited), or train with train.backend=spark."
+            ) from None
+        yield lang, table
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    at = text.find("Total size of serialized results")
+    return text[at:].splitlines()[0] if at >= 0 else text.splitlines()[0]

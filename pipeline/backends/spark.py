@@ -336,8 +336,11 @@ def _xt_gather_partition(p_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]
 
 
 def _x_scatter_partition(v_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]:
-    """``(concepts, per-concept sums of X_p V)`` per block."""
+    """``(concepts, per-concept sums of X_p V)`` per block (the broadcast may carry the
+    language's concept ids after V, for the compact result of :meth:`_run`)."""
     v = v_bc.value
+    if isinstance(v, tuple):
+        v = v[0]
     for blk in blocks:
         if blk.x.shape[0]:
             yield blk.concepts, blk.yt @ (blk.x @ v[blk.cols])
@@ -423,14 +426,16 @@ class _ColumnSlice:
 
 
 def _fused_pass_columns(
-    fn: Any, bc: Any, n_rows: int, lo: int, hi: int, blocks: Iterator[_Block]
+    fn: Any, bc: Any, n_rows: int, compact: bool, lo: int, hi: int, blocks: Iterator[_Block]
 ) -> Iterator[tuple]:
     """One task of a fused pass: every cached block of the language (the coalesced RDD),
     ``fn``'s partials of the columns ``lo:hi`` summed into one dense float64 array, block by
-    block in the same order as the driver would add them."""
-    out = np.zeros((n_rows, hi - lo), dtype=np.float64)
+    block in the same order as the driver would add them. ``compact``: only the rows listed
+    in the broadcast's index (``(block, index)``), in that order."""
+    rows = bc.value[1] if compact else None
+    out = np.zeros((n_rows if rows is None else rows.size, hi - lo), dtype=np.float64)
     for ids, values in fn(_ColumnSlice(bc, lo, hi), blocks):
-        out[ids] += values
+        out[ids if rows is None else np.searchsorted(rows, ids)] += values
     yield lo, out
 
 
@@ -756,9 +761,11 @@ class SparkCorpusBackend(CorpusBackend):
         n_rows: int,
         *,
         index: np.ndarray | None = None,
+        compact: bool = False,
     ) -> np.ndarray:
-        """One pass: broadcast ``block``, run ``fn`` on every cached block of ``lang``, sum
-        the compact partials into a dense float64 array of shape (n_rows, b).
+        """One pass: broadcast ``block`` (with ``index``, the pair), run ``fn`` on every
+        cached block of ``lang``, sum the compact partials into a dense float64 array of
+        shape (n_rows, b); ``compact``: only the rows ``index`` (sorted), shape (len(index), b).
 
         Up to :data:`TREE_REDUCE_ABOVE` partitions whose partials fit
         :data:`DRIVER_PARTIALS_MAX_BYTES`, the partials are collected and added straight into
@@ -773,7 +780,7 @@ class SparkCorpusBackend(CorpusBackend):
         partial_bytes = n_rows * block.shape[1] * np.dtype(self.dtype).itemsize
         if n_parts > 1 and self._fuses(lang):
             try:
-                return self._run_fused(rdd, fn, bc, n_rows, block.shape[1])
+                return self._run_fused(rdd, fn, bc, n_rows, block.shape[1], compact=compact)
             finally:
                 bc.destroy()
         try:
@@ -791,12 +798,15 @@ class SparkCorpusBackend(CorpusBackend):
                 parts = mapped.collect()
         finally:
             bc.destroy()
-        out = np.zeros((n_rows, block.shape[1]), dtype=np.float64)
+        rows = index if compact else None
+        out = np.zeros((n_rows if rows is None else rows.size, block.shape[1]), dtype=np.float64)
         for ids, values in parts:
-            out[ids] += values
+            out[ids if rows is None else np.searchsorted(rows, ids)] += values
         return out
 
-    def _run_fused(self, rdd: Any, fn: Any, bc: Any, n_rows: int, b: int) -> np.ndarray:
+    def _run_fused(
+        self, rdd: Any, fn: Any, bc: Any, n_rows: int, b: int, *, compact: bool = False
+    ) -> np.ndarray:
         """A pass over a row-partitioned language small enough to gather (the fused-solve
         rule): ``solve_tasks`` tasks each gather all its blocks and sum the partials of a
         share of the columns, so no partial leaves a task and nothing is shuffled.
@@ -806,10 +816,11 @@ class SparkCorpusBackend(CorpusBackend):
         ~partitions x p_l x b values per pass: at 1M documents a C pass of the largest
         language (42 blocks) took 160-200 s against ~10 s of products (bench/README.md).
         """
-        out = np.zeros((n_rows, b), dtype=np.float64)
+        rows = bc.value[1] if compact else None
+        out = np.zeros((n_rows if rows is None else rows.size, b), dtype=np.float64)
         if b == 0:
             return out
-        task = functools.partial(_fused_pass_columns, fn, bc, n_rows)
+        task = functools.partial(_fused_pass_columns, fn, bc, n_rows, compact)
         for lo, part in self._gathered_column_tasks(rdd, b, task):
             out[:, lo : lo + part.shape[1]] = part
         return out
@@ -914,6 +925,12 @@ class SparkCorpusBackend(CorpusBackend):
 
     def _x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray:
         return self._run(lang, _x_scatter_partition, v, self.n_concepts)
+
+    def _x_scatter_rows(self, lang: str, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Fused tasks and the driver hold K_l x b, not K x b (the concepts of the language).
+        rows = self._language_concepts[lang]
+        out = self._run(lang, _x_scatter_partition, v, self.n_concepts, index=rows, compact=True)
+        return rows, out
 
     def _touch(self, lang: str) -> int:
         """One job that deserialises every cached block of ``lang`` and computes nothing."""

@@ -27,7 +27,15 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputDataError
 
-__all__ = ["Piece", "local_path", "plan_scan", "read_pieces", "scan_schema"]
+__all__ = [
+    "Piece",
+    "arrow_dataset",
+    "local_path",
+    "plan_scan",
+    "read_pieces",
+    "scan_schema",
+    "string_column",
+]
 
 #: Like Spark's ``spark.sql.files.maxPartitionBytes`` / ``openCostInBytes``: a task reads
 #: row groups up to this many bytes, and every row group counts at least the open cost.
@@ -51,7 +59,9 @@ def local_path(path: str) -> str:
     return urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else path
 
 
-def _dataset(path: str) -> ds.Dataset:
+def arrow_dataset(path: str) -> ds.Dataset:
+    """The Parquet dataset at the local ``path`` as pyarrow sees it (hive partitions,
+    ``_`` and ``.`` names skipped: what Spark reads)."""
     try:
         return ds.dataset(
             local_path(path), format="parquet", partitioning="hive", ignore_prefixes=[".", "_"]
@@ -62,7 +72,7 @@ def _dataset(path: str) -> ds.Dataset:
 
 def scan_schema(path: str) -> pa.Schema:
     """The dataset's schema as pyarrow infers it (partition columns included)."""
-    return _dataset(path).schema
+    return arrow_dataset(path).schema
 
 
 def plan_scan(path: str, parallelism: int) -> list[list[Piece]]:
@@ -70,7 +80,7 @@ def plan_scan(path: str, parallelism: int) -> list[list[Piece]]:
     up to min(:data:`MAX_TASK_BYTES`, max(:data:`OPEN_COST_BYTES`, total / parallelism))
     bytes per task, so small inputs still spread over every core."""
     pieces: list[Piece] = []
-    for fragment in _dataset(path).get_fragments():
+    for fragment in arrow_dataset(path).get_fragments():
         keys = ds.get_partition_keys(fragment.partition_expression)
         partition = tuple(sorted((k, str(v)) for k, v in keys.items()))
         meta = fragment.metadata

@@ -121,14 +121,17 @@ class CrossCovariance(BlockOperator):
     def _rmatmat(self, u: np.ndarray) -> np.ndarray:
         parts = self.layout.split(u)
 
-        def one(lang: str) -> np.ndarray:
+        def one(lang: str) -> tuple[np.ndarray, np.ndarray]:
             self.backend.describe(f"{self.stage}/Ct[{lang}]", None)
-            return self.backend.x_scatter(lang, parts[lang])
+            return self.backend.x_scatter_rows(lang, parts[lang])
 
+        # Each language returns only its concepts' rows (K_l x b, not K x b): with many
+        # languages the K x b results held until summed were the driver's largest term.
         res = self._map(one)
         out = np.zeros((self.shape[1], u.shape[1]))
         for lang in self.layout.languages:
-            out += res[lang]
+            ids, values = res.pop(lang)
+            out[ids] += values
         out -= self.n * np.outer(self.nu, self.mu @ u)
         return out
 
