@@ -399,6 +399,9 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
         "overrides": sets,
         "generator_args": generator_args,
         "machine": machine_info(),
+        "commit": _commit(),
+        # what the cost model must know about the code that ran (bench/cost_model.py)
+        "solver_features": list(SOLVER_FEATURES),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "stages": {},
     }
@@ -648,6 +651,22 @@ def plot(paths: list[Path], out: Path) -> None:
     fig.savefig(tmp, dpi=110)
     os.replace(tmp, out)
     print(f"wrote {out}")
+
+
+#: Code behaviours the cost model distinguishes (runs recorded before a feature lack it):
+#: ``ct_language_rows``: each language's Cᵀ result is its concepts' rows (K_l x b), not K x b.
+SOLVER_FEATURES = ("ct_language_rows",)
+
+
+def _commit() -> str | None:
+    """The repository's HEAD commit (None outside a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() or None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,10 +62,12 @@ CG_TOUCHES = 31
 C_TOUCHES = 10
 
 
-def ct_touches(languages: int) -> float:
-    """... and per concept and column around one Cᵀ product (each language's K x b result
-    converted and added, then the centring term)."""
-    return 4.5 * languages + 5
+def ct_touches(s: Sizes) -> float:
+    """... and per column around one Cᵀ product: each language's result converted and added
+    (4.5 touches per row: K rows per language in runs before ``ct_language_rows``, its own
+    K_l = n_l rows since), then the zeroed sum and the centring term (5 per concept)."""
+    rows = s.n if s.ct_language_rows else len(s.languages) * s.concepts
+    return 4.5 * rows + 5 * s.concepts
 
 
 # --------------------------------------------------------------------------- sizes
@@ -91,6 +93,8 @@ class Sizes:
     solve_in_task_max_nnz: int = 125_000_000  # the auto default here (24 GB, local[2])
     solve_tasks: int | None = None  # None: all cores (defaultParallelism)
     max_basis: int | None = None  # None: max(r, b) + 4b
+    #: Cᵀ results are each language's K_l rows (bench_chain SOLVER_FEATURES; older runs: K)
+    ct_language_rows: bool = True
 
     @property
     def languages(self) -> list[str]:
@@ -241,7 +245,7 @@ def _solve_local(s: Sizes, mc: Machine, lang: str, q: float, cols: int) -> float
 def _driver_product_s(s: Sizes, mc: Machine, kind: str) -> float:
     """The driver's array work around one C or Cᵀ product (element touches x g / CG_TOUCHES)."""
     c_part = C_TOUCHES * s.p
-    touches = c_part if kind == "xt_gather" else ct_touches(len(s.languages)) * s.concepts
+    touches = c_part if kind == "xt_gather" else ct_touches(s)
     return mc.g / CG_TOUCHES * touches * s.block
 
 
@@ -255,10 +259,10 @@ def _spark_product_jobs(s: Sizes, mc: Machine, lang: str, kind: str) -> tuple[in
     Zipfian blocks touch most terms; x_scatter: the block's concepts x b) goes through the
     keyed merge (shuffle). Bytes: the broadcast block
     (P[concepts_l] float32 and its index, or V float32) and the float64 result (p_l x b or
-    K x b)."""
+    K_l x b, K x b before ``ct_language_rows``)."""
     z, p, b = s.nnz[lang], s.terms[lang], s.block
     parts = s.partitions(lang)
-    rows = p if kind == "xt_gather" else s.concepts
+    rows = p if kind == "xt_gather" else (s.docs[lang] if s.ct_language_rows else s.concepts)
     sent = s.docs[lang] * (4 * b + 8) if kind == "xt_gather" else 4 * p * b
     moved = sent + 8.0 * rows * b
     if parts == 1:
@@ -427,7 +431,8 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     language's block CG at once (CG_BLOCKS p_l x b, the first being U, so it replaces the
     solve blocks) and X V (n x b float32).
     Moment 2, Cᵀ applied: the images (float32 p x min(Ib, m_cap)), Â⁻¹CV (p x b float64),
-    every language's K x b float64 result (held until summed) and their sum.
+    every language's result (held until summed in language order: its K_l = n_l rows,
+    float64; K rows before ``ct_language_rows``) and their K x b sum.
     """
     k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
     common = {"base": DRIVER_BASE_MB * MB, "basis": 8.0 * k * cap}
@@ -444,7 +449,7 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     two = {
         "images": 4.0 * p * min(s.lanczos_iterations * b, cap),
         "solve": 8.0 * p * b,
-        "ct_results": 8.0 * k * b * (len(s.languages) + 1),
+        "ct_results": 8.0 * b * (k + (s.n if s.ct_language_rows else len(s.languages) * k)),
     }
     peak = max(one, two, key=lambda d: sum(d.values()))
     parts = common | peak
@@ -505,6 +510,7 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         w_iterations={lang: float(w[0]["n_iter"][lang]) for lang in langs} if w else {},
         cores=int(run["machine"].get("cores") or 2),
         max_basis=solver.get("max_basis"),
+        ct_language_rows="ct_language_rows" in run.get("solver_features", []),
     )
 
 
