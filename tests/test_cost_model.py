@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bench import cost_model as cm
@@ -53,9 +55,15 @@ def test_driver_memory_counts() -> None:
     p, k, b, cap = 4000, 5000, 30, max(10, 30) + 4 * 30
     spark = cm.driver_mb(s, "spark")
     one = 4.0 * p * b + 8 * cm.SOLVE_BLOCKS * p * b
-    two = 4.0 * p * 2 * b + 8.0 * p * b + 8.0 * k * b * 3
+    # Cᵀ: the K x b sum and each language's rows of its concepts (n = 400 documents)
+    two = 4.0 * p * 2 * b + 8.0 * p * b + 8.0 * (k + 400) * b
     want = cm.DRIVER_BASE_MB * cm.MB + 8.0 * k * cap + max(one, two)
     assert spark["total"] == pytest.approx(want / cm.MB)
+    # runs recorded before ct_language_rows: every language's K x b result and the sum
+    old = cm.driver_mb(dataclasses.replace(s, ct_language_rows=False), "spark")
+    two_old = 4.0 * p * 2 * b + 8.0 * p * b + 8.0 * k * b * 3
+    want_old = cm.DRIVER_BASE_MB * cm.MB + 8.0 * k * cap + max(one, two_old)
+    assert old["total"] == pytest.approx(want_old / cm.MB)
     local = cm.driver_mb(s, "local")
     x = 8.0 * 4_000_000 + 16.0 * 400
     one = 4.0 * p * b + 8 * cm.CG_BLOCKS * p * b + 4.0 * 400 * b
