@@ -472,6 +472,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=TRAIN_DEFAULTS.cg_rtol,
         help="our CG tolerance (default: train.cg_rtol); the baseline keeps the paper's 0.01",
     )
+    ap.add_argument(
+        "--precond-rank",
+        type=int,
+        default=TRAIN_DEFAULTS.precond_rank,
+        help="ours: train.precond_rank (0: plain Jacobi CG preconditioner)",
+    )
     ap.add_argument("--backend", choices=("local", "spark"), default="local")
     ap.add_argument("--spark-master", default="local[2]")
     ap.add_argument(
@@ -533,6 +539,7 @@ def run_lambda_grid(
                             seed=args.seed,
                             block_size=args.block_size,
                             cg_rtol=args.cg_rtol,
+                            precond_rank=args.precond_rank,
                             start_steps=args.start_steps,
                             start=start if mode == "chained" else None,
                             keep_start=mode == "chained",
@@ -607,6 +614,7 @@ def run_ours(
                     r=args.r,
                     oversampling=args.oversampling,
                     cg_rtol=args.cg_rtol,
+                    precond_rank=args.precond_rank,
                     cg_maxiter=500,
                     stop_rule=args.stop_rule,
                     stop_patience=args.stop_patience,
@@ -720,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(
         f"  r = {args.r}, oversampling = {args.oversampling}, b = {b}, lambda = {args.lam}, "
-        f"warm-start steps = {args.start_steps}, reuse solves = {not args.no_reuse_solves}"
+        f"warm-start steps = {args.start_steps}, reuse solves = {not args.no_reuse_solves}, "
+        f"CG preconditioner rank = {args.precond_rank}"
     )
     print(
         f"  tolerances: CG rtol {args.cg_rtol} ours / 0.01 baseline, maxiter 500, eigensolver "

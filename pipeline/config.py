@@ -266,6 +266,14 @@ class TrainConfig:
         'synthetic benchmarks, bench/README.md "Knobs").',
     )
     cg_maxiter: int = param(500, lo=1, doc="Per-language block CG iteration cap (paper's T).")
+    precond_rank: int = param(
+        32,
+        lo=0,
+        doc="Eigen-directions of each language's Jacobi-scaled X_lᵀX_l + λI deflated in the "
+        "CG preconditioner, found once per λ by randomized subspace iteration (4 passes of "
+        "precond_rank + 8 columns per language); 0: plain Jacobi. DDTP, λ = 1: 9-12 CG "
+        "iterations per solve instead of 11-18 (pipeline/linalg/preconditioner.py).",
+    )
     w_rtol: float = param(
         1e-6,
         lo=0.0,
@@ -362,6 +370,7 @@ SOLVER_KEYS: tuple[str, ...] = (
     "oversampling",
     "cg_rtol",
     "cg_maxiter",
+    "precond_rank",
     "w_rtol",
     "eig_rtol",
     "eig_maxiter",

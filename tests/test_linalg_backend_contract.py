@@ -38,6 +38,7 @@ from pipeline.errors import ConfigError, ConvergenceWarning, InputDataError
 from pipeline.io.datasets import read_dataset, write_dataset
 from pipeline.io.schemas import TFIDF
 from pipeline.linalg.cr5 import solve_cr5
+from pipeline.linalg.preconditioner import spectral_jacobi
 from pipeline.stages import get_stage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -334,7 +335,7 @@ def test_in_task_solve_in_column_chunks_gives_the_same_answer(backends, referenc
     one = backends["spark_in_task", "float64"]
     lang, (x, _) = next(iter(ref.items()))
     rhs = np.random.default_rng(6).standard_normal((x.shape[1], 3))
-    kw = dict(lam=0.5, jacobi=1.0 / ((x**2).sum(0) + 0.5), rtol=1e-10, maxiter=1000)
+    kw = dict(lam=0.5, precond=1.0 / ((x**2).sum(0) + 0.5), rtol=1e-10, maxiter=1000)
     whole = one.solve_gram(lang, rhs, **kw)
     monkeypatch.setattr(one, "_solve_memory_mb", 0)  # -> chunks of one column
     one.reset_counts()
@@ -358,11 +359,19 @@ def test_fused_solves_equal_a_dense_solve(backends, reference, fused):
     for lang, (x, _) in ref.items():
         rhs = rng.standard_normal((x.shape[1], 3))
         jacobi = 1.0 / ((x**2).sum(0) + 0.5)
-        kw = dict(lam=0.5, jacobi=jacobi, rtol=1e-10, maxiter=1000)
+        # the deflated preconditioner travels to the tasks too (pickled with the payload)
+        deflated = spectral_jacobi(
+            lambda v, x=x: x.T @ (x @ v) + 0.5 * v, jacobi, 3, oversampling=3
+        )
+        assert deflated.rank == 3
+        want = np.linalg.solve(x.T @ x + 0.5 * np.eye(x.shape[1]), rhs)
+        res = one.solve_gram(lang, rhs, lam=0.5, precond=deflated, rtol=1e-10, maxiter=1000)
+        assert res.converged.all()
+        assert np.linalg.norm(res.x - want) <= 1e-8 * np.linalg.norm(want)
+        kw = dict(lam=0.5, precond=jacobi, rtol=1e-10, maxiter=1000)
         assert rows.solve_gram(lang, rhs, **kw) is None
         one.reset_counts()
         res = one.solve_gram(lang, rhs, **kw)
-        want = np.linalg.solve(x.T @ x + 0.5 * np.eye(x.shape[1]), rhs)
         assert res.converged.all() and res.x.shape == rhs.shape
         assert np.linalg.norm(res.x - want) <= 1e-8 * np.linalg.norm(want)
         assert one.pass_counts["column_passes"]["gram"] == res.n_column_passes
@@ -376,7 +385,7 @@ def test_fused_solves_equal_a_dense_solve(backends, reference, fused):
             LANGS[0],
             rng.standard_normal((p0, 2)),
             lam=0.5,
-            jacobi=np.ones(p0),
+            precond=np.ones(p0),
             rtol=1e-12,
             maxiter=2,
         )
@@ -411,7 +420,7 @@ def test_describe_sets_the_job_description_of_the_calling_thread(spark, backends
         LANGS[0],
         np.ones((p0, 1)),
         lam=1.0,
-        jacobi=np.ones(p0),
+        precond=np.ones(p0),
         rtol=0.1,
         maxiter=5,
         name="cr5/eig2/cg[en]",

@@ -396,17 +396,17 @@ def _merge_cg_results(parts: list[BlockCGResult]) -> tuple[BlockCGResult, int]:
 
 def _solve_columns(payload_bc: Any, lo: int, hi: int, blocks: Iterator[_Block]) -> Iterator[tuple]:
     """One task of a fused solve: gather every cached block of the language (the task's
-    input is the whole RDD, coalesced) and run Jacobi-preconditioned block CG on the
+    input is the whole RDD, coalesced) and run preconditioned block CG on the
     right-hand-side columns ``lo:hi``, in chunks of at most ``chunk`` columns (bounded
     working memory). Columns are independent CGs, so any split gives the same answer."""
-    rhs, jacobi, lam, rtol, maxiter, name, chunk = payload_bc.value
+    rhs, precond, lam, rtol, maxiter, name, chunk = payload_bc.value
     op = _BlockGram(list(blocks), rhs.shape[0], lam)
     parts = []
     with warnings.catch_warnings():  # the driver re-issues non-convergence
         warnings.simplefilter("ignore", ConvergenceWarning)
         for start in range(lo, max(hi, lo + 1), chunk):
             part = rhs[:, start : min(start + chunk, hi)]
-            parts.append(block_cg(op, part, rtol=rtol, maxiter=maxiter, m=jacobi, name=name))
+            parts.append(block_cg(op, part, rtol=rtol, maxiter=maxiter, m=precond, name=name))
     yield (lo, *_merge_cg_results(parts))
 
 
@@ -849,7 +849,7 @@ class SparkCorpusBackend(CorpusBackend):
         rhs: np.ndarray,
         *,
         lam: float,
-        jacobi: np.ndarray,
+        precond: np.ndarray | BlockOperator,
         rtol: float,
         maxiter: int,
         name: str = "cg",
@@ -873,7 +873,7 @@ class SparkCorpusBackend(CorpusBackend):
         chunk = max(1, int(budget // (CG_BYTES_PER_ROW_AND_COLUMN * max(rhs.shape[0], 1))))
         payload = (
             np.ascontiguousarray(rhs, dtype=np.float64),
-            np.asarray(jacobi, dtype=np.float64),
+            np.asarray(precond, dtype=np.float64) if isinstance(precond, np.ndarray) else precond,
             float(lam),
             float(rtol),
             int(maxiter),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from pipeline.linalg.operator import as_block
+from pipeline.linalg.operator import BlockOperator, as_block
 
 if TYPE_CHECKING:
     from pipeline.linalg.block_cg import BlockCGResult
@@ -188,19 +188,21 @@ class CorpusBackend(ABC):
         rhs: np.ndarray,
         *,
         lam: float,
-        jacobi: np.ndarray,
+        precond: np.ndarray | BlockOperator,
         rtol: float,
         maxiter: int,
         name: str = "cg",
     ) -> BlockCGResult | None:
         """Solve ``(X_lᵀX_l + λI) Z = rhs`` where X_l lives, or return None.
 
-        Optional capability: a backend that can run a whole Jacobi-preconditioned
+        Optional capability: a backend that can run a whole preconditioned
         :func:`~pipeline.linalg.block_cg.block_cg` next to X_l (the Spark backend, for a
         language cached as a single block: one job per solve instead of one per CG
         iteration) returns its :class:`~pipeline.linalg.block_cg.BlockCGResult` (``rhs`` of
-        shape (p_l, b); ``jacobi`` = 1/diag, shape (p_l,)) and counts its iterations as gram
-        passes. Default: None, and the caller drives block CG with :meth:`gram` passes.
+        shape (p_l, b); ``precond``: block_cg's ``m``, a (p_l,) diagonal or a picklable
+        operator such as :class:`~pipeline.linalg.preconditioner.SpectralJacobi`) and counts
+        its iterations as gram passes. Default: None, and the caller drives block CG with
+        :meth:`gram` passes.
         """
         return None
 

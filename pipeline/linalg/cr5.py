@@ -249,6 +249,7 @@ def _problem_fingerprint(
         "block_size",
         "cg_rtol",
         "cg_maxiter",
+        "precond_rank",
         "w_rtol",
         "start_steps",
         "reuse_solves",
@@ -320,6 +321,7 @@ def solve_cr5(
     oversampling: int = _D.oversampling,
     cg_rtol: float = _D.cg_rtol,
     cg_maxiter: int = _D.cg_maxiter,
+    precond_rank: int = _D.precond_rank,
     w_rtol: float = _D.w_rtol,
     eig_rtol: float = _D.eig_rtol,
     eig_maxiter: int = _D.eig_maxiter,
@@ -370,6 +372,7 @@ def solve_cr5(
         "oversampling": int(oversampling),
         "cg_rtol": cg_rtol,
         "cg_maxiter": cg_maxiter,
+        "precond_rank": int(precond_rank),
         "w_rtol": w_rtol,
         "eig_rtol": eig_rtol,
         "eig_maxiter": eig_maxiter,
@@ -423,6 +426,8 @@ def solve_cr5(
         w_rtol=w_rtol,
         max_workers=max_workers,
         mu=mu,
+        precond_rank=precond_rank,
+        seed=seed,
         w=None if saved_w is None else saved_w[0]["w"],
     )
     ainv.stage = "cr5"
@@ -579,8 +584,10 @@ class Cr5Solver:
         Embedding dimension (must be < number of concepts and <= number of terms).
     oversampling, block_size, start_steps, reuse_solves : see ``train.*``
         Eigensolver block and warm start (:func:`surrogate_warm_start`).
-    cg_rtol, cg_maxiter, w_rtol : see ``train.*``
-        Per-language block CG tolerance and cap (paper's ε, T); tolerance of w = B⁻¹μ.
+    cg_rtol, cg_maxiter, precond_rank, w_rtol : see ``train.*``
+        Per-language block CG tolerance and cap (paper's ε, T), the rank of its
+        preconditioner's deflated part (:mod:`~pipeline.linalg.preconditioner`); tolerance
+        of w = B⁻¹μ.
     eig_rtol, eig_maxiter, seed, max_basis : see ``train.*``
         Eigensolver tolerance (relative Ritz residual, see
         :func:`~pipeline.linalg.block_lanczos.block_lanczos`), cap, seed and restart size.
@@ -617,6 +624,7 @@ class Cr5Solver:
         oversampling: int = _D.oversampling,
         cg_rtol: float = _D.cg_rtol,
         cg_maxiter: int = _D.cg_maxiter,
+        precond_rank: int = _D.precond_rank,
         w_rtol: float = _D.w_rtol,
         eig_rtol: float = _D.eig_rtol,
         eig_maxiter: int = _D.eig_maxiter,
@@ -636,6 +644,7 @@ class Cr5Solver:
         self.oversampling = oversampling
         self.cg_rtol = cg_rtol
         self.cg_maxiter = cg_maxiter
+        self.precond_rank = precond_rank
         self.w_rtol = w_rtol
         self.eig_rtol = eig_rtol
         self.eig_maxiter = eig_maxiter

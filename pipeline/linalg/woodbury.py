@@ -9,7 +9,9 @@ With global centring, ``Â = X̂ᵀX̂ + λI = B − n μ μᵀ`` where ``B = bl
 (the paper's ``B⁻¹ − ζζᵀ`` form takes the square root of a negative number). ``w`` and ``c``
 are computed once per λ (:meth:`WoodburyInverse.prepare`). ``B⁻¹`` splits into independent
 per-language systems, solved **concurrently** (one thread per language; on Spark, concurrent
-jobs), each by Jacobi-preconditioned block CG, each converging on its own. X̂ is never formed.
+jobs), each by block CG preconditioned with Jacobi and, above ``precond_rank`` 0, the top of
+its spectrum deflated (:mod:`~pipeline.linalg.preconditioner`), each converging on its own.
+X̂ is never formed.
 
 ``w`` is needed only to *correct* a ``B⁻¹U`` that has already been solved, so
 ``prepare(background=True)`` solves it in a background thread: its single-column passes
@@ -32,6 +34,7 @@ from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.preconditioner import SpectralJacobi, spectral_jacobi
 
 __all__ = ["GramOperator", "SolveRecord", "WoodburyInverse", "global_mean"]
 
@@ -103,6 +106,11 @@ class WoodburyInverse(BlockOperator):
         Precomputed μ (else one pass per language computes it).
     w : ndarray of shape (p,), optional
         Precomputed ``B⁻¹μ`` for this λ (e.g. from a checkpoint); skips that solve.
+    precond_rank : int
+        Eigen-directions of each Jacobi-scaled ``B_l`` deflated in the CG preconditioner
+        (``train.precond_rank``; 0: Jacobi only). Built once per λ, in :meth:`prepare`.
+    seed : int
+        Seeds the preconditioner's random start (per language).
     """
 
     def __init__(
@@ -116,6 +124,8 @@ class WoodburyInverse(BlockOperator):
         max_workers: int | None = None,
         mu: np.ndarray | None = None,
         w: np.ndarray | None = None,
+        precond_rank: int = _D.precond_rank,
+        seed: int = _D.seed,
     ) -> None:
         self.layout = TermLayout.of(backend)
         super().__init__((self.layout.n_terms, self.layout.n_terms), np.float64)
@@ -130,6 +140,8 @@ class WoodburyInverse(BlockOperator):
         self.w = None if w is None else np.asarray(w, dtype=np.float64)
         self.c: float | None = None
         self._jacobi: dict[str, np.ndarray] | None = None
+        self.precond_rank, self.seed = int(precond_rank), int(seed)
+        self._precond: dict[str, SpectralJacobi] | None = None
         self._pending: Future | None = None
         self.records: list[SolveRecord] = []
         #: label of the next solves, passed to ``backend.describe`` (set by the caller)
@@ -137,12 +149,14 @@ class WoodburyInverse(BlockOperator):
 
     # --- setup (once per λ) ---------------------------------------------------------------------
     def prepare(self, *, background: bool = False) -> WoodburyInverse:
-        """Compute μ (if needed), the Jacobi diagonals, ``w = B⁻¹μ`` and ``c``. Idempotent.
+        """Compute μ (if needed), the Jacobi diagonals and preconditioners, ``w = B⁻¹μ`` and
+        ``c``. Idempotent.
 
         With ``background=True`` the w solve runs in a background thread and this returns at
         once; the first :meth:`matmat` (or :meth:`wait`) waits for it, after its own solve.
         """
         self._ensure_diagonal()
+        self._ensure_preconditioners()
         if self.c is not None or self._pending is not None:
             return self
         if self.w is not None:
@@ -164,6 +178,31 @@ class WoodburyInverse(BlockOperator):
                 lang: 1.0 / (self.backend.column_sq_sums(lang) + self.lam)
                 for lang in self.layout.languages
             }
+
+    def _ensure_preconditioners(self) -> None:
+        if self._precond is not None:
+            return
+        self._ensure_diagonal()
+        assert self._jacobi is not None
+        langs = self.layout.languages
+
+        def build(lang: str) -> SpectralJacobi:
+            self.backend.describe(f"{self.stage}/precond[{lang}]", None)
+            return spectral_jacobi(
+                GramOperator(self.backend, lang, self.lam).matmat,
+                self._jacobi[lang],
+                self.precond_rank,
+                seed=self.seed + 7919 * langs.index(lang),
+            )
+
+        t0 = time.perf_counter()
+        self._precond = map_languages(langs, build, self.max_workers, thread_name="precond")
+        if self.precond_rank:
+            logger.info(
+                "CG preconditioner: Jacobi with %s eigen-directions deflated (%.2fs)",
+                {lang: pc.rank for lang, pc in self._precond.items()},
+                time.perf_counter() - t0,
+            )
 
     def wait(self) -> WoodburyInverse:
         """Finish :meth:`prepare` (waits for a background w solve; re-raises its error)."""
@@ -211,8 +250,9 @@ class WoodburyInverse(BlockOperator):
         Languages are solved concurrently; each thread labels its passes through
         ``backend.describe(f"{stage}/cg[{lang}]", iteration)``.
         """
-        if self._jacobi is None:
+        if self._jacobi is None or self._precond is None:
             self.prepare()
+        assert self._precond is not None
         stage = stage or self.stage
         rtol = self.rtol if rtol is None else rtol
         parts = self.layout.split(np.asarray(u, dtype=np.float64))
@@ -232,7 +272,7 @@ class WoodburyInverse(BlockOperator):
                 lang,
                 parts[lang],
                 lam=self.lam,
-                jacobi=self._jacobi[lang],
+                precond=self._precond[lang],
                 rtol=rtol,
                 maxiter=self.maxiter,
                 name=label,
@@ -243,7 +283,7 @@ class WoodburyInverse(BlockOperator):
                     parts[lang],
                     rtol=rtol,
                     maxiter=self.maxiter,
-                    m=self._jacobi[lang],
+                    m=self._precond[lang],
                     callback=cb,
                     name=label,
                 )
