@@ -95,6 +95,9 @@ class Sizes:
     max_basis: int | None = None  # None: max(r, b) + 4b
     #: Cᵀ results are each language's K_l rows (bench_chain SOLVER_FEATURES; older runs: K)
     ct_language_rows: bool = True
+    #: train.precond_rank: the CG preconditioner's p_l x k basis per language on the driver
+    #: (0 for the recorded runs, which predate it)
+    precond_rank: int = 0
 
     @property
     def languages(self) -> list[str]:
@@ -436,6 +439,8 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     """
     k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
     common = {"base": DRIVER_BASE_MB * MB, "basis": 8.0 * k * cap}
+    if s.precond_rank:
+        common["precond"] = 8.0 * p * s.precond_rank
     if backend == "local":
         common["X"] = 8.0 * s.z + 16.0 * s.n
     one = {"images": 4.0 * p * min((s.lanczos_iterations - 1) * b, cap)}
@@ -683,6 +688,7 @@ def paper_settings() -> dict[str, Sizes]:
             cores=4,
             executors=32,
             solve_in_task_max_nnz=64_000_000,  # conf/cluster.yaml
+            precond_rank=32,
         )
 
     four = {"en": 3_000_000, "it": 1_000_000, "da": 200_000, "vi": 800_000}
