@@ -456,11 +456,15 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
         "solve": 8.0 * p * b,
         "ct_results": 8.0 * b * (k + (s.n if s.ct_language_rows else len(s.languages) * k)),
     }
-    peak = max(one, two, key=lambda d: sum(d.values()))
+    # Moment 3, Φ (cr5.py "Φ*ᵀ = Â⁻¹ C P"): the images buffer, the eigenvectors' images
+    # (float32 p x r), Φ*ᵀ and Φᵀ (float64) and the float32 components: the peak when the
+    # block is narrow (b << r), where moments 1 and 2 are small.
+    three = {"images": 4.0 * p * min(s.lanczos_iterations * b, cap), "phi": 24.0 * p * s.r}
+    peak = max(one, two, three, key=lambda d: sum(d.values()))
     parts = common | peak
     return (
         {key: v / MB for key, v in parts.items()}
-        | {"moment": 1.0 if peak is one else 2.0}
+        | {"moment": 1.0 if peak is one else (2.0 if peak is two else 3.0)}
         | {"total": sum(parts.values()) / MB}
     )
 
@@ -516,7 +520,18 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         cores=int(run["machine"].get("cores") or 2),
         max_basis=solver.get("max_basis"),
         ct_language_rows="ct_language_rows" in run.get("solver_features", []),
+        **_overridden_sizes(run.get("overrides", [])),
     )
+
+
+def _overridden_sizes(overrides: list[str]) -> dict[str, Any]:
+    """Sizes fields a run set with ``--set`` (e.g. train.solve_in_task_max_nnz)."""
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key == "train.solve_in_task_max_nnz" and value not in ("", "null"):
+            out["solve_in_task_max_nnz"] = int(value)
+    return out
 
 
 STAGES = (("train_local", "local"), ("train", "spark"))

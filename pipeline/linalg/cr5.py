@@ -515,7 +515,9 @@ def solve_cr5(
         # the validation rule returns its best iteration, not the last one it looked past
         phi_star_t, eigenvalues, returned_iteration = best.images, best.eigenvalues, best.iteration
     elif reuse_solves:
-        phi_star_t = np.asarray(eig.images, dtype=np.float64)
+        # in the pass dtype (float32 by default): Φᵀ is stored in float32 anyway, and p x r
+        # float64 copies were the driver's peak with narrow blocks (docs/scaling.md)
+        phi_star_t = eig.images
     else:
         phi_star_t = ainv.matmat(cmat.matmat(eig.eigenvectors))
     phi_t, lam_g, q = orthonormal_rows(phi_star_t)

@@ -100,10 +100,16 @@ def tall_matmul_blocks(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray
     return out
 
 
-def tall_t_matmul(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+def tall_t_matmul(a: np.ndarray, w: np.ndarray, *, dtype: np.dtype | None = None) -> np.ndarray:
     """``a.T @ w`` for tall ``a`` (n x m) and ``w`` (n x k): shape (m, k), partial sums over
-    row chunks added in chunk order (deterministic)."""
-    parts = _run(lambda rows: a[rows].T @ w[rows], _chunks(a.shape[0]))
+    row chunks added in chunk order (deterministic). ``dtype``: compute in it (each chunk
+    cast, so float32 inputs give a float64 Gram without a float64 copy of the inputs)."""
+    if dtype is None:
+        parts = _run(lambda rows: a[rows].T @ w[rows], _chunks(a.shape[0]))
+    else:
+        parts = _run(
+            lambda rows: a[rows].T.astype(dtype) @ w[rows].astype(dtype), _chunks(a.shape[0])
+        )
     out = parts[0]
     for part in parts[1:]:
         out = out + part

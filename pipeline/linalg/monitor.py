@@ -46,6 +46,8 @@ def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     Parameters
     ----------
     phi_star_t : ndarray of shape (p, r)
+        float32 or float64; the Gram is formed in float64 either way, Φᵀ comes in
+        ``phi_star_t``'s dtype (float32 images need no p x r float64 copies).
 
     Returns
     -------
@@ -53,11 +55,11 @@ def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     lam : ndarray of shape (r,), descending (may contain values <= 0 if Φ* is singular)
     q : ndarray of shape (r, r)
     """
-    gram = tall_t_matmul(phi_star_t, phi_star_t)
+    gram = tall_t_matmul(phi_star_t, phi_star_t, dtype=np.float64)
     lam, q = np.linalg.eigh(0.5 * (gram + gram.T))
     lam, q = lam[::-1], q[:, ::-1]
     safe = np.where(lam > 0, lam, np.inf)
-    return tall_matmul(phi_star_t, q / np.sqrt(safe)), lam, q
+    return tall_matmul(phi_star_t, (q / np.sqrt(safe)).astype(phi_star_t.dtype)), lam, q
 
 
 @dataclass
