@@ -110,11 +110,17 @@ def count_language_passes(backend, nnz: dict[str, int]) -> dict:
     Returns the (live) counter dict ``{method: {lang: [passes, column_passes]}}``.
     """
     counts: dict[str, dict[str, list[int]]] = {}
-    for method in ("gram", "xt_gather", "x_scatter"):
-        counts[method] = {lang: [0, 0] for lang in nnz}
+    # x_scatter_rows is the Cᵀ product's form of x_scatter (the same pass, compact rows)
+    for method, kind in (
+        ("gram", "gram"),
+        ("xt_gather", "xt_gather"),
+        ("x_scatter", "x_scatter"),
+        ("x_scatter_rows", "x_scatter"),
+    ):
+        counts.setdefault(kind, {lang: [0, 0] for lang in nnz})
         original = getattr(backend, method)
 
-        def wrapped(lang, block, _orig=original, _c=counts[method]):
+        def wrapped(lang, block, _orig=original, _c=counts[kind]):
             _c[lang][0] += 1
             _c[lang][1] += 1 if np.ndim(block) == 1 else int(np.shape(block)[1])
             return _orig(lang, block)

@@ -98,6 +98,8 @@ class Sizes:
     #: train.precond_rank: the CG preconditioner's p_l x k basis per language on the driver
     #: (0 for the recorded runs, which predate it)
     precond_rank: int = 0
+    #: Φ from the float32 images (8 p r at its peak; 24 p r before ``phi_float32``)
+    phi_float32: bool = True
 
     @property
     def languages(self) -> list[str]:
@@ -457,9 +459,12 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
         "ct_results": 8.0 * b * (k + (s.n if s.ct_language_rows else len(s.languages) * k)),
     }
     # Moment 3, Φ (cr5.py "Φ*ᵀ = Â⁻¹ C P"): the images buffer, the eigenvectors' images
-    # (float32 p x r), Φ*ᵀ and Φᵀ (float64) and the float32 components: the peak when the
-    # block is narrow (b << r), where moments 1 and 2 are small.
-    three = {"images": 4.0 * p * min(s.lanczos_iterations * b, cap), "phi": 24.0 * p * s.r}
+    # (float32 p x r) and Φᵀ (float32; before phi_float32 also Φ*ᵀ and Φᵀ in float64 and the
+    # float32 components): the peak when the block is narrow (b << r).
+    three = {
+        "images": 4.0 * p * min(s.lanczos_iterations * b, cap),
+        "phi": (8.0 if s.phi_float32 else 24.0) * p * s.r,
+    }
     peak = max(one, two, three, key=lambda d: sum(d.values()))
     parts = common | peak
     return (
@@ -520,6 +525,7 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         cores=int(run["machine"].get("cores") or 2),
         max_basis=solver.get("max_basis"),
         ct_language_rows="ct_language_rows" in run.get("solver_features", []),
+        phi_float32="phi_float32" in run.get("solver_features", []),
         **_overridden_sizes(run.get("overrides", [])),
     )
 
