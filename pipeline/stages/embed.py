@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.config import Config, EmbedConfig
 from pipeline.errors import InputDataError, ModelError
 from pipeline.io import delta
 from pipeline.io.arrow_scan import Piece, plan_scan, read_pieces, scan_schema, string_column
@@ -250,6 +250,14 @@ def keep_reported_files(directory: str, reported: set[str]) -> int:
     return removed
 
 
+def _input_format(e: EmbedConfig) -> str:
+    """``embed.format`` with ``auto`` resolved from ``embed.input``'s name."""
+    if e.format != "auto":
+        return e.format
+    jsonl = (e.input or "").rstrip("/").endswith((".jsonl", ".json", ".ndjson"))
+    return "jsonl" if jsonl else "parquet"
+
+
 def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
     """The documents to embed: the documents dataset, or ``embed.input``."""
     e = cfg.embed
@@ -257,11 +265,7 @@ def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
         return read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
     if not HadoopFS(spark, e.input).exists(e.input):
         raise InputDataError(f"embed.input {e.input} does not exist")
-    fmt = e.format
-    if fmt == "auto":
-        fmt = (
-            "jsonl" if e.input.rstrip("/").endswith((".jsonl", ".json", ".ndjson")) else ("parquet")
-        )
+    fmt = _input_format(e)
     df = spark.read.json(e.input) if fmt == "jsonl" else read_table(spark, e.input)
     missing = [c for c in ("doc_id", "lang", "text") if c not in df.columns]
     if missing:
@@ -274,19 +278,20 @@ def read_input(spark: SparkSession, cfg: Config) -> DataFrame:
     return df
 
 
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_id(t: pa.DataType) -> bool:
+    return _is_text(t) or pa.types.is_integer(t)
+
+
 #: Arrow types the direct read takes for each input column (others: Spark's reader casts).
 _DIRECT_READ_TYPES = {
-    "doc_id": lambda t: (
-        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
-    ),
-    "concept_id": lambda t: (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_integer(t)
-        or pa.types.is_null(t)
-    ),
-    "lang": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-    "text": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "doc_id": _is_id,
+    "concept_id": lambda t: _is_id(t) or pa.types.is_null(t),
+    "lang": _is_text,
+    "text": _is_text,
 }
 
 
@@ -296,14 +301,8 @@ def _direct_read_path(spark: SparkSession, cfg: Config) -> str | None:
     with string (or integer id) columns; None otherwise (Spark's reader)."""
     e = cfg.embed
     path = e.input or cfg.paths.dataset("documents")
-    if not e.direct_read:
+    if not e.direct_read or (e.input is not None and _input_format(e) == "jsonl"):
         return None
-    if e.input is not None:
-        fmt = e.format
-        if fmt == "auto" and path.rstrip("/").endswith((".jsonl", ".json", ".ndjson")):
-            fmt = "jsonl"
-        if fmt == "jsonl":
-            return None
     fs = HadoopFS(spark, path)
     if not fs.is_local() or delta.is_delta_table(fs, path):
         return None
@@ -417,7 +416,10 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     t0 = time.perf_counter()
 
     def report_of(
-        stats: dict[str, dict[str, int]], skipped: dict[str, int], warnings_: list[str]
+        stats: dict[str, dict[str, int]],
+        skipped: dict[str, int],
+        warnings_: list[str],
+        reader: str,
     ) -> dict[str, Any]:
         zeros = {lang: st["zero_vectors"] for lang, st in stats.items() if st["zero_vectors"]}
         if zeros:
@@ -437,6 +439,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             "dim": int(meta["r"]),
             "embed_seconds": round(time.perf_counter() - t0, 2),
             "writer": writer,
+            "reader": reader,
             "warnings": warnings_,
         }
 
@@ -489,8 +492,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
                     st = stats.setdefault(r["lang"], {"documents": 0, "zero_vectors": 0})
                     st["documents"] += r["rows"]
                     st["zero_vectors"] += r["zeros"]
-            report = report_of(dict(sorted(stats.items())), skipped, warnings_)
-            report["reader"] = reader
+            report = report_of(dict(sorted(stats.items())), skipped, warnings_, reader)
             return {"report": report, "expected_rows": report["documents"]}
 
         try:
@@ -520,8 +522,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             .orderBy("lang")
             .collect()
         }
-        report = report_of(stats, skipped, warnings_)
-        report["reader"] = "spark"
+        report = report_of(stats, skipped, warnings_, "spark")
         write_dataset(
             spark,
             out,
