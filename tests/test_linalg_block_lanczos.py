@@ -222,3 +222,49 @@ def test_bounded_basis_peak_memory_is_one_basis():
     one_basis = n * cap * 8
     # the buffer, plus a few n x b blocks (operator output, orthogonalisation, the result)
     assert peak < one_basis + 8 * n * b * 8, (peak / one_basis, res.n_restarts)
+
+
+def _true_relative_residuals(a: np.ndarray, res) -> np.ndarray:
+    y, theta = res.eigenvectors, res.eigenvalues
+    return np.linalg.norm(a @ y - y * theta, axis=0) / theta
+
+
+@pytest.mark.parametrize("max_basis", [None, 40])
+@pytest.mark.parametrize("kind", ["decaying", "clustered", "flat"])
+def test_wide_start_is_applied_in_turns_with_exact_residuals(kind, max_basis):
+    """A start block three times the block width (a λ path's previous Ritz vectors) is
+    applied b columns at a time; every residual direction is kept, so the residual
+    estimates equal the true ‖A y − θ y‖ / θ at every stop (loose and tight) and the
+    result matches eigh."""
+    a = _psd(kind)
+    r, b = 8, 4
+    # a start near, not at, the top subspace: the top 12 eigenvectors of a perturbed A
+    rng = np.random.default_rng(3)
+    noise = rng.standard_normal(a.shape) * 0.05 * np.abs(a).max()
+    start = np.linalg.eigh(a + noise + noise.T)[1][:, ::-1][:, :12]
+    widths: list[int] = []
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        widths.append(v.shape[1])
+        return a @ v
+
+    op = CallableOperator(a.shape, apply)
+    for rtol in (0.05, 1e-9):
+        widths.clear()
+        st = initial_state(a.shape[0], 12, seed=0, warm=lambda q, s=start: s)
+        res = block_lanczos(
+            op, r, block_size=b, rtol=rtol, maxiter=400, seed=0, state=st, max_basis=max_basis
+        )
+        assert res.converged and set(widths) == {b}
+        true = _true_relative_residuals(a, res)
+        np.testing.assert_allclose(res.residual_norms[-1], true, rtol=1e-6, atol=1e-12)
+        assert true.max() <= rtol * (1 + 1e-6)
+    want = np.linalg.eigh(a)[0][::-1][:r]
+    np.testing.assert_allclose(res.eigenvalues, want, rtol=1e-8)
+
+
+def test_wide_start_needs_room_in_a_bounded_basis():
+    a = _psd("decaying")
+    st = initial_state(a.shape[0], 12, seed=0)
+    with pytest.raises(ValueError, match="start width 12"):
+        block_lanczos(DenseOperator(a), 8, block_size=4, max_basis=20, state=st)

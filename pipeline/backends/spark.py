@@ -399,14 +399,19 @@ def _solve_columns(payload_bc: Any, lo: int, hi: int, blocks: Iterator[_Block]) 
     input is the whole RDD, coalesced) and run preconditioned block CG on the
     right-hand-side columns ``lo:hi``, in chunks of at most ``chunk`` columns (bounded
     working memory). Columns are independent CGs, so any split gives the same answer."""
-    rhs, precond, lam, rtol, maxiter, name, chunk = payload_bc.value
+    rhs, precond, lam, rtol, maxiter, name, chunk, x0 = payload_bc.value
     op = _BlockGram(list(blocks), rhs.shape[0], lam)
     parts = []
     with warnings.catch_warnings():  # the driver re-issues non-convergence
         warnings.simplefilter("ignore", ConvergenceWarning)
         for start in range(lo, max(hi, lo + 1), chunk):
-            part = rhs[:, start : min(start + chunk, hi)]
-            parts.append(block_cg(op, part, rtol=rtol, maxiter=maxiter, m=precond, name=name))
+            cols = slice(start, min(start + chunk, hi))
+            guess = None if x0 is None else x0[:, cols]
+            parts.append(
+                block_cg(
+                    op, rhs[:, cols], rtol=rtol, maxiter=maxiter, m=precond, name=name, x0=guess
+                )
+            )
     yield (lo, *_merge_cg_results(parts))
 
 
@@ -853,6 +858,7 @@ class SparkCorpusBackend(CorpusBackend):
         rtol: float,
         maxiter: int,
         name: str = "cg",
+        x0: np.ndarray | None = None,
     ) -> BlockCGResult | None:
         """A fused solve: the whole CG solve of a language in one Spark job.
 
@@ -879,6 +885,7 @@ class SparkCorpusBackend(CorpusBackend):
             int(maxiter),
             name,
             chunk,
+            None if x0 is None else np.ascontiguousarray(x0, dtype=np.float64),
         )
         bc = self._sc.broadcast(payload)
         try:

@@ -348,6 +348,8 @@ def build_report(
             "chosen": selection["chosen_lam"],
             "curve": [dict(c) for c in selection["curve"]],
             "backend_load_seconds": selection["backend_load_seconds"],
+            "path": selection["path"],
+            "fit_order": selection["fit_order"],
         },
         "method": str(meta.get("method", "cr5")),
         "methods": methods,

@@ -3,11 +3,14 @@
 What is shared across λ (the maths allows it): the training-row selection, the corpus
 backend (X loaded to the driver, or cached on the executors, once), the vocabulary/IDF
 maps, the evaluation pool (documents, candidate sample), and (``evaluate.lambda_warm_start``)
-the eigensolver's start: C does not depend on λ, so each λ's eigensolver starts from the
-previous λ's leading Ritz vectors instead of the surrogate warm start. What is not: everything that
-depends on λ through ``B = XᵀX + λI`` (the Woodbury vector, the eigenvectors, Φ). When the
-model the ``train`` stage wrote was fitted with the same settings and one of the grid's λ,
-it is used for that λ instead of refitting.
+the eigensolver's start. C does not depend on λ, so the grid is fitted as a **regularisation
+path**, from the largest λ down, each fit starting from the previous fit's r leading Ritz
+vectors (applied as one first block in eigensolver-width chunks; then narrow Lanczos to the
+same residual rule as any fit) instead of the surrogate warm start. What is not shared:
+everything that depends on λ through ``B = XᵀX + λI`` (the preconditioner, the Woodbury
+vector, the eigenvectors, Φ). Without the path, when the model the ``train`` stage wrote
+was fitted with the same settings and one of the grid's λ, it is used for that λ instead of
+refitting (on the path every λ is fitted, so that all its models come from one path).
 
 Each λ's model is written as a regular model directory (``<dir>/lam=<λ>``) so the
 evaluation embeds through exactly the public path (:meth:`Cr5Model.embed`) and the chosen
@@ -75,11 +78,12 @@ def select_lambda(
     Parameters
     ----------
     grid : list of float
-        λ values, evaluated in the given order; ties keep the first.
+        λ values; ties keep the first in this order (the path fits them largest first).
     score_fn : callable
         ``(model_path, lam) -> (score, details)``; higher is better.
     warm_start : bool
-        ``evaluate.lambda_warm_start``: chain the fits' eigensolver starts.
+        ``evaluate.lambda_warm_start``: fit the grid as a path from the largest λ down,
+        each fit started from the previous one's leading Ritz vectors.
 
     Returns
     -------
@@ -90,11 +94,13 @@ def select_lambda(
     from pipeline.stages import train as training
 
     t = cfg.train
-    curve: list[dict[str, Any]] = []
+    entries: dict[int, dict[str, Any]] = {}
     data: training.TrainingData | None = None
+    order = sorted(range(len(grid)), key=lambda i: -float(grid[i])) if warm_start else None
     try:
-        for lam in grid:
-            path = reusable_model(cfg, lam)
+        for i in order or range(len(grid)):
+            lam = float(grid[i])
+            path = None if warm_start else reusable_model(cfg, lam)
             fit_seconds = 0.0
             reused = path is not None
             if path is None:
@@ -104,29 +110,30 @@ def select_lambda(
                 path = lambda_model_dir(cfg, models_dir, lam)
                 sub = dataclasses.replace(
                     cfg,
-                    train=dataclasses.replace(t, method="cr5", lam=float(lam), checkpoint_dir=""),
+                    train=dataclasses.replace(t, method="cr5", lam=lam, checkpoint_dir=""),
                     paths=dataclasses.replace(cfg.paths, model=path),
                 )
                 fit_seconds = training.run(spark, sub, data)["fit_seconds"]
             score, details = score_fn(path, lam)
             log.info("lambda %g: validation score %.4f (fit %.1f s)", lam, score, fit_seconds)
-            curve.append(
-                {
-                    "lam": float(lam),
-                    "score": float(score),
-                    "model": str(Path(path)),
-                    "fit_seconds": round(fit_seconds, 2),
-                    "reused_train_model": reused,
-                    "details": details,
-                }
-            )
+            entries[i] = {
+                "lam": lam,
+                "score": float(score),
+                "model": str(Path(path)),
+                "fit_seconds": round(fit_seconds, 2),
+                "reused_train_model": reused,
+                "details": details,
+            }
     finally:
         if data is not None:
             data.close()
+    curve = [entries[i] for i in range(len(grid))]
     best = max(range(len(curve)), key=lambda i: (curve[i]["score"], -i))
     return {
         "chosen_lam": curve[best]["lam"],
         "chosen_model": curve[best]["model"],
         "curve": curve,
         "backend_load_seconds": round(data.load_seconds, 2) if data is not None else 0.0,
+        "fit_order": [grid[i] for i in order] if order else list(grid),
+        "path": bool(warm_start),
     }

@@ -184,6 +184,12 @@ def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
             f"Mean validation {sel['metric']} ({sel['measure']}) over all directions; "
             f"chosen λ = **{sel['chosen']:g}**."
         )
+        if sel.get("path"):
+            order = ", ".join(f"{lam:g}" for lam in sel.get("fit_order", []))
+            out.append(
+                f"Fitted as a regularisation path ({order}): each fit started from the "
+                "previous one's leading Ritz vectors (`evaluate.lambda_warm_start`)."
+            )
         out += ["", f"| λ | {sel['metric']} | fit (s) | model |", "|---:|---:|---:|---|"]
         for c in sel["curve"]:
             mark = " ←" if c["lam"] == sel["chosen"] else ""

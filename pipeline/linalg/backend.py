@@ -192,6 +192,7 @@ class CorpusBackend(ABC):
         rtol: float,
         maxiter: int,
         name: str = "cg",
+        x0: np.ndarray | None = None,
     ) -> BlockCGResult | None:
         """Solve ``(X_lᵀX_l + λI) Z = rhs`` where X_l lives, or return None.
 
@@ -200,9 +201,9 @@ class CorpusBackend(ABC):
         language cached as a single block: one job per solve instead of one per CG
         iteration) returns its :class:`~pipeline.linalg.block_cg.BlockCGResult` (``rhs`` of
         shape (p_l, b); ``precond``: block_cg's ``m``, a (p_l,) diagonal or a picklable
-        operator such as :class:`~pipeline.linalg.preconditioner.SpectralJacobi`) and counts
-        its iterations as gram passes. Default: None, and the caller drives block CG with
-        :meth:`gram` passes.
+        operator such as :class:`~pipeline.linalg.preconditioner.SpectralJacobi`; ``x0``: the
+        initial guess, shape of ``rhs``) and counts its iterations as gram passes. Default:
+        None, and the caller drives block CG with :meth:`gram` passes.
         """
         return None
 

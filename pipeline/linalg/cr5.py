@@ -142,21 +142,46 @@ class CrossSolve(BlockOperator):
     :meth:`matmat_with_image` is what block Lanczos calls with ``track_images``; the image
     becomes Φ*ᵀ. It is kept in the backend's pass dtype (float32 by default: the passes
     that produced it were float32 already, and it halves the memory of the kept images).
+
+    ``guess = (S, G)``: S (K x c, orthonormal columns) with G ≈ ``B⁻¹ C S`` (p x c), e.g.
+    a λ path's previous Ritz vectors and their solves at the previous λ. A block V then
+    starts its CG from ``G (Sᵀ V)``, exact up to the change of λ for the part of V in
+    span(S): the start block's solves take 2-4 CG iterations instead of 8-10 (DDTP,
+    r = 100). Dropped once a block has less than a tenth of its weight in span(S).
     """
 
-    def __init__(self, cmat: CrossCovariance, ainv: WoodburyInverse) -> None:
+    def __init__(
+        self,
+        cmat: CrossCovariance,
+        ainv: WoodburyInverse,
+        *,
+        guess: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         k = cmat.shape[1]
         super().__init__((k, k), np.float64)
         self.cmat, self.ainv = cmat, ainv
         self.image_dtype = np.dtype(cmat.backend.dtype)
+        self.guess = guess
+
+    def _solve(self, v: np.ndarray) -> np.ndarray:
+        """``Â⁻¹ C V`` (p, b), float64, started from ``guess`` when there is one."""
+        x0 = None
+        if self.guess is not None:
+            basis, images = self.guess
+            coef = basis.T @ v  # (c, b)
+            if float(np.sum(coef**2)) < 0.1 * float(np.sum(v**2)):
+                self.guess = None  # V has left span(S): nothing more to gain
+            else:
+                x0 = images @ coef.astype(images.dtype)
+        return self.ainv.solve(self.cmat.matmat(v), x0=x0)
 
     def matmat_with_image(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(M V, Â⁻¹ C V)`` of shapes (K, b) and (p, b)."""
-        z = self.ainv.matmat(self.cmat.matmat(v))
+        z = self._solve(v)
         return self.cmat.rmatmat(z), z.astype(self.image_dtype)
 
     def _matmat(self, v: np.ndarray) -> np.ndarray:
-        return self.cmat.rmatmat(self.ainv.matmat(self.cmat.matmat(v)))
+        return self.cmat.rmatmat(self._solve(v))
 
     _rmatmat = _matmat
 
@@ -190,18 +215,44 @@ def surrogate_warm_start(
     return warm
 
 
-def _given_start(start: np.ndarray, k: int, b: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The start-block map for a given start (K x c): its first min(c, b) columns, the rest
-    of the block from the random draw (orthonormalised together by ``initial_state``)."""
+def _given_start(
+    start: np.ndarray, k: int, b: int, width: int
+) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
+    """The first block for a given start (K x c): its first ``min(c, width)`` columns, at
+    least b wide (completed from the random draw; ``initial_state`` orthonormalises them
+    together). Returns ``(block width, start-block map)``."""
     start = np.asarray(start, dtype=np.float64)
     if start.ndim != 2 or start.shape[0] != k or start.shape[1] < 1:
         raise ValueError(f"start must have shape ({k}, c) with c >= 1; got {start.shape}")
-    c = min(start.shape[1], b)
+    c = min(start.shape[1], width)
 
     def warm(q: np.ndarray) -> np.ndarray:
         return np.hstack([start[:, :c], q[:, c:]])
 
-    return warm
+    return max(b, c), warm
+
+
+def _checked_guess(guess: np.ndarray, start: np.ndarray, p: int, width: int) -> np.ndarray:
+    guess = np.asarray(guess)
+    if guess.ndim != 2 or guess.shape[0] != p or guess.shape[1] != np.shape(start)[1]:
+        raise ValueError(
+            f"start_guess must have shape ({p}, {np.shape(start)[1]}) (terms x start "
+            f"columns); got {guess.shape}"
+        )
+    return guess[:, : min(guess.shape[1], width)]
+
+
+def _b_part(cmat: CrossCovariance, ainv: WoodburyInverse, eig: Any) -> np.ndarray | None:
+    """``B⁻¹ C U`` of the leading Ritz vectors U from their tracked images ``Â⁻¹ C U``:
+    minus the Woodbury term ``c w (wᵀ C U)``, with ``wᵀ C U = (Cᵀ w)ᵀ U`` (one Cᵀ pass of
+    one column)."""
+    if eig.leading_images is None:
+        return None
+    ctw = cmat.rmatmat(ainv.w[:, None])[:, 0]
+    coef = (ctw @ eig.leading_block).astype(eig.leading_images.dtype)
+    out = eig.leading_images.copy()
+    out -= ainv.c * np.outer(ainv.w.astype(out.dtype), coef)
+    return out
 
 
 @dataclass
@@ -224,8 +275,11 @@ class Cr5Result:
     gram_eigenvectors : ndarray of shape (r, r), float64
         Q (orthogonal; column j belongs to ``gram_eigenvalues[j]``). With them the
         unorthonormalised map is ``Φ_l*ᵀ = components[l] @ diag(Λ^{1/2}) @ Qᵀ``.
-    start_block : ndarray of shape (K, b) or None
-        With ``keep_start``: the leading b Ritz vectors of M, a start for a fit at another λ.
+    start_block : ndarray of shape (K, max(r, b)) or None
+        With ``keep_start``: the leading Ritz vectors of M, a start for a fit at another λ.
+    start_guess : ndarray of shape (p, max(r, b)) or None
+        With ``keep_start`` (and ``reuse_solves``): ``B⁻¹ C`` of ``start_block`` (pass
+        dtype), the initial CG guesses for the next fit's first block.
     """
 
     components: dict[str, np.ndarray]
@@ -235,6 +289,7 @@ class Cr5Result:
     gram_eigenvalues: np.ndarray
     gram_eigenvectors: np.ndarray
     start_block: np.ndarray | None = None
+    start_guess: np.ndarray | None = None
 
 
 def _problem_fingerprint(
@@ -337,19 +392,23 @@ def solve_cr5(
     checkpoint_every: int = _D.checkpoint_every,
     callback: ProgressCallback | None = None,
     start: np.ndarray | None = None,
+    start_guess: np.ndarray | None = None,
     keep_start: bool = False,
     validation: ValidationSet | None = None,
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
 
-    ``start`` (K x c, c >= 1): start the eigensolver from these columns (completed to the
-    block width with random ones) instead of the surrogate warm start, e.g. the
-    ``start_block`` of a fit at a neighbouring λ: C does not depend on λ and M's leading
-    subspace moves little between grid values. ``keep_start``: return the leading b Ritz
-    vectors as ``Cr5Result.start_block`` for the next fit. (Measured: with narrow blocks the
-    chain saves little — DDTP r = 100: the same 18 iterations; a full-width r + oversampling
-    block from the previous λ's Ritz vectors still needed 4 iterations, 1.7x the column
-    passes of a narrow fit; bench/README.md.)
+    ``start`` (K x c, c >= 1): start the eigensolver from these columns instead of the
+    surrogate warm start, e.g. the ``start_block`` of a fit at a neighbouring λ (C does not
+    depend on λ and M's leading subspace moves little between grid values). Up to
+    ``max(r, b)`` of them form the first block (completed to b columns with random ones),
+    applied in b-column chunks; the eigensolver then continues b columns at a time to the
+    same residual rule as any fit. ``start_guess`` (p x c): initial CG guesses for
+    ``B⁻¹ C start`` (the previous fit's ``start_guess``). ``keep_start``: return the leading
+    ``max(r, b)`` Ritz vectors and their ``B⁻¹ C`` as ``Cr5Result.start_block`` /
+    ``start_guess`` for the next fit. A λ grid fitted this way from the largest λ down (a
+    regularisation path, :mod:`~pipeline.evaluation.lambda_selection`) is measured in
+    bench/README.md ("λ path").
 
     ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
     ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
@@ -390,7 +449,12 @@ def solve_cr5(
     k = backend.n_concepts
     layout = TermLayout.of(backend)
     b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
+    width, given_start = b, None
+    if start is not None:
+        width, given_start = _given_start(start, k, b, max(r + oversampling, b))
     basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
+    if width > b:  # room for the start's columns waiting behind the applied ones
+        basis_cap = max(basis_cap, max(r, b) + width + 2 * b)
 
     t0 = time.perf_counter()
     backend.describe("cr5/mean", None)
@@ -413,6 +477,8 @@ def solve_cr5(
         fingerprint = _problem_fingerprint(backend, mu, nu, params)
         if start is not None:  # a resume must start from the same block
             fingerprint["start_digest"] = array_digest(np.asarray(start, dtype=np.float64))
+        if start_guess is not None:
+            fingerprint["guess_digest"] = array_digest(np.asarray(start_guess, dtype=np.float64))
         store = CheckpointStore(checkpoint_dir, fingerprint)
 
     # --- w = B⁻¹μ, once per λ -------------------------------------------------------------------
@@ -451,14 +517,19 @@ def solve_cr5(
     m_op = CrossSolve(cmat, ainv)
     saved = store.load("lanczos") if store else None
     if saved is None:
-        if start is not None:
-            warm = _given_start(start, k, b)
+        if given_start is not None:
+            warm = given_start
         elif start_steps:
             warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps)
         else:
             warm = None
-        state = initial_state(k, b, seed, warm=warm)
+        state = initial_state(k, width, seed, warm=warm)
         timings["warm_start"] = time.perf_counter() - t0
+        if start is not None and start_guess is not None:
+            guess = _checked_guess(start_guess, start, layout.n_terms, width)
+            # the start as initial_state orthonormalised it (float32 is plenty for a guess)
+            span = state.basis[:, : guess.shape[1]].astype(np.float32)
+            m_op.guess = (span, guess)
     else:
         state = LanczosState.from_parts(*saved)
     resumed_from = None if saved is None else state.n_iter
@@ -497,7 +568,7 @@ def solve_cr5(
         checkpoint_every=checkpoint_every,
         callback=on_iteration,
         track_images=reuse_solves,
-        n_vectors=b if keep_start else None,
+        n_vectors=max(r + oversampling, b) if keep_start else None,
         monitor=on_ritz,
         name="cr5/eigensolver",
     )
@@ -564,6 +635,7 @@ def solve_cr5(
         gram_eigenvalues=lam_g.copy(),
         gram_eigenvectors=np.ascontiguousarray(q),
         start_block=eig.leading_block if keep_start else None,
+        start_guess=_b_part(cmat, ainv, eig) if keep_start and reuse_solves else None,
     )
 
 
@@ -696,6 +768,7 @@ class Cr5Solver:
         *,
         callback: ProgressCallback | None = None,
         start: np.ndarray | None = None,
+        start_guess: np.ndarray | None = None,
         keep_start: bool = False,
         validation: ValidationSet | None = None,
     ) -> Cr5Solver:
@@ -710,11 +783,13 @@ class Cr5Solver:
             backend,
             callback=callback,
             start=start,
+            start_guess=start_guess,
             keep_start=keep_start,
             validation=validation,
             **self.get_params(),
         )
         self.start_block_ = result.start_block
+        self.start_guess_ = result.start_guess
         self.components_ = result.components
         self.eigenvalues_ = result.eigenvalues
         self.mean_ = result.mean

@@ -244,11 +244,13 @@ class WoodburyInverse(BlockOperator):
         rtol: float | None = None,
         stage: str | None = None,
         callback: Callable[[str, int, np.ndarray], None] | None = None,
+        x0: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, BlockCGResult]]:
         """Return ``B⁻¹U`` (shape (p, b)) and the per-language CG results.
 
         Languages are solved concurrently; each thread labels its passes through
-        ``backend.describe(f"{stage}/cg[{lang}]", iteration)``.
+        ``backend.describe(f"{stage}/cg[{lang}]", iteration)``. ``x0`` (shape of U): the CG's
+        initial guess.
         """
         if self._jacobi is None or self._precond is None:
             self.prepare()
@@ -256,6 +258,7 @@ class WoodburyInverse(BlockOperator):
         stage = stage or self.stage
         rtol = self.rtol if rtol is None else rtol
         parts = self.layout.split(np.asarray(u, dtype=np.float64))
+        guesses = self.layout.split(np.asarray(x0, dtype=np.float64)) if x0 is not None else {}
 
         def solve_one(lang: str) -> tuple[BlockCGResult, float]:
             t0 = time.perf_counter()
@@ -276,11 +279,13 @@ class WoodburyInverse(BlockOperator):
                 rtol=rtol,
                 maxiter=self.maxiter,
                 name=label,
+                x0=guesses.get(lang),
             )
             if result is None:
                 result = block_cg(
                     GramOperator(self.backend, lang, self.lam),
                     parts[lang],
+                    x0=guesses.get(lang),
                     rtol=rtol,
                     maxiter=self.maxiter,
                     m=self._precond[lang],
@@ -312,13 +317,18 @@ class WoodburyInverse(BlockOperator):
         return self.layout.join({lang: r.x for lang, r in results.items()}), results
 
     # --- Â⁻¹ ------------------------------------------------------------------------------------
-    def _matmat(self, u: np.ndarray) -> np.ndarray:
+    def solve(self, u: np.ndarray, *, x0: np.ndarray | None = None) -> np.ndarray:
+        """``Â⁻¹U`` (shape (p, b)); ``x0``: an initial guess for its ``B⁻¹U`` part (e.g. that
+        part at a neighbouring λ: the CG then starts close to its answer)."""
         if self.c is None and self._pending is None:
             self.prepare(background=True)
-        x, _ = self.solve_blockdiag(u)
+        x, _ = self.solve_blockdiag(u, x0=x0)
         self.wait()
         x += self.c * np.outer(self.w, self.w @ u)
         return x
+
+    def _matmat(self, u: np.ndarray) -> np.ndarray:
+        return self.solve(u)
 
     _rmatmat = _matmat  # Â is symmetric
 

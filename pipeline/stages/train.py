@@ -249,6 +249,7 @@ class TrainingData:
     #: leading Ritz vectors (``start_block``), as a λ grid does (evaluate.lambda_warm_start).
     chain_starts: bool = False
     start_block: Any = None
+    start_guess: Any = None
     #: Documents of validation concepts (train.stop_rule=validation), scored at every
     #: eigensolver iteration.
     validation: Any = None
@@ -325,9 +326,15 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
     if t.method == "cr5":
         solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
         start = data.start_block if data.chain_starts else None
-        solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
+        solver.fit(
+            backend,
+            start=start,
+            start_guess=data.start_guess if start is not None else None,
+            keep_start=data.chain_starts,
+            validation=data.validation,
+        )
         if data.chain_starts:
-            data.start_block = solver.start_block_
+            data.start_block, data.start_guess = solver.start_block_, solver.start_guess_
         started_from = "surrogate" if start is None else "previous_fit"
         components, means = solver.components_, solver.mean_
         eigenvalues, history = solver.eigenvalues_, solver.history_
