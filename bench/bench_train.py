@@ -536,7 +536,7 @@ def run_lambda_grid(
         )
         try:
             for mode in ("independent", "path"):
-                start, guess, fits = None, None, []
+                start, fits = None, []
                 # the chained grid is a regularisation path: from the largest λ down
                 for lam in sorted(grid, reverse=mode == "path"):
                     with Measure() as m:
@@ -551,10 +551,9 @@ def run_lambda_grid(
                             precond_rank=args.precond_rank,
                             start_steps=args.start_steps,
                             start=start if mode == "path" else None,
-                            start_guess=guess if mode == "path" else None,
                             keep_start=mode == "path",
                         )
-                    start, guess = res.start_block, res.start_guess
+                    start = res.path_start
                     ret = retrieval(res.components, corpus.test)
                     p1s = [v["p@1"] for v in ret.values()]
                     p1 = float(np.mean(p1s))

@@ -527,13 +527,15 @@ class EvaluateConfig:
         None, doc="Where the per-λ models go (default <paths.root>/lambda_models)."
     )
     lambda_warm_start: bool = param(
-        False,
-        doc="Start each λ's eigensolver from the previous λ's leading Ritz vectors (C does "
-        "not depend on λ) instead of the surrogate warm start. Saves passes only with wide "
-        "blocks (200k synthetic, b = 70: a 4-value grid 2.76x one fit instead of 4x); with "
-        "the narrow default block nothing (DDTP r = 100: 3.9x), and scores differ from "
-        "independent fits by up to ~0.05 (each fit stops at eig_rtol from another start), "
-        "which can change the chosen λ; false: independent fits.",
+        True,
+        doc="Fit the λ grid as a regularisation path: from the largest λ down, each fit "
+        "started from the previous fit's r + oversampling leading Ritz vectors, with their "
+        "solves as initial CG guesses (C does not depend on λ), and run to the same "
+        "residual rule as any fit. DDTP (r = 100, grid 0.3/1/3/10): 2.4x the column-passes "
+        "of one fit (2.9x its wall time) against 4x for independent fits, and better models "
+        "at the smaller λ (held-out P@1 at λ = 1: 0.969 against 0.948), so the chosen λ can "
+        "differ from independent fits'. false: independent fits from the surrogate start "
+        "(the train stage's model is then reused for its λ).",
     )
     report_dir: str | None = param(
         None, doc="Markdown/JSON report and PNG plot (default <paths.root>/reports)."

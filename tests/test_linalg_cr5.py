@@ -10,7 +10,13 @@ import pytest
 import scipy.linalg as sla
 
 from pipeline.backends.local import LocalCorpusBackend
-from pipeline.linalg.cr5 import Cr5Solver, CrossCovariance, concept_frequencies, solve_cr5
+from pipeline.linalg.cr5 import (
+    Cr5Solver,
+    CrossCovariance,
+    PathStart,
+    concept_frequencies,
+    solve_cr5,
+)
 from pipeline.linalg.woodbury import global_mean
 from tests.problems import PROBLEMS, dense_centred
 
@@ -213,9 +219,9 @@ def test_lambda_chain_matches_dense_reference(name):
         res = solve_cr5(
             be, lam=lam, r=r, oversampling=4, seed=0, start=start, keep_start=True, **TIGHT
         )
-        start = res.start_block
-        assert start.shape == (k, r + 4)
-        np.testing.assert_allclose(start.T @ start, np.eye(r + 4), atol=1e-8)
+        start = res.path_start
+        assert start.lam == lam and start.vectors.shape == (k, r + 4)
+        np.testing.assert_allclose(start.vectors.T @ start.vectors, np.eye(r + 4), atol=1e-8)
         want_ev, want_phi_t = dense_cr5(corpus, k, lam, r)
         np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-6)
         phi_t = np.vstack([res.components[lang] for lang in problem.sizes]).astype(np.float64)
@@ -224,7 +230,7 @@ def test_lambda_chain_matches_dense_reference(name):
     start, chained, fresh = None, 0, 0
     for lam in grid:
         res = solve_cr5(be32, lam=lam, r=r, seed=0, start=start, keep_start=True)
-        start = res.start_block
+        start = res.path_start
         chained += _column_passes(res)
         fresh += _column_passes(solve_cr5(be32, lam=lam, r=r, seed=0))
     assert chained < 0.9 * fresh, (chained, fresh)
@@ -239,9 +245,9 @@ def test_start_block_of_a_block_narrower_than_r():
     corpus, k = problem.corpus(), problem.n_concepts
     be = LocalCorpusBackend(corpus, k, dtype="float64")
     res = solve_cr5(be, lam=1.0, r=6, block_size=3, seed=0, keep_start=True, **TIGHT)
-    start = res.start_block
+    start = res.path_start.vectors
     # up to r + oversampling leading Ritz vectors: at least r
-    assert start is not None and start.shape[0] == k and 6 <= start.shape[1] <= 6 + 20
+    assert start.shape[0] == k and 6 <= start.shape[1] <= 6 + 20
     np.testing.assert_allclose(start.T @ start, np.eye(start.shape[1]), atol=1e-8)
     res2 = solve_cr5(be, lam=0.3, r=6, block_size=3, seed=0, start=start, **TIGHT)
     want_ev, want_phi_t = dense_cr5(corpus, k, 0.3, 6)
@@ -258,3 +264,40 @@ def test_start_block_is_validated():
     be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
     with pytest.raises(ValueError, match="start must have shape"):
         solve_cr5(be, lam=1.0, r=3, start=np.zeros((problem.n_concepts + 1, 2)))
+
+
+def test_path_start_is_validated():
+    problem = PROBLEMS["three_uneven"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    res = solve_cr5(be, lam=3.0, r=3, seed=0, keep_start=True)
+    start = res.path_start
+    p = sum(p_l for _, p_l in problem.sizes.values())
+    assert start.solves.shape == (p, start.vectors.shape[1]) and start.w.shape == (p,)
+    bad = PathStart(start.lam, start.vectors, start.solves[:-1], start.w)
+    with pytest.raises(ValueError, match="solves must have shape"):
+        solve_cr5(be, lam=1.0, r=3, start=bad)
+
+
+def test_path_start_solves_and_w_start_the_next_fits_solves():
+    """The kept B⁻¹C solves of the start vectors and w = B⁻¹μ are the next λ's initial CG
+    guesses: its first solves and its w solve take fewer CG iterations than the same fit
+    started from the same vectors without them, and both reach the dense reference."""
+    problem = PROBLEMS["three_uneven"]
+    corpus, k = problem.corpus(), problem.n_concepts
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    tol = {"cg_rtol": 1e-8, "w_rtol": 1e-10, "eig_rtol": 1e-8, "cg_maxiter": 5000}
+    start = solve_cr5(be, lam=3.0, r=4, seed=0, keep_start=True, **tol).path_start
+    bare = PathStart(start.lam, start.vectors, None)
+    runs = {
+        name: solve_cr5(be, lam=2.0, r=4, seed=0, start=s, **tol)
+        for name, s in (("guessed", start), ("bare", bare))
+    }
+
+    def cg_iterations(res, stage: str) -> int:
+        return sum(sum(s["n_iter"].values()) for s in res.history["solves"] if s["stage"] == stage)
+
+    for stage in ("cr5/w", "cr5/eig1"):
+        assert cg_iterations(runs["guessed"], stage) < cg_iterations(runs["bare"], stage), stage
+    want_ev, _ = dense_cr5(corpus, k, 2.0, 4)
+    for res in runs.values():
+        np.testing.assert_allclose(res.eigenvalues, want_ev, rtol=1e-6)

@@ -4,13 +4,15 @@ What is shared across λ (the maths allows it): the training-row selection, the 
 backend (X loaded to the driver, or cached on the executors, once), the vocabulary/IDF
 maps, the evaluation pool (documents, candidate sample), and (``evaluate.lambda_warm_start``)
 the eigensolver's start. C does not depend on λ, so the grid is fitted as a **regularisation
-path**, from the largest λ down, each fit starting from the previous fit's r leading Ritz
-vectors (applied as one first block in eigensolver-width chunks; then narrow Lanczos to the
-same residual rule as any fit) instead of the surrogate warm start. What is not shared:
-everything that depends on λ through ``B = XᵀX + λI`` (the preconditioner, the Woodbury
-vector, the eigenvectors, Φ). Without the path, when the model the ``train`` stage wrote
-was fitted with the same settings and one of the grid's λ, it is used for that λ instead of
-refitting (on the path every λ is fitted, so that all its models come from one path).
+path**, from the largest λ down: each fit starts from the previous fit's r + oversampling
+leading Ritz vectors (applied b columns at a time, every residual direction kept, then on to
+the same residual rule as any fit), their B⁻¹C solves as initial CG guesses and the previous
+w = B⁻¹μ as the w solve's, instead of the surrogate warm start
+(:class:`~pipeline.linalg.cr5.PathStart`). What is not shared: the preconditioner (rebuilt
+per λ) and everything else that depends on λ through ``B = XᵀX + λI``. Without the path,
+when the model the ``train`` stage wrote was fitted with the same settings and one of the
+grid's λ, it is used for that λ instead of refitting (on the path every λ is fitted, so that
+all its models come from one path).
 
 Each λ's model is written as a regular model directory (``<dir>/lam=<λ>``) so the
 evaluation embeds through exactly the public path (:meth:`Cr5Model.embed`) and the chosen

@@ -409,7 +409,9 @@ def block_lanczos(
         # at most b columns per application: a start wider than b (a λ path's previous
         # Ritz vectors) is applied in turns, its residual directions waiting behind it
         if m_total - state.n_applied > b and state.n_applied >= r:
-            _most_wanted_first(state, r, rtol, buf)
+            if theta is None:  # a restart replaced the decomposition
+                theta, s, rho = _ritz(state, r)
+            _most_wanted_first(state, s, theta, rho, r, b, rtol, buf)
         q_a = state.basis[:, state.n_applied : state.n_applied + b]
         if q_a.shape[1] == 0:  # the basis spans the whole space: Ritz pairs are exact
             converged = True
@@ -427,7 +429,7 @@ def block_lanczos(
             )
         scale = float(np.max(np.linalg.norm(w, axis=0), initial=0.0))
         coef, w = _orthogonalise(state.basis, w)
-        q_new, r_new = _new_block(state.basis, w, b, scale, rng)
+        q_new, r_new = _new_block(state.basis, w, max(b, n_a), scale, rng)
         k = q_new.shape[1]
         # rows: every basis column; columns: the applied ones. Q_new is orthogonal to the
         # whole basis, which holds A V of every earlier applied column: their rows are 0.
@@ -477,6 +479,7 @@ def block_lanczos(
                 waiting = state.basis.shape[1] - state.n_applied
                 keep = max(r, min(max_basis - waiting - b, max_basis // 2))
                 _thick_restart(state, theta, s, keep=keep, buf=buf)
+                theta = s = rho = None
             state.rng_state = rng.bit_generator.state
             if checkpoint is not None and state.n_iter % checkpoint_every == 0:
                 checkpoint(state)
@@ -547,11 +550,6 @@ class _BasisBuffer:
         self.m += k
         return self.view()
 
-    def rotate(self, m: int, z: np.ndarray) -> None:
-        """Columns ``[m:]`` (the waiting ones) become ``V[:, m:] @ z`` (z orthogonal)."""
-        tail = self.data[:, m : self.m]
-        tall_matmul(tail, z, out=tail)  # row chunk by row chunk: no second copy
-
     def restart(self, m: int, coef: np.ndarray) -> np.ndarray:
         """Columns ``[:m]`` become ``V[:, :m] @ coef`` (m x keep), then the unapplied
         columns ``[m:]`` follow them; return the new view."""
@@ -564,26 +562,56 @@ class _BasisBuffer:
         return self.view()
 
 
-def _most_wanted_first(state: LanczosState, r: int, rtol: float, buf: _BasisBuffer) -> None:
+def _most_wanted_first(
+    state: LanczosState,
+    s: np.ndarray,
+    theta: np.ndarray,
+    rho: np.ndarray,
+    r: int,
+    b: int,
+    rtol: float,
+    buf: _BasisBuffer,
+) -> None:
     """Rotate the waiting columns (more than a block of them, after a wide start) so that
-    the directions carrying most of the unconverged Ritz pairs' residuals come first.
+    the b directions carrying most of the unconverged Ritz pairs' residuals come first.
 
     The residual of Ritz pair i is ``V_w G[:, i]`` with ``G = H_wa S / θ`` (waiting rows);
-    the left singular vectors of G's unconverged columns, by decreasing singular value,
-    are the waiting directions that reduce those residuals most. Applying the waiting
-    columns in their order of arrival instead expands the start's whole residual space
-    breadth-first, like one very wide block (DDTP, r = 100, λ path: 17 iterations instead
-    of 5). Any orthogonal rotation of the waiting columns keeps every relation exact.
+    the b leading left singular vectors U_b of G's unconverged columns are the waiting
+    directions that reduce those residuals most. Applying the waiting columns in their
+    order of arrival instead expands the start's whole residual space breadth-first, like
+    one very wide block (DDTP, r = 100, λ = 1 after λ = 3: 17 iterations instead of 10).
+    The rotation is the block reflector whose first b columns are U_b
+    (:func:`_block_reflector`): 4 K u b flops for u waiting columns instead of 2 K u² for
+    the full singular basis. Any orthogonal rotation of the waiting columns keeps every
+    relation exact (and leaves ``θ, S, ρ`` of :func:`_ritz`, passed in, unchanged).
     """
     m = state.n_applied
-    theta, s, rho = _ritz(state, r)
     g = state.h[m:, :m] @ s[:, :r]
     g /= np.where(np.abs(theta[:r]) > 0, np.abs(theta[:r]), 1.0)
     open_ = rho > rtol
-    u, _, _ = np.linalg.svd(g[:, open_] if np.any(open_) else g, full_matrices=True)
-    buf.rotate(m, u)
+    u, _, _ = np.linalg.svd(g[:, open_] if np.any(open_) else g, full_matrices=False)
+    y, t = _block_reflector(u[:, :b])
+    waiting = buf.data[:, m : buf.m]
+    xy = tall_matmul(waiting, y)  # V_w Q = V_w − (V_w Y) T Yᵀ, row chunk by row chunk
+    tall_matmul(xy, t @ y.T, out=waiting, subtract=True)
     state.basis = buf.view()
-    state.h[m:] = u.T @ state.h[m:]
+    state.h[m:] -= y @ (t.T @ (y.T @ state.h[m:]))
+
+
+def _block_reflector(u_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Y, T)`` with ``Q = I − Y T Yᵀ`` orthogonal (u × u) and ``Q[:, :b] = U_b D``
+    (D diagonal ±1) for orthonormal ``U_b`` (u × b): the compact WY form of the b Householder
+    reflectors of U_b's QR factorisation (Schreiber & Van Loan 1989)."""
+    (qr, tau), _ = sla.qr(u_b, mode="raw")
+    b = u_b.shape[1]
+    y = np.tril(qr[:, :b], -1)
+    y[np.arange(b), np.arange(b)] = 1.0
+    t = np.zeros((b, b))
+    for j in range(b):  # LAPACK dlarft, forward, columnwise
+        t[j, j] = tau[j]
+        if j:
+            t[:j, j] = -tau[j] * (t[:j, :j] @ (y[:, :j].T @ y[:, j]))
+    return y, t
 
 
 def _thick_restart(

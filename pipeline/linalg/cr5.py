@@ -66,6 +66,7 @@ __all__ = [
     "Cr5Solver",
     "CrossCovariance",
     "CrossSolve",
+    "PathStart",
     "concept_frequencies",
     "solve_cr5",
     "surrogate_warm_start",
@@ -232,14 +233,45 @@ def _given_start(
     return max(b, c), warm
 
 
-def _checked_guess(guess: np.ndarray, start: np.ndarray, p: int, width: int) -> np.ndarray:
-    guess = np.asarray(guess)
-    if guess.ndim != 2 or guess.shape[0] != p or guess.shape[1] != np.shape(start)[1]:
-        raise ValueError(
-            f"start_guess must have shape ({p}, {np.shape(start)[1]}) (terms x start "
-            f"columns); got {guess.shape}"
-        )
-    return guess[:, : min(guess.shape[1], width)]
+@dataclass
+class PathStart:
+    """What a fit leaves for the next λ of a regularisation path (``keep_start=True``).
+
+    C does not depend on λ and M's leading subspace moves little between the λ values of
+    a grid, so the next fit starts its eigensolver from ``vectors`` (applied b columns at a
+    time, :func:`~pipeline.linalg.block_lanczos.block_lanczos`), its CG solves from
+    ``solves`` projected on the block (:class:`CrossSolve`), and its w solve from ``w``.
+
+    Attributes
+    ----------
+    lam : float
+        The λ of the fit that left it.
+    vectors : ndarray of shape (K, c), float64
+        The leading c = r + oversampling Ritz vectors of M (orthonormal).
+    solves : ndarray of shape (p, c) or None
+        ``B⁻¹ C vectors`` at that λ (pass dtype); None without ``reuse_solves``.
+    w : ndarray of shape (p,) or None
+        ``B⁻¹μ`` at that λ: the next w solve's initial guess.
+    """
+
+    lam: float
+    vectors: np.ndarray
+    solves: np.ndarray | None
+    w: np.ndarray | None = None
+
+    def checked(self, k: int, p: int) -> PathStart:
+        """Self, after checking the shapes against a problem with K = k and p = p."""
+        c = self.vectors.shape[1] if self.vectors.ndim == 2 else -1
+        if self.vectors.shape != (k, c) or c < 1:
+            raise ValueError(
+                f"start must have shape ({k}, c) with c >= 1; got {self.vectors.shape}"
+            )
+        if self.solves is not None and self.solves.shape != (p, c):
+            raise ValueError(
+                f"the start's solves must have shape ({p}, {c}) (terms x start columns); "
+                f"got {self.solves.shape}"
+            )
+        return self
 
 
 def _b_part(cmat: CrossCovariance, ainv: WoodburyInverse, eig: Any) -> np.ndarray | None:
@@ -275,11 +307,8 @@ class Cr5Result:
     gram_eigenvectors : ndarray of shape (r, r), float64
         Q (orthogonal; column j belongs to ``gram_eigenvalues[j]``). With them the
         unorthonormalised map is ``Φ_l*ᵀ = components[l] @ diag(Λ^{1/2}) @ Qᵀ``.
-    start_block : ndarray of shape (K, max(r, b)) or None
-        With ``keep_start``: the leading Ritz vectors of M, a start for a fit at another λ.
-    start_guess : ndarray of shape (p, max(r, b)) or None
-        With ``keep_start`` (and ``reuse_solves``): ``B⁻¹ C`` of ``start_block`` (pass
-        dtype), the initial CG guesses for the next fit's first block.
+    path_start : PathStart or None
+        With ``keep_start``: the start of the next fit of a λ path.
     """
 
     components: dict[str, np.ndarray]
@@ -288,8 +317,7 @@ class Cr5Result:
     history: dict
     gram_eigenvalues: np.ndarray
     gram_eigenvectors: np.ndarray
-    start_block: np.ndarray | None = None
-    start_guess: np.ndarray | None = None
+    path_start: PathStart | None = None
 
 
 def _problem_fingerprint(
@@ -391,24 +419,21 @@ def solve_cr5(
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = _D.checkpoint_every,
     callback: ProgressCallback | None = None,
-    start: np.ndarray | None = None,
-    start_guess: np.ndarray | None = None,
+    start: np.ndarray | PathStart | None = None,
     keep_start: bool = False,
     validation: ValidationSet | None = None,
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
 
-    ``start`` (K x c, c >= 1): start the eigensolver from these columns instead of the
-    surrogate warm start, e.g. the ``start_block`` of a fit at a neighbouring λ (C does not
-    depend on λ and M's leading subspace moves little between grid values). Up to
-    ``max(r, b)`` of them form the first block (completed to b columns with random ones),
-    applied in b-column chunks; the eigensolver then continues b columns at a time to the
-    same residual rule as any fit. ``start_guess`` (p x c): initial CG guesses for
-    ``B⁻¹ C start`` (the previous fit's ``start_guess``). ``keep_start``: return the leading
-    ``max(r, b)`` Ritz vectors and their ``B⁻¹ C`` as ``Cr5Result.start_block`` /
-    ``start_guess`` for the next fit. A λ grid fitted this way from the largest λ down (a
-    regularisation path, :mod:`~pipeline.evaluation.lambda_selection`) is measured in
-    bench/README.md ("λ path").
+    ``start``: a :class:`PathStart` (the ``path_start`` of a fit at a neighbouring λ), or
+    K x c columns: start the eigensolver from (up to r + oversampling of) these columns
+    instead of the surrogate warm start; with fewer than b columns the block is completed
+    with random ones. A start wider than b is applied b columns at a time with every
+    residual direction kept, and the fit runs to the same residual rule as any fit.
+    ``keep_start``: return the leading r + oversampling Ritz vectors, their B⁻¹C solves and
+    w as ``Cr5Result.path_start``. A λ grid fitted this way
+    from the largest λ down (a regularisation path,
+    :mod:`~pipeline.evaluation.lambda_selection`) is measured in bench/README.md ("λ path").
 
     ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
     ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
@@ -449,9 +474,14 @@ def solve_cr5(
     k = backend.n_concepts
     layout = TermLayout.of(backend)
     b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
-    width, given_start = b, None
+    path = None
     if start is not None:
-        width, given_start = _given_start(start, k, b, max(r + oversampling, b))
+        if not isinstance(start, PathStart):
+            start = PathStart(0.0, np.asarray(start, dtype=np.float64), None)
+        path = start.checked(k, layout.n_terms)
+    width, given_start = b, None
+    if path is not None:
+        width, given_start = _given_start(path.vectors, k, b, max(r + oversampling, b))
     basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
     if width > b:  # room for the start's columns waiting behind the applied ones
         basis_cap = max(basis_cap, max(r, b) + width + 2 * b)
@@ -475,10 +505,8 @@ def solve_cr5(
     store = None
     if checkpoint_dir is not None:
         fingerprint = _problem_fingerprint(backend, mu, nu, params)
-        if start is not None:  # a resume must start from the same block
-            fingerprint["start_digest"] = array_digest(np.asarray(start, dtype=np.float64))
-        if start_guess is not None:
-            fingerprint["guess_digest"] = array_digest(np.asarray(start_guess, dtype=np.float64))
+        if path is not None:  # a resume must start from the same block
+            fingerprint["start_digest"] = array_digest(path.vectors)
         store = CheckpointStore(checkpoint_dir, fingerprint)
 
     # --- w = B⁻¹μ, once per λ -------------------------------------------------------------------
@@ -495,6 +523,7 @@ def solve_cr5(
         precond_rank=precond_rank,
         seed=seed,
         w=None if saved_w is None else saved_w[0]["w"],
+        w0=None if path is None else path.w,
     )
     ainv.stage = "cr5"
     # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
@@ -525,11 +554,10 @@ def solve_cr5(
             warm = None
         state = initial_state(k, width, seed, warm=warm)
         timings["warm_start"] = time.perf_counter() - t0
-        if start is not None and start_guess is not None:
-            guess = _checked_guess(start_guess, start, layout.n_terms, width)
+        if path is not None and path.solves is not None:
+            c = min(path.solves.shape[1], width)
             # the start as initial_state orthonormalised it (float32 is plenty for a guess)
-            span = state.basis[:, : guess.shape[1]].astype(np.float32)
-            m_op.guess = (span, guess)
+            m_op.guess = (state.basis[:, :c].astype(np.float32), path.solves[:, :c])
     else:
         state = LanczosState.from_parts(*saved)
     resumed_from = None if saved is None else state.n_iter
@@ -634,8 +662,14 @@ def solve_cr5(
         history=history,
         gram_eigenvalues=lam_g.copy(),
         gram_eigenvectors=np.ascontiguousarray(q),
-        start_block=eig.leading_block if keep_start else None,
-        start_guess=_b_part(cmat, ainv, eig) if keep_start and reuse_solves else None,
+        path_start=PathStart(
+            lam=float(lam),
+            vectors=eig.leading_block,
+            solves=_b_part(cmat, ainv, eig) if reuse_solves else None,
+            w=ainv.w,
+        )
+        if keep_start
+        else None,
     )
 
 
@@ -767,15 +801,14 @@ class Cr5Solver:
         backend: CorpusBackend,
         *,
         callback: ProgressCallback | None = None,
-        start: np.ndarray | None = None,
-        start_guess: np.ndarray | None = None,
+        start: np.ndarray | PathStart | None = None,
         keep_start: bool = False,
         validation: ValidationSet | None = None,
     ) -> Cr5Solver:
         """Solve Cr5 on ``backend``; returns ``self`` with the fitted attributes set.
 
-        ``start`` / ``keep_start``: see :func:`solve_cr5` (a λ grid passes each fit's
-        ``start_block_`` to the next). ``validation``: documents of held-out concepts scored
+        ``start`` / ``keep_start``: see :func:`solve_cr5` (a λ path passes each fit's
+        ``path_start_`` to the next). ``validation``: documents of held-out concepts scored
         at every eigensolver iteration (required by ``stop_rule="validation"``).
         """
         self._validate(backend)
@@ -783,13 +816,11 @@ class Cr5Solver:
             backend,
             callback=callback,
             start=start,
-            start_guess=start_guess,
             keep_start=keep_start,
             validation=validation,
             **self.get_params(),
         )
-        self.start_block_ = result.start_block
-        self.start_guess_ = result.start_guess
+        self.path_start_ = result.path_start
         self.components_ = result.components
         self.eigenvalues_ = result.eigenvalues
         self.mean_ = result.mean

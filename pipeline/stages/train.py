@@ -245,11 +245,10 @@ class TrainingData:
     selection: dict[str, Any]
     vocabulary: dict[str, dict]
     load_seconds: float
-    #: Chain the Cr5 fits on this data: each starts its eigensolver from the previous fit's
-    #: leading Ritz vectors (``start_block``), as a λ grid does (evaluate.lambda_warm_start).
+    #: Chain the Cr5 fits on this data: each starts from the previous fit's
+    #: :class:`~pipeline.linalg.cr5.PathStart`, as a λ path does (evaluate.lambda_warm_start).
     chain_starts: bool = False
-    start_block: Any = None
-    start_guess: Any = None
+    path_start: Any = None
     #: Documents of validation concepts (train.stop_rule=validation), scored at every
     #: eigensolver iteration.
     validation: Any = None
@@ -322,20 +321,15 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
     ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
     t0 = time.perf_counter()
     shared: dict[str, np.ndarray] = {}
-    started_from = None
+    started_from = path_from = None
     if t.method == "cr5":
         solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
-        start = data.start_block if data.chain_starts else None
-        solver.fit(
-            backend,
-            start=start,
-            start_guess=data.start_guess if start is not None else None,
-            keep_start=data.chain_starts,
-            validation=data.validation,
-        )
+        start = data.path_start if data.chain_starts else None
+        solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
         if data.chain_starts:
-            data.start_block, data.start_guess = solver.start_block_, solver.start_guess_
+            data.path_start = solver.path_start_
         started_from = "surrogate" if start is None else "previous_fit"
+        path_from = None if start is None else start.lam
         components, means = solver.components_, solver.mean_
         eigenvalues, history = solver.eigenvalues_, solver.history_
         n_iter = solver.n_iter_
@@ -386,6 +380,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "fit_seconds": round(fit_seconds, 3),
         "passes_over_x": passes,
         "eigensolver_start": started_from,
+        "path_from_lam": path_from,
         "stopping": _stopping_summary(history),
     }
     meta = {
