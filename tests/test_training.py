@@ -16,6 +16,7 @@ import scipy.linalg
 
 from pipeline.backends.loader import local_backend_from_tfidf
 from pipeline.config import load_config
+from pipeline.errors import ConfigError
 from pipeline.io.datasets import read_dataset
 from pipeline.io.schemas import TFIDF
 from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies
@@ -303,3 +304,34 @@ def test_baseline_method_is_trained_by_the_stage_into_the_model_format(
     # And the model embeds through the public path.
     vec = model.embed(["the package provides a library"], "en")
     assert vec.shape == (1, 8) and np.isfinite(vec).all()
+
+
+def test_path_factors_fit_the_path_to_lam_and_record_it(spark, sample_features, tmp_path):
+    """train.path_factors=[10, 3]: fits at 10λ, then 3λ, then λ, each started from the
+    previous one; the model is the last fit, the very model of the same path run through
+    solve_cr5, and model.json records the path."""
+    from pipeline.linalg.cr5 import solve_cr5
+
+    common = ["train.r=6", "train.dtype=float64", "train.lam=0.5", "train.checkpoint_dir="]
+    cfg = cfg_for(
+        sample_features, *common, "train.path_factors=[3, 10]", f"paths.model={tmp_path}/m"
+    )
+    report = get_stage("train")(spark, cfg)
+    meta = Cr5Model.load(report["path"]).meta
+    training = meta["training"]
+    assert [f["lam"] for f in training["path_fits"]] == [5.0, 1.5]
+    assert training["path_from_lam"] == 1.5 and training["eigensolver_start"] == "previous_fit"
+    assert meta["lam"] == 0.5 and meta["solver"]["history"]["eigensolver"]["converged"]
+
+    backend = local_backend_from_tfidf(spark, cfg.paths.dataset("tfidf"), dtype="float64")
+    start = None
+    for lam in (5.0, 1.5, 0.5):
+        res = solve_cr5(backend, lam=lam, r=6, seed=0, start=start, keep_start=True)
+        start = res.path_start
+    model = Cr5Model.load(report["path"])
+    for lang in backend.languages:
+        np.testing.assert_allclose(
+            np.abs(model.word_vectors(lang)[1]), np.abs(res.components[lang]), atol=1e-6
+        )
+    with pytest.raises(ConfigError, match="path_factors"):
+        cfg_for(sample_features, "train.path_factors=[0.5]")

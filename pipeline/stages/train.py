@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.config import Config, TrainConfig
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
@@ -292,6 +292,32 @@ def run(spark: SparkSession, cfg: Config, data: TrainingData | None = None) -> d
         data.close()
 
 
+def _fit_path_to(t: TrainConfig, backend: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """``train.path_factors``: the fits at λ times each factor, largest first, each started
+    from the previous one; returns the last one's PathStart and a record per fit. (No
+    checkpoints: a rerun refits the path, which costs less than the final fit.)"""
+    from pipeline.linalg.cr5 import Cr5Solver
+
+    start, fits = None, []
+    for factor in sorted(t.path_factors, reverse=True):
+        lam = t.lam * float(factor)
+        t0 = time.perf_counter()
+        params = {**t.solver_params(), "lam": lam, "stop_rule": "residual"}
+        solver = Cr5Solver(**params).fit(backend, start=start, keep_start=True)
+        start = solver.path_start_
+        fits.append(
+            {
+                "lam": lam,
+                "seconds": round(time.perf_counter() - t0, 3),
+                "eigensolver_iterations": solver.n_iter_,
+            }
+        )
+        log.info(
+            "path fit at lambda %g: %d iterations, %.1fs", lam, solver.n_iter_, fits[-1]["seconds"]
+        )
+    return start, fits
+
+
 def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
     from pipeline.linalg.cr5 import Cr5Solver
 
@@ -322,9 +348,12 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
     t0 = time.perf_counter()
     shared: dict[str, np.ndarray] = {}
     started_from = path_from = None
+    path_fits: list[dict[str, Any]] = []
     if t.method == "cr5":
-        solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
         start = data.path_start if data.chain_starts else None
+        if start is None and t.path_factors:
+            start, path_fits = _fit_path_to(t, backend)
+        solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
         solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
         if data.chain_starts:
             data.path_start = solver.path_start_
@@ -381,6 +410,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "passes_over_x": passes,
         "eigensolver_start": started_from,
         "path_from_lam": path_from,
+        "path_fits": path_fits,
         "stopping": _stopping_summary(history),
     }
     meta = {
