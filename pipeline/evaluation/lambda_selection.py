@@ -98,9 +98,11 @@ def select_lambda(
     t = cfg.train
     entries: dict[int, dict[str, Any]] = {}
     data: training.TrainingData | None = None
-    order = sorted(range(len(grid)), key=lambda i: -float(grid[i])) if warm_start else None
+    order = list(range(len(grid)))
+    if warm_start:  # the path: largest λ first
+        order.sort(key=lambda i: -float(grid[i]))
     try:
-        for i in order or range(len(grid)):
+        for i in order:
             lam = float(grid[i])
             path = None if warm_start else reusable_model(cfg, lam)
             fit_seconds = 0.0
@@ -136,6 +138,6 @@ def select_lambda(
         "chosen_model": curve[best]["model"],
         "curve": curve,
         "backend_load_seconds": round(data.load_seconds, 2) if data is not None else 0.0,
-        "fit_order": [grid[i] for i in order] if order else list(grid),
+        "fit_order": [grid[i] for i in order],
         "path": bool(warm_start),
     }

@@ -217,14 +217,12 @@ def surrogate_warm_start(
 
 
 def _given_start(
-    start: np.ndarray, k: int, b: int, width: int
+    start: np.ndarray, b: int, width: int
 ) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
-    """The first block for a given start (K x c): its first ``min(c, width)`` columns, at
-    least b wide (completed from the random draw; ``initial_state`` orthonormalises them
-    together). Returns ``(block width, start-block map)``."""
-    start = np.asarray(start, dtype=np.float64)
-    if start.ndim != 2 or start.shape[0] != k or start.shape[1] < 1:
-        raise ValueError(f"start must have shape ({k}, c) with c >= 1; got {start.shape}")
+    """The first block for a given start (K x c, checked by :meth:`PathStart.checked`): its
+    first ``min(c, width)`` columns, at least b wide (completed from the random draw;
+    ``initial_state`` orthonormalises them together). Returns ``(block width, start-block
+    map)``."""
     c = min(start.shape[1], width)
 
     def warm(q: np.ndarray) -> np.ndarray:
@@ -481,7 +479,7 @@ def solve_cr5(
         path = start.checked(k, layout.n_terms)
     width, given_start = b, None
     if path is not None:
-        width, given_start = _given_start(path.vectors, k, b, max(r + oversampling, b))
+        width, given_start = _given_start(path.vectors, b, max(r + oversampling, b))
     basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
     if width > b:  # room for the start's columns waiting behind the applied ones
         basis_cap = max(basis_cap, max(r, b) + width + 2 * b)

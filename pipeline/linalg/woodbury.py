@@ -36,12 +36,7 @@ from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.preconditioner import SpectralJacobi, spectral_jacobi
 
-__all__ = [
-    "GramOperator",
-    "SolveRecord",
-    "WoodburyInverse",
-    "global_mean",
-]
+__all__ = ["GramOperator", "SolveRecord", "WoodburyInverse", "global_mean"]
 
 logger = logging.getLogger(__name__)
 
