@@ -251,7 +251,7 @@ def test_wide_start_is_applied_in_turns_with_exact_residuals(kind, max_basis):
     op = CallableOperator(a.shape, apply)
     for rtol in (0.05, 1e-9):
         widths.clear()
-        st = initial_state(a.shape[0], 12, seed=0, warm=lambda q, s=start: s)
+        st = initial_state(a.shape[0], 12, seed=0, start=start)
         res = block_lanczos(
             op, r, block_size=b, rtol=rtol, maxiter=400, seed=0, state=st, max_basis=max_basis
         )
@@ -268,3 +268,21 @@ def test_wide_start_needs_room_in_a_bounded_basis():
     st = initial_state(a.shape[0], 12, seed=0)
     with pytest.raises(ValueError, match="start width 12"):
         block_lanczos(DenseOperator(a), 8, block_size=4, max_basis=20, state=st)
+
+
+def test_initial_state_from_given_columns():
+    """Given columns come first (their span is kept), completed with random ones up to the
+    block width; too many columns, or columns together with a warm map, are refused."""
+    n = 40
+    start = np.random.default_rng(3).standard_normal((n, 5))
+    st = initial_state(n, 8, seed=0, start=start)
+    q = st.basis
+    assert q.shape == (n, 8)
+    np.testing.assert_allclose(q.T @ q, np.eye(8), atol=1e-12)
+    assert np.rad2deg(sla.subspace_angles(q[:, :5], start).max()) < 1e-6
+    full = initial_state(n, 5, seed=0, start=start).basis
+    assert np.rad2deg(sla.subspace_angles(full, start).max()) < 1e-6
+    with pytest.raises(ValueError, match="c <= 4"):
+        initial_state(n, 4, seed=0, start=start)
+    with pytest.raises(ValueError, match="without warm"):
+        initial_state(n, 8, seed=0, start=start, warm=lambda q: q)

@@ -56,6 +56,7 @@ from pipeline.linalg.block_lanczos import (
     ritz_images,
 )
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
+from pipeline.linalg.dense import tall_matmul
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
@@ -144,11 +145,12 @@ class CrossSolve(BlockOperator):
     becomes Φ*ᵀ. It is kept in the backend's pass dtype (float32 by default: the passes
     that produced it were float32 already, and it halves the memory of the kept images).
 
-    ``guess = (S, G)``: S (K x c, orthonormal columns) with G ≈ ``B⁻¹ C S`` (p x c), e.g.
-    a λ path's previous Ritz vectors and their solves at the previous λ. A block V then
-    starts its CG from ``G (Sᵀ V)``, exact up to the change of λ for the part of V in
-    span(S): the start block's solves take 2-4 CG iterations instead of 8-10 (DDTP,
-    r = 100). Dropped once a block has less than a tenth of its weight in span(S).
+    ``guess = (S, G)``: S (K x c, orthonormal columns) with G ≈ ``B⁻¹ C S`` (p x c) at
+    ``guess_lam``, e.g. a λ path's previous Ritz vectors and their solves at the previous
+    λ. A block V then starts its CG from ``G (Sᵀ V)``, exact up to the change of λ for the
+    part of V in span(S) (and corrected for it, :meth:`WoodburyInverse.solve_blockdiag`):
+    the start block's solves take 2-4 CG iterations instead of 8-10 (DDTP, r = 100).
+    Dropped once a block has less than a tenth of its weight in span(S).
     """
 
     def __init__(
@@ -163,6 +165,7 @@ class CrossSolve(BlockOperator):
         self.cmat, self.ainv = cmat, ainv
         self.image_dtype = np.dtype(cmat.backend.dtype)
         self.guess = guess
+        self.guess_lam: float | None = None
 
     def _solve(self, v: np.ndarray) -> np.ndarray:
         """``Â⁻¹ C V`` (p, b), float64, started from ``guess`` when there is one."""
@@ -174,7 +177,7 @@ class CrossSolve(BlockOperator):
                 self.guess = None  # V has left span(S): nothing more to gain
             else:
                 x0 = images @ coef.astype(images.dtype)
-        return self.ainv.solve(self.cmat.matmat(v), x0=x0)
+        return self.ainv.solve(self.cmat.matmat(v), x0=x0, x0_lam=self.guess_lam)
 
     def matmat_with_image(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(M V, Â⁻¹ C V)`` of shapes (K, b) and (p, b)."""
@@ -214,21 +217,6 @@ def surrogate_warm_start(
         return q
 
     return warm
-
-
-def _given_start(
-    start: np.ndarray, b: int, width: int
-) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
-    """The first block for a given start (K x c, checked by :meth:`PathStart.checked`): its
-    first ``min(c, width)`` columns, at least b wide (completed from the random draw;
-    ``initial_state`` orthonormalises them together). Returns ``(block width, start-block
-    map)``."""
-    c = min(start.shape[1], width)
-
-    def warm(q: np.ndarray) -> np.ndarray:
-        return np.hstack([start[:, :c], q[:, c:]])
-
-    return max(b, c), warm
 
 
 @dataclass
@@ -279,10 +267,10 @@ def _b_part(cmat: CrossCovariance, ainv: WoodburyInverse, eig: Any) -> np.ndarra
     if eig.leading_images is None:
         return None
     ctw = cmat.rmatmat(ainv.w[:, None])[:, 0]
-    coef = (ctw @ eig.leading_block).astype(eig.leading_images.dtype)
+    coef = ainv.c * (ctw @ eig.leading_block)
     out = eig.leading_images.copy()
-    out -= ainv.c * np.outer(ainv.w.astype(out.dtype), coef)
-    return out
+    w = ainv.w.astype(out.dtype)[:, None]
+    return tall_matmul(w, coef[None, :].astype(out.dtype), out=out, subtract=True)
 
 
 @dataclass
@@ -477,9 +465,9 @@ def solve_cr5(
         if not isinstance(start, PathStart):
             start = PathStart(0.0, np.asarray(start, dtype=np.float64), None)
         path = start.checked(k, layout.n_terms)
-    width, given_start = b, None
-    if path is not None:
-        width, given_start = _given_start(path.vectors, b, max(r + oversampling, b))
+    # a given start: up to r + oversampling of its columns, at least b wide (random
+    # completion); applied b columns at a time (block_lanczos)
+    width = b if path is None else max(b, min(path.vectors.shape[1], r + oversampling))
     basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
     if width > b:  # room for the start's columns waiting behind the applied ones
         basis_cap = max(basis_cap, max(r, b) + width + 2 * b)
@@ -522,6 +510,7 @@ def solve_cr5(
         seed=seed,
         w=None if saved_w is None else saved_w[0]["w"],
         w0=None if path is None else path.w,
+        w0_lam=None if path is None else path.lam,
     )
     ainv.stage = "cr5"
     # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
@@ -544,18 +533,17 @@ def solve_cr5(
     m_op = CrossSolve(cmat, ainv)
     saved = store.load("lanczos") if store else None
     if saved is None:
-        if given_start is not None:
-            warm = given_start
-        elif start_steps:
-            warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps)
+        if path is not None:
+            c = min(path.vectors.shape[1], width)
+            state = initial_state(k, width, seed, start=path.vectors[:, :c])
         else:
-            warm = None
-        state = initial_state(k, width, seed, warm=warm)
+            warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps) if start_steps else None
+            state = initial_state(k, width, seed, warm=warm)
         timings["warm_start"] = time.perf_counter() - t0
         if path is not None and path.solves is not None:
-            c = min(path.solves.shape[1], width)
             # the start as initial_state orthonormalised it (float32 is plenty for a guess)
             m_op.guess = (state.basis[:, :c].astype(np.float32), path.solves[:, :c])
+            m_op.guess_lam = path.lam
     else:
         state = LanczosState.from_parts(*saved)
     resumed_from = None if saved is None else state.n_iter
