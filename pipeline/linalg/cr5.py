@@ -145,12 +145,15 @@ class CrossSolve(BlockOperator):
     becomes Φ*ᵀ. It is kept in the backend's pass dtype (float32 by default: the passes
     that produced it were float32 already, and it halves the memory of the kept images).
 
-    ``guess = (S, G)``: S (K x c, orthonormal columns) with G ≈ ``B⁻¹ C S`` (p x c) at
-    ``guess_lam``, e.g. a λ path's previous Ritz vectors and their solves at the previous
-    λ. A block V then starts its CG from ``G (Sᵀ V)``, exact up to the change of λ for the
-    part of V in span(S) (and corrected for it, :meth:`WoodburyInverse.solve_blockdiag`):
-    the start block's solves take 2-4 CG iterations instead of 8-10 (DDTP, r = 100).
-    Dropped once a block has less than a tenth of its weight in span(S).
+    ``guess = (S, G)``: S (K x c, orthonormal columns) with G ≈ ``B⁻¹ C S`` (p x c), e.g.
+    a λ path's previous Ritz vectors and their solves at the previous λ. A block V then
+    starts its CG from ``G (Sᵀ V)``, exact up to the change of λ for the part of V in
+    span(S): the start block's solves take 2-4 CG iterations instead of 8-10 (DDTP,
+    r = 100). Dropped once a block has less than a tenth of its weight in span(S).
+    (Not corrected for the change of λ: one free preconditioned Richardson step with the
+    known residual ``(λ₀ − λ) G`` cut the start's passes by ~11 %, but on the synthetic
+    200k corpus the path's P@1 at λ = 0.3 then fell from 0.747 to 0.629 and its grid cost
+    rose from 1.25x to 1.53x one fit; bench/README.md, "λ path".)
     """
 
     def __init__(
@@ -165,7 +168,6 @@ class CrossSolve(BlockOperator):
         self.cmat, self.ainv = cmat, ainv
         self.image_dtype = np.dtype(cmat.backend.dtype)
         self.guess = guess
-        self.guess_lam: float | None = None
 
     def _solve(self, v: np.ndarray) -> np.ndarray:
         """``Â⁻¹ C V`` (p, b), float64, started from ``guess`` when there is one."""
@@ -177,7 +179,7 @@ class CrossSolve(BlockOperator):
                 self.guess = None  # V has left span(S): nothing more to gain
             else:
                 x0 = images @ coef.astype(images.dtype)
-        return self.ainv.solve(self.cmat.matmat(v), x0=x0, x0_lam=self.guess_lam)
+        return self.ainv.solve(self.cmat.matmat(v), x0=x0)
 
     def matmat_with_image(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(M V, Â⁻¹ C V)`` of shapes (K, b) and (p, b)."""
@@ -510,7 +512,6 @@ def solve_cr5(
         seed=seed,
         w=None if saved_w is None else saved_w[0]["w"],
         w0=None if path is None else path.w,
-        w0_lam=None if path is None else path.lam,
     )
     ainv.stage = "cr5"
     # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
@@ -543,7 +544,6 @@ def solve_cr5(
         if path is not None and path.solves is not None:
             # the start as initial_state orthonormalised it (float32 is plenty for a guess)
             m_op.guess = (state.basis[:, :c].astype(np.float32), path.solves[:, :c])
-            m_op.guess_lam = path.lam
     else:
         state = LanczosState.from_parts(*saved)
     resumed_from = None if saved is None else state.n_iter

@@ -113,10 +113,7 @@ class WoodburyInverse(BlockOperator):
         Seeds the preconditioner's random start (per language).
     w0 : ndarray of shape (p,), optional
         Initial guess of the w solve, e.g. ``B⁻¹μ`` at a neighbouring λ (a λ path): at
-        λ = 1 after λ = 3 on DDTP, 35 CG iterations instead of 41.
-    w0_lam : float, optional
-        The λ at which ``w0`` solves ``B w0 = μ`` (the guess is then corrected for the
-        change of λ, :meth:`solve_blockdiag`). (The preconditioner is
+        λ = 1 after λ = 3 on DDTP, 35 CG iterations instead of 41. (The preconditioner is
         built afresh for each λ: started from the previous λ's subspace with one or two
         products instead of four, it gave the solves ~1 more CG iteration each, which cost
         more than it saved.)
@@ -136,7 +133,6 @@ class WoodburyInverse(BlockOperator):
         precond_rank: int = _D.precond_rank,
         seed: int = _D.seed,
         w0: np.ndarray | None = None,
-        w0_lam: float | None = None,
     ) -> None:
         self.layout = TermLayout.of(backend)
         super().__init__((self.layout.n_terms, self.layout.n_terms), np.float64)
@@ -154,7 +150,7 @@ class WoodburyInverse(BlockOperator):
         self.precond_rank, self.seed = int(precond_rank), int(seed)
         self._precond: dict[str, SpectralJacobi] | None = None
         self._pending: Future | None = None
-        self.w0, self.w0_lam = w0, w0_lam
+        self.w0 = w0
         self.records: list[SolveRecord] = []
         #: label of the next solves, passed to ``backend.describe`` (set by the caller)
         self.stage = "woodbury"
@@ -228,9 +224,7 @@ class WoodburyInverse(BlockOperator):
 
     def _solve_w(self, stage: str) -> np.ndarray:
         x0 = None if self.w0 is None else np.asarray(self.w0, dtype=np.float64)[:, None]
-        w, _ = self.solve_blockdiag(
-            self.mu[:, None], rtol=self.w_rtol, stage=stage, x0=x0, x0_lam=self.w0_lam
-        )
+        w, _ = self.solve_blockdiag(self.mu[:, None], rtol=self.w_rtol, stage=stage, x0=x0)
         return w[:, 0]
 
     def _set_c(self) -> WoodburyInverse:
@@ -260,17 +254,12 @@ class WoodburyInverse(BlockOperator):
         stage: str | None = None,
         callback: Callable[[str, int, np.ndarray], None] | None = None,
         x0: np.ndarray | None = None,
-        x0_lam: float | None = None,
     ) -> tuple[np.ndarray, dict[str, BlockCGResult]]:
         """Return ``B⁻¹U`` (shape (p, b)) and the per-language CG results.
 
         Languages are solved concurrently; each thread labels its passes through
         ``backend.describe(f"{stage}/cg[{lang}]", iteration)``. ``x0`` (shape of U): the CG's
-        initial guess. ``x0_lam``: the λ at which x0 solves ``B x0 = U`` (e.g. the same
-        right-hand sides at a neighbouring λ of a path). Its residual at this λ is then
-        ``(x0_lam − λ) x0``, known without a pass, so the CG starts one preconditioned
-        Richardson step further, ``x0 + (x0_lam − λ) P x0`` (P: the CG's preconditioner):
-        on DDTP (r = 100 and 300) a λ path's start solves ~11 % fewer passes.
+        initial guess.
         """
         if self._jacobi is None or self._precond is None:
             self.prepare()
@@ -279,11 +268,6 @@ class WoodburyInverse(BlockOperator):
         rtol = self.rtol if rtol is None else rtol
         parts = self.layout.split(np.asarray(u, dtype=np.float64))
         guesses = self.layout.split(np.asarray(x0, dtype=np.float64)) if x0 is not None else {}
-        if x0_lam is not None and float(x0_lam) != self.lam:
-            shift = float(x0_lam) - self.lam
-            guesses = {
-                lang: g + shift * self._precond[lang].matmat(g) for lang, g in guesses.items()
-            }
 
         def solve_one(lang: str) -> tuple[BlockCGResult, float]:
             t0 = time.perf_counter()
@@ -342,15 +326,12 @@ class WoodburyInverse(BlockOperator):
         return self.layout.join({lang: r.x for lang, r in results.items()}), results
 
     # --- Â⁻¹ ------------------------------------------------------------------------------------
-    def solve(
-        self, u: np.ndarray, *, x0: np.ndarray | None = None, x0_lam: float | None = None
-    ) -> np.ndarray:
+    def solve(self, u: np.ndarray, *, x0: np.ndarray | None = None) -> np.ndarray:
         """``Â⁻¹U`` (shape (p, b)); ``x0``: an initial guess for its ``B⁻¹U`` part (e.g. that
-        part at a neighbouring λ ``x0_lam``: the CG then starts close to its answer,
-        :meth:`solve_blockdiag`)."""
+        part at a neighbouring λ: the CG then starts close to its answer)."""
         if self.c is None and self._pending is None:
             self.prepare(background=True)
-        x, _ = self.solve_blockdiag(u, x0=x0, x0_lam=x0_lam)
+        x, _ = self.solve_blockdiag(u, x0=x0)
         self.wait()
         x += self.c * np.outer(self.w, self.w @ u)
         return x
