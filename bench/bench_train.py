@@ -413,7 +413,12 @@ def principal_angles(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return arg_parser().parse_args(argv)
+
+
+def arg_parser(description: str | None = None) -> argparse.ArgumentParser:
+    """The benchmark's options (bench_exactness.py extends them)."""
+    ap = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=20_000, help="training documents (target)")
     ap.add_argument("--languages", type=int, default=3)
     ap.add_argument("--concepts", type=int, default=None, help="default: one doc per pair")
@@ -524,7 +529,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "report the grid's cost over one fit and the chosen λ (by held-out P@1) of each",
     )
     ap.add_argument("--out", type=Path, default=None, help="bench/results/train_<name>.json")
-    return ap.parse_args(argv)
+    return ap
+
+
+def load_corpus(args: argparse.Namespace) -> SyntheticCorpus:
+    """The corpus the options name: synthetic (generated), the bundled sample or full DDTP."""
+    if args.corpus in ("sample", "ddtp"):
+        ddtp = args.corpus == "ddtp"
+        langs = args.corpus_languages.split(",") if args.corpus_languages else None
+        return load_sample_corpus(
+            n_test=args.test or (500 if ddtp else 300),
+            seed=args.seed,
+            path=(args.corpus_path or default_full_path()) if ddtp else SAMPLE,
+            n_validation=args.validation,
+            languages=langs,
+        )
+    elif args.validation or args.corpus_languages:
+        raise SystemExit("--validation and --corpus-languages apply to --corpus sample/ddtp")
+    else:
+        return make_synthetic_corpus(
+            n_docs=args.docs,
+            n_languages=args.languages,
+            n_concepts=args.concepts,
+            vocab=args.vocab,
+            n_topics=args.topics,
+            mean_tokens=args.tokens,
+            n_test=args.test or 1_000,
+            seed=args.seed,
+        )
 
 
 def run_lambda_grid(
@@ -716,29 +748,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  WARNING: OPENBLAS_NUM_THREADS is not 1 (multithreaded BLAS was 5-8x slower here)")
 
     with Measure() as m_gen:
-        if args.corpus in ("sample", "ddtp"):
-            ddtp = args.corpus == "ddtp"
-            langs = args.corpus_languages.split(",") if args.corpus_languages else None
-            corpus = load_sample_corpus(
-                n_test=args.test or (500 if ddtp else 300),
-                seed=args.seed,
-                path=(args.corpus_path or default_full_path()) if ddtp else SAMPLE,
-                n_validation=args.validation,
-                languages=langs,
-            )
-        elif args.validation or args.corpus_languages:
-            raise SystemExit("--validation and --corpus-languages apply to --corpus sample/ddtp")
-        else:
-            corpus = make_synthetic_corpus(
-                n_docs=args.docs,
-                n_languages=args.languages,
-                n_concepts=args.concepts,
-                vocab=args.vocab,
-                n_topics=args.topics,
-                mean_tokens=args.tokens,
-                n_test=args.test or 1_000,
-                seed=args.seed,
-            )
+        corpus = load_corpus(args)
     ci = corpus.info
     nnz = {lang: v["nnz"] for lang, v in ci["per_language"].items()}
     # The eigensolver's block width (the solver's own default rule).

@@ -286,3 +286,12 @@ def test_initial_state_from_given_columns():
         initial_state(n, 4, seed=0, start=start)
     with pytest.raises(ValueError, match="without warm"):
         initial_state(n, 8, seed=0, start=start, warm=lambda q: q)
+
+
+def test_orthonormal_columns_keeps_an_orthonormal_block_and_fixes_a_nearly_orthonormal_one():
+    q = np.linalg.qr(np.random.default_rng(5).standard_normal((300, 12)))[0]
+    assert orthonormal_columns(q) is q  # nothing to do: no copy, no rounding
+    off = q + 1e-8 * np.random.default_rng(6).standard_normal(q.shape)
+    fixed = orthonormal_columns(off)
+    np.testing.assert_allclose(fixed.T @ fixed, np.eye(12), atol=1e-14)
+    assert np.rad2deg(sla.subspace_angles(fixed, off).max()) < 1e-9

@@ -190,16 +190,24 @@ class LanczosResult:
         }
 
 
+#: |QᵀQ − I| below which :func:`orthonormal_columns` returns Q as it is
+ORTHONORMAL_TOL = 1e-12
+
+
 def orthonormal_columns(q: np.ndarray) -> np.ndarray:
-    """An orthonormal basis of span(q) (shape of q, full column rank assumed).
+    """An orthonormal basis of span(q) (shape of q, full column rank assumed); q itself when
+    its columns are orthonormal to :data:`ORTHONORMAL_TOL` (a λ path's start: 1 s of a
+    DDTP r = 300 fit went to re-orthonormalising its 320 Ritz vectors).
 
     CholeskyQR2 (two passes of ``Q ← Q L⁻ᵀ`` with ``L Lᵀ = QᵀQ``): two GEMMs and two
     triangular solves, 4-8x faster than Householder QR on tall blocks (95k × 120: 0.8 s for
     ``np.linalg.qr`` on this machine), and as accurate when QᵀQ is not near-singular; falls
     back to Householder QR when Cholesky fails or the block is ill-conditioned.
     """
-    for _ in range(2):
+    for attempt in range(2):
         g = q.T @ q
+        if attempt == 0 and np.abs(g - np.eye(g.shape[0])).max() <= ORTHONORMAL_TOL:
+            return q  # already orthonormal (e.g. a λ path's Ritz vectors): nothing to do
         d = np.sqrt(np.diag(g))
         if not np.all(d > 0):
             return np.linalg.qr(q)[0]
