@@ -567,7 +567,8 @@ def run_lambda_grid(
     from pipeline.linalg import solve_cr5
 
     grid = [float(x) for x in args.lambda_grid.split(",")]
-    out: dict = {"grid": grid}
+    out: dict = {"grid": grid, "stop_rule": args.stop_rule, "stop_patience": args.stop_patience}
+    validation = validation_set(corpus)
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         backend, close, _ = make_our_backend(
             kind, corpus, Path(tmp), args.spark_master, args.partitions
@@ -591,6 +592,9 @@ def run_lambda_grid(
                             start_steps=args.start_steps,
                             start=start if mode == "path" else None,
                             keep_start=mode == "path",
+                            stop_rule=args.stop_rule,
+                            stop_patience=args.stop_patience,
+                            validation=validation,
                         )
                     start = res.path_start
                     ret = retrieval(res.components, corpus.test)
@@ -603,16 +607,24 @@ def run_lambda_grid(
                             "cpu_s": round(m.cpu, 2),
                             "eigensolver_iterations": res.history["eigensolver"]["n_iter"],
                             "column_passes": sum(res.history["passes"]["column_passes"].values()),
+                            "stopped_by": res.history["eigensolver"]["stopped_by"],
                             "P@1_mean": round(p1, 4),
                             "P@1_min": round(float(np.min(p1s)), 4),
                         }
                     )
+                    if corpus.validation:  # λ is then chosen on it, as the evaluate stage does
+                        val = retrieval(res.components, corpus.validation).values()
+                        fits[-1]["validation_P@1"] = round(
+                            float(np.mean([v["p@1"] for v in val])), 4
+                        )
                     print(f"   λ grid [{mode}] {fits[-1]}", flush=True)
-                best = max(fits, key=lambda f: f["P@1_mean"])
+                key = "validation_P@1" if corpus.validation else "P@1_mean"
+                best = max(fits, key=lambda f: f[key])
                 out[mode] = {
                     "fits": fits,
                     "total_wall_s": round(sum(f["wall_s"] for f in fits), 2),
                     "total_column_passes": sum(f["column_passes"] for f in fits),
+                    "chosen_by": key,
                     "chosen_lam": best["lam"],
                     "chosen_P@1": best["P@1_mean"],
                 }
@@ -637,7 +649,10 @@ def run_lambda_grid(
         f"over the fit at λ = {args.lam:g}: {out.get('grid_over_fit_at_lam')}"
     )
     for m in modes:
-        print(f"   {m}: chosen λ = {out[m]['chosen_lam']:g}, P@1 {out[m]['chosen_P@1']}")
+        print(
+            f"   {m}: chosen λ = {out[m]['chosen_lam']:g} (by {out[m]['chosen_by']}), "
+            f"held-out P@1 {out[m]['chosen_P@1']}"
+        )
     return out
 
 
