@@ -559,6 +559,25 @@ def load_corpus(args: argparse.Namespace) -> SyntheticCorpus:
         )
 
 
+def solver_options(args: argparse.Namespace, corpus: SyntheticCorpus) -> dict:
+    """solve_cr5's keyword arguments from the options (all but λ, the block and the start)."""
+    return {
+        "r": args.r,
+        "oversampling": args.oversampling,
+        "cg_rtol": args.cg_rtol,
+        "cg_maxiter": 500,
+        "precond_rank": args.precond_rank,
+        "eig_rtol": args.eig_rtol,
+        "eig_maxiter": 250,
+        "seed": args.seed,
+        "start_steps": args.start_steps,
+        "reuse_solves": not args.no_reuse_solves,
+        "stop_rule": args.stop_rule,
+        "stop_patience": args.stop_patience,
+        "validation": validation_set(corpus),
+    }
+
+
 def run_lambda_grid(
     kind: str, args: argparse.Namespace, corpus: SyntheticCorpus, nnz: dict[str, int], b: int
 ) -> dict:
@@ -568,7 +587,7 @@ def run_lambda_grid(
 
     grid = [float(x) for x in args.lambda_grid.split(",")]
     out: dict = {"grid": grid, "stop_rule": args.stop_rule, "stop_patience": args.stop_patience}
-    validation = validation_set(corpus)
+    options = solver_options(args, corpus)
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         backend, close, _ = make_our_backend(
             kind, corpus, Path(tmp), args.spark_master, args.partitions
@@ -582,19 +601,10 @@ def run_lambda_grid(
                         res = solve_cr5(
                             backend,
                             lam=lam,
-                            r=args.r,
-                            oversampling=args.oversampling,
-                            seed=args.seed,
                             block_size=args.block_size,
-                            cg_rtol=args.cg_rtol,
-                            eig_rtol=args.eig_rtol,
-                            precond_rank=args.precond_rank,
-                            start_steps=args.start_steps,
                             start=start if mode == "path" else None,
                             keep_start=mode == "path",
-                            stop_rule=args.stop_rule,
-                            stop_patience=args.stop_patience,
-                            validation=validation,
+                            **options,
                         )
                     start = res.path_start
                     ret = retrieval(res.components, corpus.test)
@@ -687,24 +697,7 @@ def run_ours(
         print(f"== ours [{kind}] running ...", flush=True)
         try:
             with Measure() as m_ours:
-                res = solve_cr5(
-                    backend,
-                    lam=args.lam,
-                    r=args.r,
-                    oversampling=args.oversampling,
-                    cg_rtol=args.cg_rtol,
-                    precond_rank=args.precond_rank,
-                    cg_maxiter=500,
-                    stop_rule=args.stop_rule,
-                    stop_patience=args.stop_patience,
-                    validation=validation_set(corpus),
-                    eig_rtol=args.eig_rtol,
-                    eig_maxiter=250,
-                    seed=args.seed,
-                    block_size=b,
-                    start_steps=args.start_steps,
-                    reuse_solves=not args.no_reuse_solves,
-                )
+                res = solve_cr5(backend, lam=args.lam, block_size=b, **solver_options(args, corpus))
         finally:
             if close is not None:
                 close()
