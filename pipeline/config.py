@@ -543,7 +543,7 @@ class EvaluateConfig:
         "started from the previous fit's r + oversampling leading Ritz vectors, with their "
         "solves as initial CG guesses (C does not depend on λ), and run to the same "
         "residual rule as any fit. Grid 0.3/1/3/10 against one fit (column-passes, wall): "
-        "synthetic 200k 1.25x, 1.7x; DDTP r = 100 2.4x, 2.8x; DDTP r = 300 2.7x, 3.6x; "
+        "synthetic 200k 1.25x, 1.7x; DDTP r = 100 2.4x, 2.6x; DDTP r = 300 2.7x, 3.5x; "
         "independent fits 4x. Its models at the smaller λ retrieve as well or better "
         "(DDTP r = 100, held-out P@1 at λ = 1: 0.969 against 0.948), so the chosen λ can "
         "differ from independent fits'. With a tight train.eig_rtol the path is slower "
