@@ -101,3 +101,26 @@ def test_invalid_deflation_is_refused():
         SpectralJacobi(np.ones(4), np.eye(4)[:, :2], np.array([1.0, 0.0]))
     with pytest.raises(ValueError, match="shape"):
         SpectralJacobi(np.ones(4), np.eye(4)[:, :2], np.array([1.0]))
+
+
+def test_float32_deflation_products_match_float64_and_cg_converges_the_same():
+    """dtype=float32 (a float32 backend's pass dtype) rounds only the deflation products:
+    M agrees with the float64 M to float32 precision, stays symmetric to it, and PCG
+    reaches the same solution in the same number of iterations."""
+    a = _gram(seed=3)
+    jac = 1.0 / np.diag(a)
+    m64 = spectral_jacobi(_Dense(a).matmat, jac, 8, seed=0)
+    m32 = spectral_jacobi(_Dense(a).matmat, jac, 8, seed=0, dtype=np.float32)
+    assert m32.rank == m64.rank == 8
+    eye = np.eye(a.shape[0])
+    d64, d32 = m64.matmat(eye), m32.matmat(eye)
+    assert np.abs(d32 - d64).max() <= 1e-6 * np.abs(d64).max()
+    assert np.abs(d32 - d32.T).max() <= 1e-6 * np.abs(d64).max()
+    b = np.random.default_rng(1).standard_normal((a.shape[0], 3))
+    runs = [block_cg(_Dense(a), b, m=m, rtol=1e-6) for m in (m64, m32)]
+    assert runs[0].n_iter == runs[1].n_iter
+    want = np.linalg.solve(a, b)
+    for res in runs:
+        assert np.linalg.norm(res.x - want) <= 1e-5 * np.linalg.norm(want)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        SpectralJacobi(jac, dtype=np.float16)

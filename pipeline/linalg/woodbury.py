@@ -201,6 +201,7 @@ class WoodburyInverse(BlockOperator):
                 self._jacobi[lang],
                 self.precond_rank,
                 seed=self.seed + 7919 * langs.index(lang),
+                dtype=self.backend.dtype,  # the deflation products in the pass dtype
             )
 
         t0 = time.perf_counter()
