@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:
 from bench.ddtp_sample import SAMPLE, default_full_path, load_sample_corpus  # noqa: E402
 from bench.machine import machine_info  # noqa: E402
 from bench.synthetic import SyntheticCorpus, make_synthetic_corpus  # noqa: E402
+from pipeline.allocator import tune_malloc  # noqa: E402
 from pipeline.config import TRAIN_DEFAULTS  # noqa: E402
 
 log = logging.getLogger("bench_train")
@@ -510,6 +511,12 @@ def arg_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
     ap.add_argument("--skip-baseline", action="store_true")
     ap.add_argument(
+        "--no-malloc-tuning",
+        action="store_true",
+        help="leave glibc's malloc thresholds alone (the pipeline sets them: "
+        "spark.driver_malloc_tuning; runs before 2026-11-25 20:40 did not)",
+    )
+    ap.add_argument(
         "--also-local",
         action="store_true",
         help="with --backend spark: also fit on the local backend first (same run, ratio)",
@@ -749,6 +756,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_tracemalloc:
         tracemalloc.start()
     info = machine_info()
+    # as the pipeline's runner does (spark.driver_malloc_tuning); both methods run after it
+    info["malloc_tuning"] = False if args.no_malloc_tuning else tune_malloc()
     print("== machine")
     for key, val in info.items():
         print(f"  {key}: {val}")

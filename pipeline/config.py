@@ -60,6 +60,13 @@ class SparkConfig:
         default_factory=dict,
         doc='Extra Spark properties, e.g. {"spark.executor.memory": "8g"}.',
     )
+    driver_malloc_tuning: bool = param(
+        True,
+        doc="Python driver process (glibc): keep freed blocks up to 64 MB in the heap and trim "
+        "it only above 256 MB (pipeline/allocator.py), instead of returning pages to the OS "
+        "and faulting them back in: the first Cr5 fit in a process ran 14 % faster on DDTP "
+        "(r = 100). Up to 256 MB of freed memory stays with the process.",
+    )
 
 
 @dataclass(frozen=True)

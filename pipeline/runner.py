@@ -167,6 +167,10 @@ def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None)
     try:
         profiles = args.conf or ([str(DEFAULT_PROFILE)] if DEFAULT_PROFILE.exists() else [])
         cfg = load_config(profiles, args.overrides)
+        if cfg.spark.driver_malloc_tuning:
+            from pipeline.allocator import tune_malloc
+
+            tune_malloc()
         for name in names:
             get_stage(name)  # fail on a typo before starting Spark
         from pipeline.preflight import run_preflight
