@@ -95,8 +95,8 @@ class Sizes:
     max_basis: int | None = None  # None: max(r, b) + 4b
     #: Cᵀ results are each language's K_l rows (bench_chain SOLVER_FEATURES; older runs: K)
     ct_language_rows: bool = True
-    #: train.precond_rank: the CG preconditioner's p_l x k basis per language on the driver
-    #: (0 for the recorded runs, which predate it)
+    #: train.precond_rank: the CG preconditioner's p_l x k basis per language on the driver,
+    #: float32 (the pass dtype; 0 for the recorded runs, which predate it)
     precond_rank: int = 0
     #: Φ from the float32 images (8 p r at its peak; 24 p r before ``phi_float32``)
     phi_float32: bool = True
@@ -442,7 +442,7 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
     common = {"base": DRIVER_BASE_MB * MB, "basis": 8.0 * k * cap}
     if s.precond_rank:
-        common["precond"] = 8.0 * p * s.precond_rank
+        common["precond"] = 4.0 * p * s.precond_rank
     if backend == "local":
         common["X"] = 8.0 * s.z + 16.0 * s.n
     one = {"images": 4.0 * p * min((s.lanczos_iterations - 1) * b, cap)}
