@@ -451,7 +451,7 @@ def block_lanczos(
             )
         scale = float(np.max(np.linalg.norm(w, axis=0), initial=0.0))
         coef, w = _orthogonalise(state.basis, w)
-        q_new, r_new = _new_block(state.basis, w, max(b, n_a), scale, rng)
+        q_new, r_new = _new_block(state.basis, w, b, scale, rng)
         k = q_new.shape[1]
         # rows: every basis column; columns: the applied ones. Q_new is orthogonal to the
         # whole basis, which holds A V of every earlier applied column: their rows are 0.

@@ -539,13 +539,13 @@ def solve_cr5(
         if path is not None:
             c = min(path.vectors.shape[1], width)
             state = initial_state(k, width, seed, start=path.vectors[:, :c])
+            if path.solves is not None:
+                # the start as initial_state orthonormalised it (float32 is plenty for a guess)
+                m_op.guess = (state.basis[:, :c].astype(np.float32), path.solves[:, :c])
         else:
             warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps) if start_steps else None
             state = initial_state(k, width, seed, warm=warm)
         timings["warm_start"] = time.perf_counter() - t0
-        if path is not None and path.solves is not None:
-            # the start as initial_state orthonormalised it (float32 is plenty for a guess)
-            m_op.guess = (state.basis[:, :c].astype(np.float32), path.solves[:, :c])
     else:
         state = LanczosState.from_parts(*saved)
     resumed_from = None if saved is None else state.n_iter
