@@ -263,6 +263,36 @@ def test_wide_start_is_applied_in_turns_with_exact_residuals(kind, max_basis):
     np.testing.assert_allclose(res.eigenvalues, want, rtol=1e-8)
 
 
+def test_wide_start_restarts_leave_room_for_two_blocks():
+    """With a λ path's basis cap (max(r, b) + start width + 2 b) the start's residual
+    directions keep waiting; a restart keeps r Ritz vectors so that two blocks fit before
+    the next one (keeping more left room for one: a restart every iteration, which cost a
+    DDTP λ path 2,000 column-passes) — and the residuals stay exact."""
+    a = _psd("flat", n=200)
+    r, b, width = 8, 4, 12
+    cap = max(r, b) + width + 2 * b
+    start = np.linalg.eigh(a + 0.02 * np.diag(np.linspace(1, 0, 200)))[1][:, ::-1][:, :width]
+    restarts: list[int] = []
+    st = initial_state(a.shape[0], width, seed=0, start=start)
+    res = block_lanczos(
+        DenseOperator(a),
+        r,
+        block_size=b,
+        rtol=1e-6,
+        maxiter=400,
+        seed=0,
+        state=st,
+        max_basis=cap,
+        checkpoint=lambda state: restarts.append(state.n_restarts),
+    )
+    assert res.converged and res.n_restarts >= 3
+    steps = np.diff([0, *restarts])
+    # never a restart on two consecutive iterations
+    assert not np.any((steps[1:] > 0) & (steps[:-1] > 0)), restarts
+    true = _true_relative_residuals(a, res)
+    np.testing.assert_allclose(res.residual_norms[-1], true, rtol=1e-6, atol=1e-12)
+
+
 def test_wide_start_needs_room_in_a_bounded_basis():
     a = _psd("decaying")
     st = initial_state(a.shape[0], 12, seed=0)

@@ -498,8 +498,10 @@ def block_lanczos(
             stopped = bool(monitor(state, theta, s)) and not converged
         if not converged and not stopped:
             if max_basis is not None and state.basis.shape[1] + b > max_basis:
+                # room for two blocks after the restart: with a wide start's residual
+                # directions waiting (a λ path), room for one restarted every iteration
                 waiting = state.basis.shape[1] - state.n_applied
-                keep = max(r, min(max_basis - waiting - b, max_basis // 2))
+                keep = max(r, min(max_basis - waiting - 2 * b, max_basis // 2))
                 _thick_restart(state, theta, s, keep=keep, buf=buf)
                 theta = s = rho = None
             state.rng_state = rng.bit_generator.state
