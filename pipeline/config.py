@@ -326,8 +326,8 @@ class TrainConfig:
         "from its Ritz vectors and solves, then at train.lam from the last (a regularisation "
         "path, as evaluate.lambda_warm_start fits a grid); the model is the last fit. [10] "
         "against none (held-out P@1, fit time): DDTP r = 100 +1.9 points (worst direction "
-        "+4.6) in 1.33x; r = 300 +1.2 in 2.1x; synthetic 200k +2.3 in 0.95x; the bundled "
-        "sample -0.1 in 1.13x. In a λ path grid it applies to the first (largest) λ only.",
+        "+4.8) in 1.46x; r = 300 +1.2 in 1.8x; synthetic 200k +2.3 in 0.86x; the bundled "
+        "sample -0.1 in 1.26x. In a λ path grid it applies to the first (largest) λ only.",
     )
     reuse_solves: bool = param(
         True,
@@ -550,11 +550,11 @@ class EvaluateConfig:
         "started from the previous fit's r + oversampling leading Ritz vectors, with their "
         "solves as initial CG guesses (C does not depend on λ), and run to the same "
         "residual rule as any fit. Grid 0.3/1/3/10 against one fit (column-passes, wall): "
-        "synthetic 200k 1.25x, 1.7x; DDTP r = 100 2.4x, 2.6x; DDTP r = 300 2.7x, 3.5x; "
-        "independent fits 4x. Its models at the smaller λ retrieve as well or better "
-        "(DDTP r = 100, held-out P@1 at λ = 1: 0.969 against 0.948), so the chosen λ can "
-        "differ from independent fits'. With a tight train.eig_rtol the path is slower "
-        "(0.01: 83 iterations at λ = 0.3 against 51): set false. false: independent fits "
+        "synthetic 200k 1.25x, 1.7x; bundled sample 2.15x, 2.4x; DDTP r = 100 2.24x, 2.5x; "
+        "DDTP r = 300 2.66x, 3.2x; independent fits 4x. Its models at the smaller λ retrieve "
+        "as well or better (DDTP r = 100, held-out P@1 at λ = 1: 0.969 against 0.948), so "
+        "the chosen λ can differ from independent fits'. With a tight train.eig_rtol it "
+        "saves nothing (0.01: 57 iterations at λ = 0.3 against 51). false: independent fits "
         "from the surrogate start (the train stage's model is then reused for its λ).",
     )
     report_dir: str | None = param(
