@@ -291,6 +291,7 @@ def test_wide_start_restarts_leave_room_for_two_blocks():
     assert not np.any((steps[1:] > 0) & (steps[:-1] > 0)), restarts
     true = _true_relative_residuals(a, res)
     np.testing.assert_allclose(res.residual_norms[-1], true, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(res.eigenvalues, np.linalg.eigh(a)[0][::-1][:r], rtol=1e-8)
 
 
 def test_wide_start_needs_room_in_a_bounded_basis():
