@@ -12,10 +12,10 @@ regularises.
 
 Examples::
 
-    OPENBLAS_NUM_THREADS=1 python bench/bench_exactness.py --corpus sample \\
+    OPENBLAS_NUM_THREADS=1 python bench/bench_exactness.py --corpus sample --r 100 \\
         --out bench/results/exactness_sample_r100.json
     OPENBLAS_NUM_THREADS=1 python bench/bench_exactness.py --corpus synthetic --docs 200000 \\
-        --vocab 50000 --out bench/results/exactness_200k_r100.json   # ~25 min
+        --vocab 50000 --r 100 --out bench/results/exactness_200k_r100.json   # ~25 min
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from bench.bench_train import (
     machine_info,
     make_our_backend,
     retrieval,
+    solver_options,
 )
 
 
@@ -78,7 +79,8 @@ def run(args, path_lams: list[float], eval_lams: list[float], exact: dict) -> in
     corpus = load_corpus(args)
     print(f"== machine {info}")
     print(f"== corpus {args.corpus}: {corpus.info['n_train']} training docs, r = {args.r}")
-    kw = {"r": args.r, "oversampling": args.oversampling, "seed": args.seed}
+    # the options bench_train parses (CG and eigensolver tolerances, preconditioner, start)
+    kw = solver_options(args, corpus)
     fits: dict[tuple[str, float], tuple[np.ndarray, dict, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_exactness_") as tmp:
         backend, close, _ = make_our_backend("local", corpus, Path(tmp), None, None)
@@ -94,7 +96,7 @@ def run(args, path_lams: list[float], eval_lams: list[float], exact: dict) -> in
             for lam in eval_lams:
                 for mode, extra_kw in (("independent", {}), ("exact", exact)):
                     t0 = time.perf_counter()
-                    res = solve_cr5(backend, lam=lam, keep_start=True, **kw, **extra_kw)
+                    res = solve_cr5(backend, lam=lam, keep_start=True, **{**kw, **extra_kw})
                     vecs = res.path_start.vectors[:, : args.r].copy()
                     fits[(mode, lam)] = (vecs, res.components, time.perf_counter() - t0)
             rows = []
