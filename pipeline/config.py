@@ -542,7 +542,12 @@ class EvaluateConfig:
         "cosine", doc="Similarity of the selection metric."
     )
     lambda_models_dir: str | None = param(
-        None, doc="Where the per-λ models go (default <paths.root>/lambda_models)."
+        None,
+        doc="Where the per-λ models go (default <paths.root>/lambda_models). A λ path also "
+        "keeps its resume checkpoint there (.path-<hash>: the finished models and the last "
+        "fit's start, K x (r + oversampling) float64 and p x (r + oversampling) float32), so "
+        "a rerun after a failure fits only the λ values the path had not finished, and a "
+        "rerun of a finished path none.",
     )
     lambda_warm_start: bool = param(
         True,

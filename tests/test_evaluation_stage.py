@@ -236,6 +236,56 @@ def test_lambda_warm_start_chooses_as_independent_fits(spark, chain):
     assert passes[True] < passes[False], passes
 
 
+def test_interrupted_lambda_path_resumes_where_it_stopped(spark, chain, tmp_path, monkeypatch):
+    """A λ path that fails after two of its three fits resumes on the rerun: the finished
+    models are reused, the last λ starts from the checkpointed start of its predecessor
+    and gives the model an uninterrupted path gives; a rerun of a finished path fits
+    nothing."""
+    from pipeline.stages import train as training
+
+    _, cfg, _ = chain
+    real_run = training.run
+
+    def grid(name):
+        return EvaluateConfig(
+            engine="local",
+            measures=["cosine"],
+            lambda_grid=[0.3, 3.0, 10.0],
+            lambda_models_dir=str(tmp_path / name),
+            report_dir=str(tmp_path / f"reports-{name}"),
+            plot=False,
+        )
+
+    whole = run_evaluation(spark, cfg, grid("whole"))["lambda_selection"]
+    calls = []
+
+    def failing_run(spark_, cfg_, data=None):
+        calls.append(cfg_.train.lam)
+        if len(calls) == 3:
+            raise RuntimeError("simulated driver failure")
+        return real_run(spark_, cfg_, data)
+
+    monkeypatch.setattr(training, "run", failing_run)
+    with pytest.raises(RuntimeError, match="simulated"):
+        run_evaluation(spark, cfg, grid("resumed"))
+    assert calls == [10.0, 3.0, 0.3]
+    calls.clear()
+    resumed = run_evaluation(spark, cfg, grid("resumed"))["lambda_selection"]
+    assert calls == [0.3]  # only the λ the failure interrupted is fitted again
+    assert [c["resumed"] for c in resumed["curve"]] == [False, True, True]
+    for a, b in zip(whole["curve"], resumed["curve"], strict=True):
+        ma, mb = Cr5Model.load(a["model"]), Cr5Model.load(b["model"])
+        assert mb.meta["training"]["eigensolver_start"] == ma.meta["training"]["eigensolver_start"]
+        np.testing.assert_allclose(mb.meta["eigenvalues"], ma.meta["eigenvalues"], rtol=1e-12)
+        assert b["score"] == pytest.approx(a["score"], abs=1e-12)
+    assert resumed["chosen"] == whole["chosen"]
+
+    calls.clear()
+    again = run_evaluation(spark, cfg, grid("resumed"))["lambda_selection"]
+    assert calls == [] and all(c["resumed"] for c in again["curve"])
+    assert [c["score"] for c in again["curve"]] == [c["score"] for c in resumed["curve"]]
+
+
 def test_validation_stop_rule_scores_the_split_validation_concepts(spark, chain, tmp_path):
     """train.stop_rule=validation: the eigensolver is scored on the split stage's validation
     concepts after every iteration; the model holds the best iteration, and its recorded

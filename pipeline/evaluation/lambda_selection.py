@@ -17,12 +17,20 @@ all its models come from one path).
 Each λ's model is written as a regular model directory (``<dir>/lam=<λ>``) so the
 evaluation embeds through exactly the public path (:meth:`Cr5Model.embed`) and the chosen
 model stays available for reuse.
+
+A path resumes: after each fit its :class:`~pipeline.linalg.cr5.PathStart` is checkpointed
+(``<dir>/.path-<hash>``, the hash of the train/features/text settings, the λ order and the
+write tokens of the tfidf, vocabulary and held-out splits datasets), so a rerun after a
+failure reuses the models the path had finished and continues from the last one's start
+instead of refitting the grid; a rerun of a finished path refits nothing. Within one λ's fit
+there are no checkpoints (a failed fit restarts from the previous λ's start).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +38,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pipeline.config import Config
+from pipeline.errors import DatasetNotFoundError
+from pipeline.io.datasets import read_manifest
 from pipeline.io.locations import same_location
+from pipeline.io.schemas import SPLITS, TFIDF, VOCABULARY
+from pipeline.linalg.checkpoint import CheckpointStore, fingerprint_hash
 from pipeline.model.format import read_model_json
 
 log = logging.getLogger(__name__)
@@ -43,9 +55,10 @@ def lambda_model_dir(cfg: Config, models_dir: str | None, lam: float) -> str:
     return f"{base}/lam={lam:g}"
 
 
-def reusable_model(cfg: Config, lam: float) -> str | None:
-    """``paths.model`` when it was fitted with ``lam`` and the current train/features settings."""
-    path = cfg.paths.dataset("model")
+def reusable_model(cfg: Config, lam: float, path: str | None = None) -> str | None:
+    """The model at ``path`` (default ``paths.model``) when it was fitted with ``lam`` and the
+    current train/features settings, else None."""
+    path = path or cfg.paths.dataset("model")
     try:
         meta = read_model_json(path)
     except Exception:  # absent or unreadable: just refit
@@ -64,6 +77,99 @@ def reusable_model(cfg: Config, lam: float) -> str | None:
         and list(meta.get("training", {}).get("selection", {}).get("pair", [])) == list(t.pair)
     )
     return path if same else None
+
+
+def _data_tokens(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    """Write tokens (and Delta versions) of the datasets a fit reads: a rewritten input
+    changes them, so a path checkpoint of the old data is not resumed."""
+    specs = [(TFIDF, cfg.paths.dataset("tfidf")), (VOCABULARY, cfg.paths.dataset("vocabulary"))]
+    if cfg.heldout_path():
+        specs.append((SPLITS, cfg.heldout_path()))
+    tokens: dict[str, Any] = {}
+    for spec, path in specs:
+        try:
+            manifest = read_manifest(spark, spec, path)
+        except DatasetNotFoundError:
+            if spec is not SPLITS:
+                raise
+            # features.heldout_concepts may name any table of concept ids, without a
+            # manifest: its location is all there is to compare
+            manifest = {}
+        tokens[spec.name] = [path, manifest.get("write_token"), manifest.get("delta_version")]
+    return tokens
+
+
+class _PathCheckpoint:
+    """The latest :class:`~pipeline.linalg.cr5.PathStart` of a λ path and the models it has
+    finished (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, cfg: Config, base: str, lams: list[float]) -> None:
+        fingerprint = {
+            "settings": cfg.fingerprint("train", "features", "text"),
+            "order": [float(lam) for lam in lams],
+            "data": _data_tokens(spark, cfg),
+        }
+        name = f".path-{fingerprint_hash(fingerprint)[:16]}"
+        # one path's checkpoint per models directory: other settings would overwrite the
+        # same lam=<λ> models anyway, so an older path's checkpoint can no longer resume
+        for old in Path(base).glob(".path-*"):
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+        self.store = CheckpointStore(f"{base}/{name}", fingerprint)
+
+    def finished(self) -> tuple[list[str], Any]:
+        """The digests of the models the path finished, in path order, and the PathStart
+        left by the last of them (None when none finished or the path is complete)."""
+        from pipeline.linalg.cr5 import PathStart
+
+        saved = self.store.load("path")
+        if saved is None:
+            return [], None
+        arrays, meta = saved
+        start = None
+        if "vectors" in arrays:
+            start = PathStart(
+                lam=float(meta["lam"]),
+                vectors=arrays["vectors"],
+                solves=arrays.get("solves"),
+                w=arrays.get("w"),
+            )
+        return list(meta["models"]), start
+
+    def save(self, models: list[str], start: Any, *, last: bool) -> None:
+        """Record the finished models and (unless ``last``: nothing follows) their start."""
+        arrays = {}
+        if not last:
+            parts = {"vectors": start.vectors, "solves": start.solves, "w": start.w}
+            arrays = {key: value for key, value in parts.items() if value is not None}
+        self.store.save("path", arrays, {"models": models, "lam": float(start.lam)})
+
+
+def _resumable(
+    cfg: Config,
+    grid: list[float],
+    order: list[int],
+    models_dir: str | None,
+    finished: list[str],
+    start: Any,
+) -> tuple[list[str], Any]:
+    """The finished prefix of a path that can be reused, and the start to continue from:
+    all of it when every model is still the one the checkpoint recorded, else nothing
+    (a later fit needs the start its predecessor left, and only the last one is kept)."""
+    for digest, i in zip(finished, order, strict=False):
+        lam = float(grid[i])
+        model = reusable_model(cfg, lam, lambda_model_dir(cfg, models_dir, lam))
+        if model is None or model_digest(model) != digest:
+            log.info("lambda path: the model of lambda %g changed since the checkpoint; refit", lam)
+            return [], None
+    if len(finished) < len(order) and start is None:
+        return [], None
+    return finished, start
+
+
+def model_digest(path: str) -> str:
+    """Identifies one written model: a hash of its model.json (λ, eigenvalues, history)."""
+    return fingerprint_hash(read_model_json(path))[:16]
 
 
 def select_lambda(
@@ -91,7 +197,8 @@ def select_lambda(
     -------
     dict
         ``chosen_lam``, ``chosen_model``, ``curve`` (one entry per λ: lam, score, model,
-        fit_seconds, reused, details) and ``backend_load_seconds``.
+        fit_seconds, reused_train_model, resumed (finished by an earlier run of the same
+        path), details), ``backend_load_seconds``, ``fit_order`` and ``path``.
     """
     from pipeline.stages import train as training
 
@@ -101,16 +208,30 @@ def select_lambda(
     order = list(range(len(grid)))
     if warm_start:  # the path: largest λ first
         order.sort(key=lambda i: -float(grid[i]))
+    ckpt = None
+    done: list[str] = []  # digests of the path's models so far, in path order
+    resume_start: Any = None
+    if warm_start:
+        base = models_dir or (cfg.paths.root.rstrip("/") + "/lambda_models")
+        ckpt = _PathCheckpoint(spark, cfg, base, [float(grid[i]) for i in order])
+        done, resume_start = _resumable(cfg, grid, order, models_dir, *ckpt.finished())
+    n_resumed = len(done)
     try:
-        for i in order:
+        for k, i in enumerate(order):
             lam = float(grid[i])
             path = None if warm_start else reusable_model(cfg, lam)
             fit_seconds = 0.0
             reused = path is not None
+            resumed = k < n_resumed
+            if resumed:
+                path = lambda_model_dir(cfg, models_dir, lam)
+                log.info("lambda %g: finished by an earlier run of this path; reused", lam)
             if path is None:
                 if data is None:
                     data = training.load_training_data(spark, cfg)
                     data.chain_starts = warm_start
+                    # resumed λs were skipped: start from the last one's checkpointed start
+                    data.path_start = resume_start if n_resumed else None
                 path = lambda_model_dir(cfg, models_dir, lam)
                 sub = dataclasses.replace(
                     cfg,
@@ -118,6 +239,9 @@ def select_lambda(
                     paths=dataclasses.replace(cfg.paths, model=path),
                 )
                 fit_seconds = training.run(spark, sub, data)["fit_seconds"]
+                if ckpt is not None:
+                    done = [*done, model_digest(path)]
+                    ckpt.save(done, data.path_start, last=k == len(order) - 1)
             score, details = score_fn(path, lam)
             log.info("lambda %g: validation score %.4f (fit %.1f s)", lam, score, fit_seconds)
             entries[i] = {
@@ -126,6 +250,7 @@ def select_lambda(
                 "model": str(Path(path)),
                 "fit_seconds": round(fit_seconds, 2),
                 "reused_train_model": reused,
+                "resumed": resumed,
                 "details": details,
             }
     finally:

@@ -194,6 +194,8 @@ def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
         for c in sel["curve"]:
             mark = " ←" if c["lam"] == sel["chosen"] else ""
             how = " (train stage's model)" if c.get("reused_train_model") else ""
+            if c.get("resumed"):
+                how = " (finished by an earlier run of this path)"
             out.append(
                 f"| {c['lam']:g}{mark} | {c['score']:.4f} | {c['fit_seconds']} | "
                 f"`{c['model']}`{how} |"
