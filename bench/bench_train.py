@@ -122,10 +122,10 @@ def count_language_passes(backend, nnz: dict[str, int]) -> dict:
         counts.setdefault(kind, {lang: [0, 0] for lang in nnz})
         original = getattr(backend, method)
 
-        def wrapped(lang, block, _orig=original, _c=counts[kind]):
+        def wrapped(lang, block, _orig=original, _c=counts[kind], **kw):
             _c[lang][0] += 1
             _c[lang][1] += 1 if np.ndim(block) == 1 else int(np.shape(block)[1])
-            return _orig(lang, block)
+            return _orig(lang, block, **kw)
 
         setattr(backend, method, wrapped)
 

@@ -117,3 +117,20 @@ def test_gram_solves_on_corpora(name, dtype):
             res = block_cg(GramOperator(be, lang, lam), rhs, rtol=rtol, maxiter=2000, m=jac)
         err = np.linalg.norm(res.x - np.linalg.solve(bl, rhs)) / np.linalg.norm(res.x)
         assert err < (1e-7 if dtype == "float64" else 1e-3)
+
+
+def test_float32_working_precision_reaches_the_tolerance():
+    """dtype=float32: every CG vector in float32 (the result too), converged to rtol by the
+    true residual (float64), in the iterations float64 needs (well conditioned: rounding
+    cannot change the Krylov space the rtol is reached in)."""
+    a = _spd("well")
+    b = np.random.default_rng(3).standard_normal((60, 5))
+    m = 1.0 / np.diag(a)
+    ref = block_cg(DenseOperator(a), b, rtol=1e-4, maxiter=500, m=m)
+    res = block_cg(DenseOperator(a), b, rtol=1e-4, maxiter=500, m=m, dtype=np.float32)
+    assert res.x.dtype == np.float32 and res.converged.all()
+    rel = np.linalg.norm(b - a @ res.x.astype(np.float64), axis=0) / np.linalg.norm(b, axis=0)
+    assert np.all(rel <= 1.1e-4)  # float32 rounding: ~1e-7 x cond(a) <= 1e-6 of drift
+    assert abs(res.n_iter - ref.n_iter) <= 1
+    with pytest.raises(ValueError, match="float32 or float64"):
+        block_cg(DenseOperator(a), b, dtype=np.float16)

@@ -100,3 +100,43 @@ def test_woodbury_pickles_without_history():
     assert clone.records == [] and clone.c == op.c
     u = np.ones((op.shape[0], 1))
     np.testing.assert_array_equal(clone.matmat(u), op.matmat(u))
+
+
+def test_float32_cg_for_the_solves_and_float64_for_w(monkeypatch):
+    """With a float32 backend the block solves run their CG in float32 (train.cg_dtype
+    None) and still meet their tolerance against the dense inverse; the w = B⁻¹μ solve,
+    whose 1e-6 tolerance float32 cannot reach, stays float64; cg_dtype="float64" gives
+    the float64 CG back."""
+    problem = PROBLEMS["tiny_language"]
+    corpus = problem.corpus()
+    be = LocalCorpusBackend(corpus, problem.n_concepts, dtype="float32")
+    xh, _ = dense_centred(corpus, problem.n_concepts)
+    lam = 0.5
+    a_hat = xh.T @ xh + lam * np.eye(xh.shape[1])
+    u = np.random.default_rng(0).standard_normal((xh.shape[1], 3))
+    want = np.linalg.solve(a_hat, u)
+    import pipeline.linalg.woodbury as woodbury
+
+    calls = []
+    real = woodbury.block_cg
+
+    def recording(a, b, **kw):
+        calls.append((b.shape[1], np.dtype(kw["dtype"])))
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(woodbury, "block_cg", recording)
+    for cg_dtype, dtype in ((None, np.float32), ("float64", np.float64)):
+        calls.clear()
+        op = WoodburyInverse(be, lam, rtol=1e-4, w_rtol=1e-6, maxiter=5000, cg_dtype=cg_dtype)
+        assert op.cg_dtype == dtype
+        got = op.matmat(u)
+        assert got.dtype == np.float64
+        # per language: the w solve (1 column) in float64, the block (3) in the CG dtype
+        assert set(calls) == {(1, np.dtype(np.float64)), (3, np.dtype(dtype))}
+        # rtol 1e-4 per language block, amplified by at most cond(Â) / cond(B) ~ 1
+        assert np.linalg.norm(got - want) <= 1e-3 * np.linalg.norm(want)
+        b_mat = a_hat + xh.shape[0] * np.outer(op.mu, op.mu)  # B = Â + n μ μᵀ
+        w_rel = np.linalg.norm(b_mat @ op.w - op.mu) / np.linalg.norm(op.mu)
+        assert w_rel <= 2e-6  # float32 could not get there: float64 w solve
+    with pytest.raises(ValueError, match="cg_dtype"):
+        WoodburyInverse(be, lam, cg_dtype="float16")

@@ -348,8 +348,8 @@ def _x_scatter_partition(v_bc: Any, blocks: Iterator[_Block]) -> Iterator[tuple]
 
 class _BlockGram(BlockOperator):
     """``X_lᵀX_l + λI`` (p_l × p_l) of a language from all its cached row blocks, gathered
-    into one task (executor side): products in the blocks' dtype, accumulated into float64
-    like a driver-side pass (same summation order: block by block)."""
+    into one task (executor side): products in the blocks' dtype, accumulated in the CG's
+    dtype (float64, or float32 for a float32 CG), block by block."""
 
     def __init__(self, blocks: list[_Block], n_terms: int, lam: float) -> None:
         super().__init__((n_terms, n_terms), np.float64)
@@ -399,7 +399,7 @@ def _solve_columns(payload_bc: Any, lo: int, hi: int, blocks: Iterator[_Block]) 
     input is the whole RDD, coalesced) and run preconditioned block CG on the
     right-hand-side columns ``lo:hi``, in chunks of at most ``chunk`` columns (bounded
     working memory). Columns are independent CGs, so any split gives the same answer."""
-    rhs, precond, lam, rtol, maxiter, name, chunk, x0 = payload_bc.value
+    rhs, precond, lam, rtol, maxiter, name, chunk, x0, dtype = payload_bc.value
     op = _BlockGram(list(blocks), rhs.shape[0], lam)
     parts = []
     with warnings.catch_warnings():  # the driver re-issues non-convergence
@@ -409,7 +409,14 @@ def _solve_columns(payload_bc: Any, lo: int, hi: int, blocks: Iterator[_Block]) 
             guess = None if x0 is None else x0[:, cols]
             parts.append(
                 block_cg(
-                    op, rhs[:, cols], rtol=rtol, maxiter=maxiter, m=precond, name=name, x0=guess
+                    op,
+                    rhs[:, cols],
+                    rtol=rtol,
+                    maxiter=maxiter,
+                    m=precond,
+                    name=name,
+                    x0=guess,
+                    dtype=dtype,
                 )
             )
     yield (lo, *_merge_cg_results(parts))
@@ -859,6 +866,7 @@ class SparkCorpusBackend(CorpusBackend):
         maxiter: int,
         name: str = "cg",
         x0: np.ndarray | None = None,
+        dtype: np.dtype | type = np.float64,
     ) -> BlockCGResult | None:
         """A fused solve: the whole CG solve of a language in one Spark job.
 
@@ -886,6 +894,7 @@ class SparkCorpusBackend(CorpusBackend):
             name,
             chunk,
             None if x0 is None else np.ascontiguousarray(x0, dtype=np.float64),
+            np.dtype(dtype).name,
         )
         bc = self._sc.broadcast(payload)
         try:

@@ -117,21 +117,23 @@ class CorpusBackend(ABC):
         self._count("concept_counts", 0)
         return np.asarray(self._concept_counts(lang), dtype=np.float64)
 
-    def gram(self, lang: str, v: np.ndarray) -> np.ndarray:
+    def gram(self, lang: str, v: np.ndarray, *, dtype: np.dtype | type = np.float64) -> np.ndarray:
         """Return ``X_l^T (X_l V)``.
 
         Parameters
         ----------
         lang : str
         v : ndarray of shape (p_l, b)
+        dtype : numpy dtype
+            Of the result (float32 for a float32 CG: no float64 copy of a float32 pass).
 
         Returns
         -------
-        ndarray of shape (p_l, b), float64
+        ndarray of shape (p_l, b)
         """
         v = as_block(v, self.n_terms(lang))
         self._count("gram", v.shape[1])
-        return np.asarray(self._gram(lang, v), dtype=np.float64)
+        return np.asarray(self._gram(lang, v), dtype=dtype)
 
     def xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray:
         """Return ``X_l^T (Y_l P) = X_l^T P[concept_index_l]`` (sparse part of ``C P``).
@@ -193,6 +195,7 @@ class CorpusBackend(ABC):
         maxiter: int,
         name: str = "cg",
         x0: np.ndarray | None = None,
+        dtype: np.dtype | type = np.float64,
     ) -> BlockCGResult | None:
         """Solve ``(X_lᵀX_l + λI) Z = rhs`` where X_l lives, or return None.
 
@@ -202,7 +205,8 @@ class CorpusBackend(ABC):
         iteration) returns its :class:`~pipeline.linalg.block_cg.BlockCGResult` (``rhs`` of
         shape (p_l, b); ``precond``: block_cg's ``m``, a (p_l,) diagonal or a picklable
         operator such as :class:`~pipeline.linalg.preconditioner.SpectralJacobi`; ``x0``: the
-        initial guess, shape of ``rhs``) and counts its iterations as gram passes. Default:
+        initial guess, shape of ``rhs``; ``dtype``: block_cg's working precision) and counts
+        its iterations as gram passes. Default:
         None, and the caller drives block CG with :meth:`gram` passes.
         """
         return None

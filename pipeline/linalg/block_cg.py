@@ -79,6 +79,7 @@ def block_cg(
     m: BlockOperator | np.ndarray | None = None,
     callback: Callable[[int, np.ndarray], None] | None = None,
     name: str = "cg",
+    dtype: np.dtype | type = np.float64,
 ) -> BlockCGResult:
     r"""Solve ``A X = B`` for symmetric positive definite A, all columns at once.
 
@@ -127,7 +128,12 @@ def block_cg(
     n = a.shape[0]
     if a.shape != (n, n):
         raise ValueError(f"operator must be square; got shape {a.shape}")
-    b = np.asarray(as_block(b, n, name="B"), dtype=np.float64)
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64; got {dtype}")
+    if isinstance(m, np.ndarray):
+        m = m.astype(dtype, copy=False)
+    b = np.asarray(as_block(b, n, name="B"), dtype=dtype)
     nrhs = b.shape[1]
     b_norm = np.linalg.norm(b, axis=0)
     threshold = np.maximum(rtol * b_norm, atol)
@@ -138,10 +144,10 @@ def block_cg(
         x = np.zeros_like(b)
         r_full = b.copy()
     else:
-        x = np.array(as_block(x0, n, name="x0"), dtype=np.float64)
+        x = np.array(as_block(x0, n, name="x0"), dtype=dtype)
         if x.shape != b.shape:
             raise ValueError(f"x0 must have shape {b.shape}; got {x.shape}")
-        r_full = b - a.matmat(x)
+        r_full = b - np.asarray(a.matmat(x), dtype=dtype)
         n_passes += nrhs
 
     res = np.linalg.norm(r_full, axis=0)
@@ -159,7 +165,7 @@ def block_cg(
     it = 0
     while active.size and it < maxiter:
         it += 1
-        ap = np.asarray(a.matmat(p), dtype=np.float64)
+        ap = np.asarray(a.matmat(p), dtype=dtype)
         n_passes += p.shape[1]
         pap = np.einsum("ij,ij->j", p, ap)
         if not np.all(np.isfinite(pap)):

@@ -322,6 +322,7 @@ def _problem_fingerprint(
         "block_size",
         "cg_rtol",
         "cg_maxiter",
+        "cg_dtype",
         "precond_rank",
         "w_rtol",
         "start_steps",
@@ -396,6 +397,7 @@ def solve_cr5(
     oversampling: int = _D.oversampling,
     cg_rtol: float = _D.cg_rtol,
     cg_maxiter: int = _D.cg_maxiter,
+    cg_dtype: str | None = _D.cg_dtype,
     precond_rank: int = _D.precond_rank,
     w_rtol: float = _D.w_rtol,
     eig_rtol: float = _D.eig_rtol,
@@ -448,6 +450,7 @@ def solve_cr5(
         "oversampling": int(oversampling),
         "cg_rtol": cg_rtol,
         "cg_maxiter": cg_maxiter,
+        "cg_dtype": np.dtype(backend.dtype if cg_dtype is None else cg_dtype).name,
         "precond_rank": int(precond_rank),
         "w_rtol": w_rtol,
         "eig_rtol": eig_rtol,
@@ -516,6 +519,7 @@ def solve_cr5(
         seed=seed,
         w=None if saved_w is None else saved_w[0]["w"],
         w0=None if path is None else path.w,
+        cg_dtype=params["cg_dtype"],
     )
     ainv.stage = "cr5"
     # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
@@ -682,7 +686,7 @@ class Cr5Solver:
         Embedding dimension (must be < number of concepts and <= number of terms).
     oversampling, block_size, start_steps, reuse_solves : see ``train.*``
         Eigensolver block and warm start (:func:`surrogate_warm_start`).
-    cg_rtol, cg_maxiter, precond_rank, w_rtol : see ``train.*``
+    cg_rtol, cg_maxiter, cg_dtype, precond_rank, w_rtol : see ``train.*``
         Per-language block CG tolerance and cap (paper's ε, T), the rank of its
         preconditioner's deflated part (:mod:`~pipeline.linalg.preconditioner`); tolerance
         of w = B⁻¹μ.
@@ -722,6 +726,7 @@ class Cr5Solver:
         oversampling: int = _D.oversampling,
         cg_rtol: float = _D.cg_rtol,
         cg_maxiter: int = _D.cg_maxiter,
+        cg_dtype: str | None = _D.cg_dtype,
         precond_rank: int = _D.precond_rank,
         w_rtol: float = _D.w_rtol,
         eig_rtol: float = _D.eig_rtol,
@@ -742,6 +747,7 @@ class Cr5Solver:
         self.oversampling = oversampling
         self.cg_rtol = cg_rtol
         self.cg_maxiter = cg_maxiter
+        self.cg_dtype = cg_dtype
         self.precond_rank = precond_rank
         self.w_rtol = w_rtol
         self.eig_rtol = eig_rtol

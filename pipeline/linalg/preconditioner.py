@@ -84,12 +84,14 @@ class SpectralJacobi(BlockOperator):
         return 0 if self.basis is None else self.basis.shape[1]
 
     def _matmat(self, r: np.ndarray) -> np.ndarray:
+        # in r's dtype: a float32 CG gets float32 back (no float64 temporaries)
         if self.basis is None:
-            return self.jacobi[:, None] * r
-        y = self._scale[:, None] * r
+            return self.jacobi.astype(r.dtype, copy=False)[:, None] * r
+        scale = self._scale.astype(r.dtype, copy=False)[:, None]
+        y = scale * r
         coef = self.basis.T @ y.astype(self.dtype_products, copy=False)
         y += self.basis @ (self._coef[:, None] * coef)
-        y *= self._scale[:, None]
+        y *= scale
         return y
 
     _rmatmat = _matmat

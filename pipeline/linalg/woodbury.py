@@ -50,13 +50,15 @@ def global_mean(backend: CorpusBackend) -> np.ndarray:
 class GramOperator(BlockOperator):
     """``B_l = X_lᵀX_l + λI`` of shape (p_l, p_l); one pass over X_l per block product."""
 
-    def __init__(self, backend: CorpusBackend, lang: str, lam: float) -> None:
+    def __init__(
+        self, backend: CorpusBackend, lang: str, lam: float, dtype: np.dtype | type = np.float64
+    ) -> None:
         p = backend.n_terms(lang)
-        super().__init__((p, p), np.float64)
+        super().__init__((p, p), dtype)
         self.backend, self.lang, self.lam = backend, lang, float(lam)
 
     def _matmat(self, v: np.ndarray) -> np.ndarray:
-        out = self.backend.gram(self.lang, v)
+        out = self.backend.gram(self.lang, v, dtype=self.dtype)
         out += self.lam * v
         return out
 
@@ -117,6 +119,10 @@ class WoodburyInverse(BlockOperator):
         built afresh for each λ: started from the previous λ's subspace with one or two
         products instead of four, it gave the solves ~1 more CG iteration each, which cost
         more than it saved.)
+    cg_dtype : {"float32", "float64"}, optional
+        Working precision of the CG vectors of :meth:`solve` (default: the backend's pass
+        dtype). The w solve is float64 whatever this is (its tolerance, ``w_rtol``, is
+        below float32's reach); results are float64 either way.
     """
 
     def __init__(
@@ -133,6 +139,7 @@ class WoodburyInverse(BlockOperator):
         precond_rank: int = _D.precond_rank,
         seed: int = _D.seed,
         w0: np.ndarray | None = None,
+        cg_dtype: str | np.dtype | None = None,
     ) -> None:
         self.layout = TermLayout.of(backend)
         super().__init__((self.layout.n_terms, self.layout.n_terms), np.float64)
@@ -152,6 +159,11 @@ class WoodburyInverse(BlockOperator):
         self._pending: Future | None = None
         self.w0 = w0
         self.records: list[SolveRecord] = []
+        #: working precision of the CG vectors of the eigensolver's solves: the pass dtype
+        #: (float32 halves their memory traffic; the CG tolerance is 1e-2 to 1e-1)
+        self.cg_dtype = np.dtype(backend.dtype if cg_dtype is None else cg_dtype)
+        if self.cg_dtype not in (np.float32, np.float64):
+            raise ValueError(f"cg_dtype must be float32 or float64; got {cg_dtype!r}")
         #: label of the next solves, passed to ``backend.describe`` (set by the caller)
         self.stage = "woodbury"
 
@@ -225,7 +237,10 @@ class WoodburyInverse(BlockOperator):
 
     def _solve_w(self, stage: str) -> np.ndarray:
         x0 = None if self.w0 is None else np.asarray(self.w0, dtype=np.float64)[:, None]
-        w, _ = self.solve_blockdiag(self.mu[:, None], rtol=self.w_rtol, stage=stage, x0=x0)
+        # in float64 whatever the pass dtype: w_rtol (1e-6) is below float32's reach
+        w, _ = self.solve_blockdiag(
+            self.mu[:, None], rtol=self.w_rtol, stage=stage, x0=x0, dtype=np.float64
+        )
         return w[:, 0]
 
     def _set_c(self) -> WoodburyInverse:
@@ -255,8 +270,9 @@ class WoodburyInverse(BlockOperator):
         stage: str | None = None,
         callback: Callable[[str, int, np.ndarray], None] | None = None,
         x0: np.ndarray | None = None,
+        dtype: np.dtype | type | None = None,
     ) -> tuple[np.ndarray, dict[str, BlockCGResult]]:
-        """Return ``B⁻¹U`` (shape (p, b)) and the per-language CG results.
+        """Return ``B⁻¹U`` (shape (p, b), float64) and the per-language CG results.
 
         Languages are solved concurrently; each thread labels its passes through
         ``backend.describe(f"{stage}/cg[{lang}]", iteration)``. ``x0`` (shape of U): the CG's
@@ -269,6 +285,7 @@ class WoodburyInverse(BlockOperator):
         rtol = self.rtol if rtol is None else rtol
         parts = self.layout.split(np.asarray(u, dtype=np.float64))
         guesses = self.layout.split(np.asarray(x0, dtype=np.float64)) if x0 is not None else {}
+        dtype = self.cg_dtype if dtype is None else np.dtype(dtype)
 
         def solve_one(lang: str) -> tuple[BlockCGResult, float]:
             t0 = time.perf_counter()
@@ -290,10 +307,11 @@ class WoodburyInverse(BlockOperator):
                 maxiter=self.maxiter,
                 name=label,
                 x0=guesses.get(lang),
+                dtype=dtype,
             )
             if result is None:
                 result = block_cg(
-                    GramOperator(self.backend, lang, self.lam),
+                    GramOperator(self.backend, lang, self.lam, dtype),
                     parts[lang],
                     x0=guesses.get(lang),
                     rtol=rtol,
@@ -301,6 +319,7 @@ class WoodburyInverse(BlockOperator):
                     m=self._precond[lang],
                     callback=cb,
                     name=label,
+                    dtype=dtype,
                 )
             elif callback is not None:
                 for it, res in enumerate(result.residual_norms[1:], start=1):
@@ -324,7 +343,8 @@ class WoodburyInverse(BlockOperator):
             record.n_iter,
             max(record.seconds.values(), default=0.0),
         )
-        return self.layout.join({lang: r.x for lang, r in results.items()}), results
+        x = np.concatenate([results[lang].x for lang in langs], axis=0, dtype=np.float64)
+        return x, results
 
     # --- Â⁻¹ ------------------------------------------------------------------------------------
     def solve(self, u: np.ndarray, *, x0: np.ndarray | None = None) -> np.ndarray:
