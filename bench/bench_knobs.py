@@ -9,7 +9,10 @@ first configuration, the defaults). The README's "Solver knobs" guide quotes thi
 Usage (repository root)::
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_knobs.py --corpus ddtp --r 100 \\
-        --out bench/results/knobs_ddtp_r100.json > bench/results/knobs_ddtp_r100.txt
+        --repeats 3 --out bench/results/knobs_ddtp_r100.json > bench/results/knobs_ddtp_r100.txt
+
+``--repeats N`` fits every configuration N times, alternating, and reports median times
+(single fits drift by up to 1.5x on a shared machine).
 
 ``--corpus ddtp`` needs the full DDTP corpus of ``bench/build_ddtp_full.sh`` (``--corpus-path``,
 default ``$DDTP_FULL`` or ``~/.cache/cr5/ddtp_full.parquet``); ``synthetic`` generates the
