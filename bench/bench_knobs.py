@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_train import retrieval, validation_set
+from bench.bench_train import median_walls, retrieval, validation_set
 from bench.ddtp_sample import default_full_path, load_sample_corpus
 from bench.machine import machine_info
 from bench.synthetic import make_synthetic_corpus
@@ -142,23 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     validation = validation_set(corpus)
     only = set(args.only.split(",")) if args.only else None
     configs = [(label, kw) for label, kw in CONFIGS if not only or label in only]
-    runs: dict[str, list[dict]] = {}
     # repeats alternate the configurations, so that the machine's drift hits all of them
-    for _ in range(args.repeats):
-        for label, overrides in configs:
-            run = fit_once(be, args, label, overrides, validation, corpus)
-            if run is not None:
-                runs.setdefault(label, []).append(run)
+    reps = [
+        [
+            run
+            for label, overrides in configs
+            if (run := fit_once(be, args, label, overrides, validation, corpus)) is not None
+        ]
+        for _ in range(args.repeats)
+    ]
     rows: list[dict] = []
-    for label, reps in runs.items():
-        row = dict(reps[0])
-        for other in reps[1:]:  # deterministic solves: only the times may differ
-            if (other["column_passes"], other["P@1"]) != (row["column_passes"], row["P@1"]):
-                raise RuntimeError(f"{label}: repeated fits differ")
-        row["wall_s"] = round(float(np.median([rec["wall_s"] for rec in reps])), 2)
-        row["cpu_s"] = round(float(np.median([rec["cpu_s"] for rec in reps])), 2)
-        if len(reps) > 1:
-            row["wall_s_runs"] = [rec["wall_s"] for rec in reps]
+    for row in median_walls(reps):
+        label = row["label"]
         if rows:
             ref = rows[0]
             row["wall_over_defaults"] = round(row["wall_s"] / ref["wall_s"], 2)

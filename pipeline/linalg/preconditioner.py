@@ -64,6 +64,14 @@ class SpectralJacobi(BlockOperator):
         super().__init__((p, p), np.float64)
         self.jacobi = jacobi
         self._scale = np.sqrt(jacobi)
+        # the diagonals in each CG dtype, cast once (not a p_l copy per application)
+        self._diagonals = {
+            np.dtype(dt): (
+                jacobi.astype(dt, copy=False)[:, None],
+                self._scale.astype(dt, copy=False)[:, None],
+            )
+            for dt in (np.float32, np.float64)
+        }
         self.dtype_products = np.dtype(dtype)
         if self.dtype_products not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64; got {self.dtype_products}")
@@ -85,9 +93,11 @@ class SpectralJacobi(BlockOperator):
 
     def _matmat(self, r: np.ndarray) -> np.ndarray:
         # in r's dtype: a float32 CG gets float32 back (no float64 temporaries)
+        if r.dtype not in self._diagonals:  # e.g. float16 through the public matmat
+            r = r.astype(np.float64)
+        jacobi, scale = self._diagonals[r.dtype]
         if self.basis is None:
-            return self.jacobi.astype(r.dtype, copy=False)[:, None] * r
-        scale = self._scale.astype(r.dtype, copy=False)[:, None]
+            return jacobi * r
         y = scale * r
         coef = self.basis.T @ y.astype(self.dtype_products, copy=False)
         y += self.basis @ (self._coef[:, None] * coef)

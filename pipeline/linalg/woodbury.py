@@ -343,7 +343,7 @@ class WoodburyInverse(BlockOperator):
             record.n_iter,
             max(record.seconds.values(), default=0.0),
         )
-        x = np.concatenate([results[lang].x for lang in langs], axis=0, dtype=np.float64)
+        x = self.layout.join({lang: r.x for lang, r in results.items()}, dtype=np.float64)
         return x, results
 
     # --- Â⁻¹ ------------------------------------------------------------------------------------
