@@ -20,6 +20,8 @@ def test_tall_products_equal_numpy(n):
     )
     if dense._threads() > 1:  # one chunk below 2 x MIN_ROWS rows, several above
         assert (len(dense._chunks(n)) == 1) == (n < 2 * dense.MIN_ROWS)
+    # the larger sizes run several steps per chunk, the last one shorter than STEP_ROWS
+    assert n < dense.STEP_ROWS or n % dense.STEP_ROWS
     np.testing.assert_allclose(dense.tall_matmul(a, b), a @ b, rtol=1e-12, atol=1e-12)
     out = w.copy()
     assert dense.tall_matmul(a, b, out=out, subtract=True) is out
@@ -29,6 +31,11 @@ def test_tall_products_equal_numpy(n):
     got = dense.tall_matmul_blocks(blocks, b)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    a32, w32 = a.astype(np.float32), w.astype(np.float32)
+    gram = dense.tall_t_matmul(a32, w32, dtype=np.float64)
+    assert gram.dtype == np.float64
+    want = a32.astype(np.float64).T @ w32.astype(np.float64)
+    np.testing.assert_allclose(gram, want, rtol=1e-10, atol=1e-9)
 
 
 def test_in_place_product_into_the_leading_columns_of_its_own_buffer():

@@ -85,6 +85,12 @@ def concept_frequencies(backend: CorpusBackend) -> np.ndarray:
     return np.asarray(counts, dtype=np.float64) / backend.n_total_docs()
 
 
+def _minus_rank_one(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``out -= outer(x, y)`` in place, in row steps on threads: no (rows x b) temporary
+    (``np.outer`` made one per C-product, p x b float64)."""
+    return tall_matmul(x[:, None], y[None, :], out=out, subtract=True)
+
+
 class CrossCovariance(BlockOperator):
     """``C = XᵀY − n μ νᵀ`` of shape (p, K); each product is one pass per language.
 
@@ -117,8 +123,7 @@ class CrossCovariance(BlockOperator):
             return self.backend.xt_gather(lang, p)
 
         out = self.layout.join(self._map(one))
-        out -= self.n * np.outer(self.mu, self.nu @ p)
-        return out
+        return _minus_rank_one(out, self.mu, self.n * (self.nu @ p))
 
     def _rmatmat(self, u: np.ndarray) -> np.ndarray:
         parts = self.layout.split(u)
@@ -134,8 +139,7 @@ class CrossCovariance(BlockOperator):
         for lang in self.layout.languages:
             ids, values = res.pop(lang)
             out[ids] += values
-        out -= self.n * np.outer(self.nu, self.mu @ u)
-        return out
+        return _minus_rank_one(out, self.nu, self.n * (self.mu @ u))
 
 
 class CrossSolve(BlockOperator):

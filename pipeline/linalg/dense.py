@@ -9,8 +9,13 @@ machine). This work happens between the passes over X, when the language threads
 the cores would otherwise wait.
 
 Chunks are at least :data:`MIN_ROWS` rows (smaller products run in one call) and there are at
-most ``os.cpu_count()`` (capped at :data:`MAX_THREADS`) of them. Results equal the one-call
-product up to the summation order of :func:`tall_t_matmul`'s partial sums.
+most ``os.cpu_count()`` (capped at :data:`MAX_THREADS`) of them. Each chunk works through its
+rows :data:`STEP_ROWS` at a time, so the temporaries of a step (a product before it is
+written or subtracted, a float64 cast, blocks stacked side by side) stay a few MB whatever
+the chunk's height: temporaries of a whole chunk (up to 65,536 x m) were fresh pages on
+every call, and looping over separate blocks added a chunk-sized temporary per block.
+Results equal the one-call product up to the summation order of :func:`tall_t_matmul`'s
+partial sums.
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 __all__ = ["tall_matmul", "tall_matmul_blocks", "tall_t_matmul"]
 
-MIN_ROWS = 16_384
-MAX_ROWS = 65_536  # bounds each chunk's temporary (rows x k) whatever the matrix height
+MIN_ROWS = 4_096
+MAX_ROWS = 65_536  # bounds a chunk's height whatever the matrix height
+#: rows per step inside a chunk: bounds its temporaries (2,048 x 700 float64 = 11 MB)
+STEP_ROWS = 2_048
 MAX_THREADS = 8
 
 _lock = threading.Lock()
@@ -52,6 +60,12 @@ def _chunks(n: int) -> list[slice]:
     return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
 
+def _steps(rows: slice) -> Iterator[slice]:
+    """``rows`` in consecutive pieces of at most :data:`STEP_ROWS`."""
+    for lo in range(rows.start, rows.stop, STEP_ROWS):
+        yield slice(lo, min(lo + STEP_ROWS, rows.stop))
+
+
 def _run(fn, chunks: list[slice]) -> list:
     if len(chunks) == 1:
         return [fn(chunks[0])]
@@ -73,10 +87,11 @@ def tall_matmul(
         subtract = False
 
     def one(rows: slice) -> None:
-        if subtract:
-            out[rows] -= a[rows] @ b
-        else:
-            out[rows] = a[rows] @ b
+        for step in _steps(rows):
+            if subtract:
+                out[step] -= a[step] @ b
+            else:
+                out[step] = a[step] @ b
 
     _run(one, _chunks(n))
     return out
@@ -84,17 +99,21 @@ def tall_matmul(
 
 def tall_matmul_blocks(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:
     """``hstack(blocks) @ coef`` without concatenating the blocks (all n rows tall), in the
-    blocks' dtype (``coef`` is cast to it)."""
+    blocks' dtype (``coef`` is cast to it).
+
+    Each step stacks its rows of all blocks (STEP_ROWS x m) and makes one product with the
+    whole ``coef``: 4-5x faster than a product per block summed into the result (DDTP,
+    r = 300: 74k x 670 by 670 x 400 float32, 0.18 s against 0.8-1.0 s).
+    """
     n = blocks[0].shape[0]
-    out = np.empty((n, coef.shape[1]), dtype=blocks[0].dtype)
-    offsets = np.cumsum([0] + [blk.shape[1] for blk in blocks])
+    dtype = blocks[0].dtype
+    out = np.empty((n, coef.shape[1]), dtype=dtype)
+    coef = np.ascontiguousarray(coef, dtype=dtype)
 
     def one(rows: slice) -> None:
-        acc = None
-        for blk, (lo, hi) in zip(blocks, itertools.pairwise(offsets), strict=True):
-            part = blk[rows] @ coef[lo:hi].astype(blk.dtype)
-            acc = part if acc is None else acc + part
-        out[rows] = acc
+        for step in _steps(rows):
+            stacked = np.concatenate([blk[step] for blk in blocks], axis=1, dtype=dtype)
+            np.matmul(stacked, coef, out=out[step])
 
     _run(one, _chunks(n))
     return out
@@ -104,12 +123,20 @@ def tall_t_matmul(a: np.ndarray, w: np.ndarray, *, dtype: np.dtype | None = None
     """``a.T @ w`` for tall ``a`` (n x m) and ``w`` (n x k): shape (m, k), partial sums over
     row chunks added in chunk order (deterministic). ``dtype``: compute in it (each chunk
     cast, so float32 inputs give a float64 Gram without a float64 copy of the inputs)."""
-    if dtype is None:
-        parts = _run(lambda rows: a[rows].T @ w[rows], _chunks(a.shape[0]))
-    else:
-        parts = _run(
-            lambda rows: a[rows].T.astype(dtype) @ w[rows].astype(dtype), _chunks(a.shape[0])
-        )
+
+    def one(rows: slice) -> np.ndarray:
+        acc = None
+        for step in _steps(rows):
+            x, y = a[step], w[step]
+            if dtype is not None:
+                x, y = x.astype(dtype), y.astype(dtype)
+            if acc is None:
+                acc = x.T @ y
+            else:
+                acc += x.T @ y
+        return acc
+
+    parts = _run(one, _chunks(a.shape[0]))
     out = parts[0]
     for part in parts[1:]:
         out = out + part
