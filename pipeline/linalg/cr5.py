@@ -375,10 +375,11 @@ def default_max_basis(r: int, b: int) -> int:
     Bounds the eigensolver's driver memory independently of its iteration count: the basis
     is ``K x max_basis`` float64 and the tracked images ``p x max_basis`` float32. Four
     blocks beyond the wanted space leave the usual warm-started solves (2-5 iterations)
-    unrestarted; longer ones restart from the leading ``max(r, min(max_basis // 2,
-    max_basis - waiting - 2 b))`` Ritz vectors (Krylov-Schur; ``waiting``: the columns not
-    yet applied, b, or more after a λ path's wide start), which keeps their convergence and
-    leaves room for two blocks before the next restart.
+    unrestarted; longer ones restart from the leading ``max(r, min(max_basis // 2, room))``
+    Ritz vectors (Krylov-Schur), ``room = max(max_basis - waiting - 2 b, (max_basis - 2 b)
+    // 2)`` (``waiting``: the columns not yet applied, b, or more after a λ path's wide
+    start, which the restart cuts to as many as the Ritz vectors kept), which keeps their
+    convergence and leaves room for two blocks before the next restart.
     """
     return max(r, b) + 4 * b
 
