@@ -32,6 +32,7 @@ from pipeline.backends.spark import (
     DetachedBackendError,
     SparkCorpusBackend,
     _gram_partition,
+    in_task_chunk,
     job_description,
 )
 from pipeline.errors import ConfigError, ConvergenceWarning, InputDataError
@@ -346,6 +347,35 @@ def test_in_task_solve_in_column_chunks_gives_the_same_answer(backends, referenc
     per_column = [int(np.argmax(chunked.residual_norms[:, j] <= 1e-10)) for j in range(3)]
     assert one.pass_counts["passes"]["gram"] == sum(per_column)
     assert one.pass_counts["column_passes"]["gram"] == sum(per_column)
+
+
+def test_in_task_chunks_follow_the_cg_dtype():
+    """Nine working arrays per column in the CG's dtype: float32 fits twice the columns."""
+    mb = 512 * 2**20
+    assert in_task_chunk(mb, 200_000, np.float64) == mb // (9 * 8 * 200_000) == 37
+    assert in_task_chunk(mb, 200_000, np.float32) == mb // (9 * 4 * 200_000) == 74
+    assert in_task_chunk(0, 200_000, np.float32) == 1 and in_task_chunk(mb, 0, np.float32) > 1
+
+
+def test_float32_in_task_solve_equals_float32_block_cg(backends, reference):
+    """The right-hand sides and guesses travel to the solving task already in the CG's
+    float32 (half the broadcast): block_cg casting float64 inputs itself on the dense Gram
+    takes the same iterations to the same solution (up to float32 summation order)."""
+    from pipeline.linalg.block_cg import block_cg
+    from pipeline.linalg.operator import DenseOperator
+
+    ref, _ = reference
+    one = backends["spark_in_task", "float64"]
+    lang, (x, _) = next(iter(ref.items()))
+    rng = np.random.default_rng(8)
+    rhs = rng.standard_normal((x.shape[1], 3))
+    x0 = 0.1 * rng.standard_normal((x.shape[1], 3))
+    kw = dict(lam=0.5, precond=1.0 / ((x**2).sum(0) + 0.5), rtol=1e-4, maxiter=1000)
+    got = one.solve_gram(lang, rhs, x0=x0, dtype=np.float32, **kw)
+    gram = DenseOperator(x.T @ x + 0.5 * np.eye(x.shape[1]))
+    want = block_cg(gram, rhs, x0=x0, m=kw["precond"], rtol=1e-4, dtype=np.float32)
+    assert got.x.dtype == np.float32 and got.n_iter == want.n_iter
+    np.testing.assert_allclose(got.x, want.x, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("fused", ["spark_in_task", "spark_fused1", "spark_fused2"])

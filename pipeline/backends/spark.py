@@ -112,11 +112,20 @@ def auto_solve_in_task_max_nnz(master: str, tasks: int, memory_bytes: int | None
 
 
 #: ``train.solve_in_task_memory_mb``: working memory of the CG vectors of one in-task solve.
-#: Block CG keeps ~9 float64 arrays of p_l rows per right-hand side, so an in-task solve runs
-#: its columns in chunks of ``memory / (72 * p_l)`` (p_l = 200k: 37 columns per 512 MB); the
-#: columns are independent CGs, so chunking changes no result.
+#: Block CG keeps ~9 arrays of p_l rows per right-hand side in its working dtype
+#: (``train.cg_dtype``), so an in-task solve runs its columns in chunks of
+#: ``memory / (9 * itemsize * p_l)`` (p_l = 200k, 512 MB: 74 columns in float32, 37 in
+#: float64); the columns are independent CGs, so chunking changes no result.
 SOLVE_IN_TASK_MEMORY_MB = _D.solve_in_task_memory_mb
-CG_BYTES_PER_ROW_AND_COLUMN = 9 * 8
+CG_ARRAYS_PER_COLUMN = 9
+
+
+def in_task_chunk(memory_bytes: int, rows: int, dtype: np.dtype | type) -> int:
+    """Right-hand-side columns per block CG of an in-task solve: its ~9 working arrays of
+    ``rows`` x chunk in ``dtype`` fit ``memory_bytes`` (at least 1)."""
+    per_column = CG_ARRAYS_PER_COLUMN * np.dtype(dtype).itemsize * max(rows, 1)
+    return max(1, int(memory_bytes // per_column))
+
 
 #: Passes over more partitions than this merge their partials on the executors; up to it
 #: the driver adds them into the result directly.
@@ -883,18 +892,20 @@ class SparkCorpusBackend(CorpusBackend):
             return None
         rdd = self._rdd(lang)
         self.describe(f"{name}/in-task", None)
-        budget = self._solve_memory_mb * 2**20
-        chunk = max(1, int(budget // (CG_BYTES_PER_ROW_AND_COLUMN * max(rhs.shape[0], 1))))
+        work = np.dtype(dtype)
+        chunk = in_task_chunk(self._solve_memory_mb * 2**20, rhs.shape[0], work)
+        # the right-hand sides and guesses travel in the CG's dtype, which block_cg casts
+        # them to first anyway: a float32 CG's broadcast is half the size, same results
         payload = (
-            np.ascontiguousarray(rhs, dtype=np.float64),
+            np.ascontiguousarray(rhs, dtype=work),
             np.asarray(precond, dtype=np.float64) if isinstance(precond, np.ndarray) else precond,
             float(lam),
             float(rtol),
             int(maxiter),
             name,
             chunk,
-            None if x0 is None else np.ascontiguousarray(x0, dtype=np.float64),
-            np.dtype(dtype).name,
+            None if x0 is None else np.ascontiguousarray(x0, dtype=work),
+            work.name,
         )
         bc = self._sc.broadcast(payload)
         try:
