@@ -245,8 +245,9 @@ class TrainConfig:
     solve_in_task_memory_mb: int = param(
         512,
         lo=1,
-        doc="spark backend: working memory of one solving task's CG vectors (~72 bytes per "
-        "term and right-hand side; columns run in chunks that fit). With the gathered blocks "
+        doc="spark backend: working memory of one solving task's CG vectors (~9 arrays per "
+        "term and right-hand side in train.cg_dtype: 36 bytes in float32, 72 in float64; "
+        "columns run in chunks that fit). With the gathered blocks "
         "this is Python memory on the executor: on YARN/Kubernetes it counts against "
         "spark.executor.memoryOverhead (or spark.executor.pyspark.memory).",
     )
@@ -565,11 +566,11 @@ class EvaluateConfig:
         "started from the previous fit's r + oversampling leading Ritz vectors, with their "
         "solves as initial CG guesses (C does not depend on λ), and run to the same "
         "residual rule as any fit. Grid 0.3/1/3/10 against one fit (column-passes, median "
-        "wall): synthetic 200k 1.25x, 1.5x; bundled sample 2.15x, 2.6x; DDTP r = 100 2.24x, "
-        "2.55x; DDTP r = 300 2.66x, 3.4x; independent fits 4x. Its models at the smaller λ "
-        "retrieve as well or better (DDTP r = 100, held-out P@1 at λ = 1: 0.969 against 0.948), so "
+        "wall): synthetic 200k 1.25x, 1.5x; bundled sample 2.24x, 2.6x; DDTP r = 100 2.23x, "
+        "2.6x; DDTP r = 300 2.55x, 3.2x; independent fits 4x. Its models at the smaller λ "
+        "retrieve as well or better (DDTP r = 100, held-out P@1 at λ = 1: 0.970 against 0.948), so "
         "the chosen λ can differ from independent fits'. With a tight train.eig_rtol it "
-        "saves nothing (0.01: 57 iterations at λ = 0.3 against 51). false: independent fits "
+        "saves little (0.01: 49 iterations at λ = 0.3 against 51). false: independent fits "
         "from the surrogate start (the train stage's model is then reused for its λ).",
     )
     report_dir: str | None = param(
