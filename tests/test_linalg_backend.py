@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from pipeline.backends.local import LocalCorpusBackend
-from pipeline.linalg.backend import TermLayout
+from pipeline.linalg.backend import TermLayout, map_languages
 from pipeline.linalg.operator import CallableOperator, DenseOperator
 from tests.problems import PROBLEMS
 
@@ -113,3 +115,38 @@ def test_term_layout_round_trip():
     parts = layout.split(v)
     assert parts["b"].shape == (0, 2)
     np.testing.assert_array_equal(layout.join(parts), v)
+
+
+def test_map_languages_keeps_order_pools_and_waits_for_every_language():
+    """Results in language order from the calling thread's kept pool (the same worker
+    threads on the next call); a task may map languages itself; an error surfaces after
+    every language has finished, the first in language order."""
+    langs = ["en", "de", "fr"]
+    workers: list[set[threading.Thread]] = []  # the Thread objects: idents get reused
+    for _ in range(2):
+        seen: set[threading.Thread] = set()
+
+        def fn(lang: str, seen: set[threading.Thread] = seen) -> str:
+            seen.add(threading.current_thread())
+            time.sleep(0.02)  # busy: the first call starts all three workers
+            return lang.upper()
+
+        assert list(map_languages(langs, fn).items()) == [("en", "EN"), ("de", "DE"), ("fr", "FR")]
+        workers.append(seen)
+    assert threading.current_thread() not in workers[0] and workers[1] <= workers[0]
+    nested = map_languages(langs, lambda a: map_languages(langs, lambda b: a + b)[a])
+    assert nested == {"en": "enen", "de": "dede", "fr": "frfr"}
+
+    done: list[str] = []
+
+    def failing(lang: str) -> str:
+        if lang != "en":
+            time.sleep(0.05)
+            done.append(lang)
+            raise ValueError(f"bad {lang}")
+        return lang
+
+    with pytest.raises(ValueError, match="bad de"):
+        map_languages(langs, failing)
+    assert sorted(done) == ["de", "fr"]
+    assert map_languages(langs, str.upper, max_workers=1) == {"en": "EN", "de": "DE", "fr": "FR"}
