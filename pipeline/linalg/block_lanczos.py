@@ -525,7 +525,7 @@ def block_lanczos(
         )
     rr = min(r, state.n_applied)
     nv = min(max(rr, n_vectors or 0), state.n_applied)
-    leading = state.basis[:, : state.n_applied] @ s[:, :nv]
+    leading = tall_matmul(state.basis[:, : state.n_applied], s[:, :nv])
     lead_images = ritz_images(state, s[:, :nv]) if state.images else None
     n_lead = None if n_vectors is None else min(n_vectors, nv)
     return LanczosResult(
