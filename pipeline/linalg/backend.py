@@ -336,9 +336,9 @@ def _language_pool(workers: int, thread_name: str) -> ThreadPoolExecutor:
     calls: a pool per call started its threads for every C-product, solve and Cᵀ-product
     (py-spy: ~7 % of the main thread's time in a DDTP λ path at r = 100 went to starting
     and joining them; kept pools: that path and four independent fits 3-5 % faster, three
-    alternating runs). Per calling thread, so a task that
-    maps languages itself, or a solve in the background (w = B⁻¹μ), never waits for a
-    worker another caller holds; a finished thread's pools go with it."""
+    alternating runs). Per calling thread, so a task that maps languages itself, or a
+    solve in the background (w = B⁻¹μ), never waits for a worker another caller holds; a
+    finished thread's pools go with it."""
     pools = getattr(_pools, "pools", None)
     if pools is None:
         pools = _pools.pools = {}

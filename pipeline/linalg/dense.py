@@ -121,7 +121,7 @@ def tall_matmul_blocks(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray
 
 def tall_t_matmul(a: np.ndarray, w: np.ndarray, *, dtype: np.dtype | None = None) -> np.ndarray:
     """``a.T @ w`` for tall ``a`` (n x m) and ``w`` (n x k): shape (m, k), partial sums over
-    row chunks added in chunk order (deterministic). ``dtype``: compute in it (each chunk
+    row chunks added in chunk order (deterministic). ``dtype``: compute in it (each step
     cast, so float32 inputs give a float64 Gram without a float64 copy of the inputs)."""
 
     def one(rows: slice) -> np.ndarray:
