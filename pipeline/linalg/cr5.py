@@ -56,7 +56,7 @@ from pipeline.linalg.block_lanczos import (
     ritz_images,
 )
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
-from pipeline.linalg.dense import tall_matmul, tall_t_matmul
+from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
@@ -83,12 +83,6 @@ def concept_frequencies(backend: CorpusBackend) -> np.ndarray:
     """ν = Yᵀ1 / n: ndarray of shape (K,), float64."""
     counts = sum(backend.concept_counts(lang) for lang in backend.languages)
     return np.asarray(counts, dtype=np.float64) / backend.n_total_docs()
-
-
-def _minus_rank_one(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``out -= outer(x, y)`` in place, in row steps on threads: no (rows x b) temporary
-    (``np.outer`` made one per C-product, p x b float64)."""
-    return tall_matmul(x[:, None], y[None, :], out=out, subtract=True)
 
 
 class CrossCovariance(BlockOperator):
@@ -118,12 +112,16 @@ class CrossCovariance(BlockOperator):
         return map_languages(self.layout.languages, fn, self.max_workers, thread_name="cprod")
 
     def _matmat(self, p: np.ndarray) -> np.ndarray:
-        def one(lang: str) -> np.ndarray:
-            self.backend.describe(f"{self.stage}/C[{lang}]", None)
-            return self.backend.xt_gather(lang, p)
+        out = np.empty((self.layout.n_terms, p.shape[1]))
+        rows = self.layout.split(out)
 
-        out = self.layout.join(self._map(one))
-        return _minus_rank_one(out, self.mu, self.n * (self.nu @ p))
+        def one(lang: str) -> None:
+            self.backend.describe(f"{self.stage}/C[{lang}]", None)
+            # each language thread copies its own rows: no join of the blocks afterwards
+            rows[lang][...] = self.backend.xt_gather(lang, p)
+
+        self._map(one)
+        return subtract_outer(out, self.mu, self.n * (self.nu @ p))
 
     def _rmatmat(self, u: np.ndarray) -> np.ndarray:
         parts = self.layout.split(u)
@@ -139,7 +137,7 @@ class CrossCovariance(BlockOperator):
         for lang in self.layout.languages:
             ids, values = res.pop(lang)
             out[ids] += values
-        return _minus_rank_one(out, self.nu, self.n * (self.mu @ u))
+        return subtract_outer(out, self.nu, self.n * (self.mu @ u))
 
 
 class CrossSolve(BlockOperator):
@@ -277,8 +275,7 @@ def _b_part(cmat: CrossCovariance, ainv: WoodburyInverse, eig: Any) -> np.ndarra
     ctw = cmat.rmatmat(ainv.w[:, None])[:, 0]
     coef = ainv.c * (ctw @ eig.leading_block)
     out = eig.leading_images.copy()
-    w = ainv.w.astype(out.dtype)[:, None]
-    return tall_matmul(w, coef[None, :].astype(out.dtype), out=out, subtract=True)
+    return subtract_outer(out, ainv.w.astype(out.dtype), coef.astype(out.dtype))
 
 
 @dataclass

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["tall_matmul", "tall_matmul_blocks", "tall_t_matmul"]
+__all__ = ["subtract_outer", "tall_matmul", "tall_matmul_blocks", "tall_t_matmul"]
 
 MIN_ROWS = 4_096
 MAX_ROWS = 65_536  # bounds a chunk's height whatever the matrix height
@@ -95,6 +95,13 @@ def tall_matmul(
 
     _run(one, _chunks(n))
     return out
+
+
+def subtract_outer(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``out -= outer(x, y)`` in place for a tall ``out`` (n x k), ``x`` (n,), ``y`` (k,):
+    in row steps on threads, with no n x k temporary (``np.outer`` makes one, and the
+    rank-one corrections of every C-product and Woodbury solve are p x b)."""
+    return tall_matmul(x[:, None], np.asarray(y)[None, :], out=out, subtract=True)
 
 
 def tall_matmul_blocks(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
+from pipeline.linalg.dense import subtract_outer
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.preconditioner import SpectralJacobi, spectral_jacobi
 
@@ -284,8 +285,12 @@ class WoodburyInverse(BlockOperator):
         stage = stage or self.stage
         rtol = self.rtol if rtol is None else rtol
         parts = self.layout.split(np.asarray(u, dtype=np.float64))
-        guesses = self.layout.split(np.asarray(x0, dtype=np.float64)) if x0 is not None else {}
+        # guesses stay in their dtype (float32 images on the float32 backend): the CG casts
+        # them to its own
+        guesses = self.layout.split(np.asarray(x0)) if x0 is not None else {}
         dtype = self.cg_dtype if dtype is None else np.dtype(dtype)
+        x = np.empty((self.layout.n_terms, u.shape[1]))
+        x_rows = self.layout.split(x)
 
         def solve_one(lang: str) -> tuple[BlockCGResult, float]:
             t0 = time.perf_counter()
@@ -324,6 +329,8 @@ class WoodburyInverse(BlockOperator):
             elif callback is not None:
                 for it, res in enumerate(result.residual_norms[1:], start=1):
                     callback(lang, it, res)
+            # float64 rows of B⁻¹U, cast and copied here, in parallel: no join afterwards
+            x_rows[lang][...] = result.x
             return result, time.perf_counter() - t0
 
         langs = self.layout.languages
@@ -343,7 +350,6 @@ class WoodburyInverse(BlockOperator):
             record.n_iter,
             max(record.seconds.values(), default=0.0),
         )
-        x = self.layout.join({lang: r.x for lang, r in results.items()}, dtype=np.float64)
         return x, results
 
     # --- Â⁻¹ ------------------------------------------------------------------------------------
@@ -354,8 +360,7 @@ class WoodburyInverse(BlockOperator):
             self.prepare(background=True)
         x, _ = self.solve_blockdiag(u, x0=x0)
         self.wait()
-        x += self.c * np.outer(self.w, self.w @ u)
-        return x
+        return subtract_outer(x, self.w, -self.c * (self.w @ u))
 
     def _matmat(self, u: np.ndarray) -> np.ndarray:
         return self.solve(u)
