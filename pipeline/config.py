@@ -567,7 +567,7 @@ class EvaluateConfig:
         "solves as initial CG guesses (C does not depend on λ), and run to the same "
         "residual rule as any fit. Grid 0.3/1/3/10 against one fit (column-passes, median "
         "wall): synthetic 200k 1.25x, 1.5x; bundled sample 2.24x, 2.6x; DDTP r = 100 2.23x, "
-        "2.6x; DDTP r = 300 2.55x, 3.2x; independent fits 4x. Its models at the smaller λ "
+        "2.5x; DDTP r = 300 2.65x, 3.3x; independent fits 4x. Its models at the smaller λ "
         "retrieve as well or better (DDTP r = 100, held-out P@1 at λ = 1: 0.970 against 0.948), so "
         "the chosen λ can differ from independent fits'. With a tight train.eig_rtol it "
         "saves little (0.01: 49 iterations at λ = 0.3 against 51). false: independent fits "

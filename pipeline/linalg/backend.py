@@ -288,10 +288,9 @@ class TermLayout:
         """Views of the per-language row blocks of ``v`` (shape (p, ...))."""
         return {lang: v[s] for lang, s in self.slices.items()}
 
-    def join(self, parts: dict[str, np.ndarray], *, dtype: np.dtype | None = None) -> np.ndarray:
-        """Stack per-language blocks (shape (p_l, b)) into one (p, b) block, in ``dtype``
-        if given (cast while copying: float32 CG results become float64 in one copy)."""
-        return np.concatenate([parts[lang] for lang in self.languages], axis=0, dtype=dtype)
+    def join(self, parts: dict[str, np.ndarray]) -> np.ndarray:
+        """Stack per-language blocks (shape (p_l, b)) into one (p, b) block."""
+        return np.concatenate([parts[lang] for lang in self.languages], axis=0)
 
 
 def pass_delta(before: dict, after: dict) -> dict:
