@@ -27,6 +27,7 @@ import numpy as np
 
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
+from pipeline.linalg.backend import working_dtype
 from pipeline.linalg.operator import BlockOperator, as_block
 
 __all__ = ["BlockCGResult", "block_cg"]
@@ -128,9 +129,7 @@ def block_cg(
     n = a.shape[0]
     if a.shape != (n, n):
         raise ValueError(f"operator must be square; got shape {a.shape}")
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be float32 or float64; got {dtype}")
+    dtype = working_dtype(dtype)
     if isinstance(m, np.ndarray):
         m = m.astype(dtype, copy=False)
     b = np.asarray(as_block(b, n, name="B"), dtype=dtype)

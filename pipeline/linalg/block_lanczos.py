@@ -650,7 +650,7 @@ def _thick_restart(
     s: np.ndarray,
     keep: int,
     buf: _BasisBuffer,
-    b: int = 1,
+    b: int,
 ) -> None:
     """Replace the applied part of the basis by the ``keep`` leading Ritz vectors Y.
 

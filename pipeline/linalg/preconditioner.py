@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pipeline.linalg.backend import PASS_DTYPES, working_dtype
 from pipeline.linalg.block_lanczos import orthonormal_columns
 from pipeline.linalg.operator import BlockOperator
 
@@ -70,11 +71,9 @@ class SpectralJacobi(BlockOperator):
                 jacobi.astype(dt, copy=False)[:, None],
                 self._scale.astype(dt, copy=False)[:, None],
             )
-            for dt in (np.float32, np.float64)
+            for dt in PASS_DTYPES
         }
-        self.dtype_products = np.dtype(dtype)
-        if self.dtype_products not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be float32 or float64; got {self.dtype_products}")
+        self.dtype_products = working_dtype(dtype)
         # one copy, in the products' dtype (at p = 760k, k = 32: 97 MB float32)
         self.basis = (
             None if basis is None else np.ascontiguousarray(basis, dtype=self.dtype_products)

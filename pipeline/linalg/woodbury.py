@@ -31,7 +31,7 @@ import numpy as np
 
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
-from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages
+from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, working_dtype
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.dense import subtract_outer
 from pipeline.linalg.operator import BlockOperator
@@ -162,9 +162,7 @@ class WoodburyInverse(BlockOperator):
         self.records: list[SolveRecord] = []
         #: working precision of the CG vectors of the eigensolver's solves: the pass dtype
         #: (float32 halves their memory traffic; the CG tolerance is 1e-2 to 1e-1)
-        self.cg_dtype = np.dtype(backend.dtype if cg_dtype is None else cg_dtype)
-        if self.cg_dtype not in (np.float32, np.float64):
-            raise ValueError(f"cg_dtype must be float32 or float64; got {cg_dtype!r}")
+        self.cg_dtype = working_dtype(backend.dtype if cg_dtype is None else cg_dtype, "cg_dtype")
         #: label of the next solves, passed to ``backend.describe`` (set by the caller)
         self.stage = "woodbury"
 
