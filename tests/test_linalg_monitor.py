@@ -123,7 +123,7 @@ def test_monitor_patience_and_min_delta():
     scores = iter([0.2, 0.3, 0.3, 0.31, 0.29, 0.1])
 
     class FakeValidation(ValidationSet):
-        def p_at_1(self, phi_t):
+        def p_at_1(self, phi_t, transform=None):
             return next(scores), {}
 
     x = {"en": np.eye(2)[:1], "de": np.eye(2)[:1]}
@@ -186,3 +186,33 @@ def test_validation_set_rejects_inconsistent_input():
         ValidationSet(x, {"en": np.array([0, 0, 1]), "de": np.arange(3)})
     with pytest.raises(ValueError, match="different languages"):
         ValidationSet(x, {"en": np.arange(3)})
+
+
+def test_p_at_1_with_a_transform_equals_p_at_1_of_the_transformed_map():
+    """The monitor embeds validation rows by Φ*ᵀ and then Eq. 15's r x r map instead of
+    forming Φᵀ = Φ*ᵀ T (p x r) every iteration: the same scores."""
+    from pipeline.linalg.monitor import orthonormal_rows, orthonormalising_map
+
+    _, heldout, _ = planted_corpus(seed=2)
+    val = _validation(heldout)
+    rng = np.random.default_rng(0)
+    sizes = {lang: x.shape[1] for lang, x in sorted(heldout.items())}
+    phi_star_t = rng.standard_normal((sum(sizes.values()), 6))
+    phi_star_t[:, 0] *= 50.0  # unequal Λ: the map is not a multiple of an orthogonal one
+
+    def split(a):
+        out, start = {}, 0
+        for lang, p in sizes.items():
+            out[lang], start = a[start : start + p], start + p
+        return out
+
+    t, lam, _ = orthonormalising_map(phi_star_t)
+    phi_t, lam2, _ = orthonormal_rows(phi_star_t)
+    np.testing.assert_allclose(phi_t.T @ phi_t, np.eye(6), atol=1e-10)
+    np.testing.assert_allclose(lam, lam2)
+    np.testing.assert_allclose(phi_star_t @ t, phi_t, atol=1e-12)
+    direct, per_direct = val.p_at_1(split(phi_t))
+    mapped, per_mapped = val.p_at_1(split(phi_star_t), t)
+    assert mapped == direct and per_mapped == per_direct
+    # without the map the scores are those of Φ* itself, which differ here
+    assert val.p_at_1(split(phi_star_t))[1] != per_direct

@@ -33,11 +33,32 @@ import scipy.sparse as sp
 from pipeline.errors import ConfigError
 from pipeline.linalg.dense import tall_matmul, tall_t_matmul
 
-__all__ = ["IterationMonitor", "ValidationSet", "orthonormal_rows"]
+__all__ = ["IterationMonitor", "ValidationSet", "orthonormal_rows", "orthonormalising_map"]
 
 logger = logging.getLogger(__name__)
 
 STOP_RULES = ("residual", "validation")
+
+
+def orthonormalising_map(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eq. 15's r x r map: ``Φ*Φ*ᵀ = QΛQᵀ`` and ``T = Q Λ^{-1/2}``, so ``Φᵀ = Φ*ᵀ T``.
+
+    Parameters
+    ----------
+    phi_star_t : ndarray of shape (p, r)
+        float32 or float64; the Gram is formed in float64 either way.
+
+    Returns
+    -------
+    t : ndarray of shape (r, r), float64 (columns for Λ <= 0 are zero)
+    lam : ndarray of shape (r,), descending (may contain values <= 0 if Φ* is singular)
+    q : ndarray of shape (r, r)
+    """
+    gram = tall_t_matmul(phi_star_t, phi_star_t, dtype=np.float64)
+    lam, q = np.linalg.eigh(0.5 * (gram + gram.T))
+    lam, q = lam[::-1], q[:, ::-1]
+    safe = np.where(lam > 0, lam, np.inf)
+    return q / np.sqrt(safe), lam, q
 
 
 def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -55,11 +76,8 @@ def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     lam : ndarray of shape (r,), descending (may contain values <= 0 if Φ* is singular)
     q : ndarray of shape (r, r)
     """
-    gram = tall_t_matmul(phi_star_t, phi_star_t, dtype=np.float64)
-    lam, q = np.linalg.eigh(0.5 * (gram + gram.T))
-    lam, q = lam[::-1], q[:, ::-1]
-    safe = np.where(lam > 0, lam, np.inf)
-    return tall_matmul(phi_star_t, (q / np.sqrt(safe)).astype(phi_star_t.dtype)), lam, q
+    t, lam, q = orthonormalising_map(phi_star_t)
+    return tall_matmul(phi_star_t, t.astype(phi_star_t.dtype)), lam, q
 
 
 @dataclass
@@ -109,17 +127,24 @@ class ValidationSet:
         """``"l1->l2"`` for every ordered pair with at least one shared concept."""
         return [f"{l1}->{l2}" for l1, l2, _, _ in self._directions]
 
-    def p_at_1(self, phi_t: Mapping[str, np.ndarray]) -> tuple[float, dict[str, float]]:
+    def p_at_1(
+        self, phi_t: Mapping[str, np.ndarray], transform: np.ndarray | None = None
+    ) -> tuple[float, dict[str, float]]:
         """Mean P@1 (cosine) over the directions, and per direction.
 
-        ``phi_t[l]`` (p_l, r): the map of language l (``Φ_lᵀ``). The candidates of a
-        direction l1->l2 are all validation documents of l2.
+        ``phi_t[l]`` (p_l, r'): the map of language l (``Φ_lᵀ``), or with ``transform``
+        (r', r) the map ``phi_t[l] @ transform``, applied to the r'-dimensional embeddings of
+        the validation rows instead of to the p_l x r' map (the monitor passes Φ*ᵀ and
+        Eq. 15's r x r map: no p x r product per iteration). The candidates of a direction
+        l1->l2 are all validation documents of l2.
         """
         if not self._directions:
             raise ValueError("the validation set has no pair of languages sharing a concept")
         emb = {}
         for lang, x in self.rows.items():
             e = np.asarray(x @ phi_t[lang], dtype=np.float64)
+            if transform is not None:
+                e = e @ transform
             norms = np.linalg.norm(e, axis=1, keepdims=True)
             emb[lang] = e / np.where(norms > 0, norms, 1.0)
         per = {}
@@ -192,7 +217,8 @@ class IterationMonitor:
     ) -> bool:
         """Record iteration ``iteration`` (top Ritz values ``theta``, descending); return True
         when the validation rule says stop. ``images()`` gives Φ*ᵀ (p, r) of the current Ritz
-        vectors; it is called only when a validation set is scored."""
+        vectors as a new array (float32 or float64: kept, not copied, as the best
+        iteration's); it is called only when a validation set is scored."""
         t0 = time.perf_counter()
         theta = np.asarray(theta, dtype=np.float64)[: self.r]
         if theta.size < self.r or not np.all(np.isfinite(theta)):
@@ -204,13 +230,16 @@ class IterationMonitor:
         sigma = np.sqrt(np.maximum(theta, 0.0))
         rec["sigma_1"], rec["sigma_r"] = float(sigma[0]), float(sigma[-1])
         if self.validation is not None and images is not None:
-            phi_star_t = np.asarray(images(), dtype=np.float64)
-            phi_t = orthonormal_rows(phi_star_t)[0]
-            score, per = self.validation.p_at_1(self.split(phi_t))
+            # Φ*ᵀ in the images' dtype (a fresh array: kept as it is if best); the
+            # validation rows are embedded by Φ*ᵀ and then Eq. 15's r x r map, so Φᵀ itself
+            # (p x r) is not formed every iteration
+            phi_star_t = images()
+            transform = orthonormalising_map(phi_star_t)[0]
+            score, per = self.validation.p_at_1(self.split(phi_star_t), transform)
             rec["validation_p_at_1"] = score
             rec["validation_per_direction"] = per
             if self.best is None or score > self.best.score + self.min_delta:
-                self.best = _Best(int(iteration), score, theta.copy(), phi_star_t.copy())
+                self.best = _Best(int(iteration), score, theta.copy(), phi_star_t)
         rec["seconds"] = round(time.perf_counter() - t0, 4)
         self.records.append(rec)
         if "validation_p_at_1" in rec:
