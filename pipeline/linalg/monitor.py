@@ -142,7 +142,9 @@ class ValidationSet:
             raise ValueError("the validation set has no pair of languages sharing a concept")
         emb = {}
         for lang, x in self.rows.items():
-            e = np.asarray(x @ phi_t[lang], dtype=np.float64)
+            # in float64 (a float32 map is cast per language: p_l x r', not the p x r Φᵀ):
+            # float32 embeddings moved near-ties, and with them a validation stop
+            e = np.asarray(x @ np.asarray(phi_t[lang], dtype=np.float64))
             if transform is not None:
                 e = e @ transform
             norms = np.linalg.norm(e, axis=1, keepdims=True)
