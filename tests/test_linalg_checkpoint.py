@@ -72,7 +72,10 @@ def test_interrupted_solve_resumes_to_same_phi(tmp_path):
 
     ck = tmp_path / "ck"
     with pytest.raises(Interrupt):
-        solve_cr5(_backend(), checkpoint_dir=ck, checkpoint_every=1, callback=stop_at(3), **PARAMS)
+        solve_cr5(
+            _backend(), checkpoint_dir=ck, checkpoint_every=1, checkpoint_seconds=0,
+            callback=stop_at(3), **PARAMS,
+        )  # fmt: skip
     assert json.loads((ck / "lanczos.json").read_text())["meta"]["n_iter"] == 3
     be = _backend()
     resumed = solve_cr5(be, checkpoint_dir=ck, **PARAMS)
@@ -105,7 +108,10 @@ def test_checkpoint_every_n(tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        solve_cr5(_backend(), checkpoint_dir=ck, checkpoint_every=2, callback=cb, **PARAMS)
+        solve_cr5(
+            _backend(), checkpoint_dir=ck, checkpoint_every=2, checkpoint_seconds=0,
+            callback=cb, **PARAMS,
+        )  # fmt: skip
     assert saved[-1] == 4 and 2 in saved
 
 
@@ -125,3 +131,39 @@ def test_checkpoint_of_other_data_is_refused(tmp_path):
     solve_cr5(_backend("steep_zipf"), checkpoint_dir=ck, **PARAMS)
     with pytest.raises(CheckpointMismatchError, match="different problem"):
         solve_cr5(_backend("three_uneven"), checkpoint_dir=ck, **PARAMS)
+
+
+def test_checkpoint_seconds_spaces_the_checkpoints_but_keeps_the_last_state(tmp_path):
+    """With train.checkpoint_seconds far above the solve's length no iteration is written
+    until the eigensolver ends; its final state is written, and a rerun reuses it."""
+    ck = tmp_path / "ck"
+    seen = []
+
+    def cb(stage, it, info):
+        seen.append((ck / "lanczos.json").exists())
+
+    res = solve_cr5(_backend(), checkpoint_dir=ck, checkpoint_seconds=1e9, callback=cb, **PARAMS)
+    n_iter = res.history["eigensolver"]["n_iter"]
+    assert len(seen) == n_iter >= 4 and not any(seen)
+    assert json.loads((ck / "lanczos.json").read_text())["meta"]["n_iter"] == n_iter
+    again = solve_cr5(_backend(), checkpoint_dir=ck, **PARAMS)
+    assert again.history["eigensolver"]["resumed_from_iteration"] == n_iter
+    np.testing.assert_allclose(again.eigenvalues, res.eigenvalues, rtol=1e-12)
+
+
+def test_column_blocks_are_written_as_the_stacked_array(tmp_path, monkeypatch):
+    """The tracked images are streamed into one .npy, row step by row step (steps of 7
+    rows here, the last one short): it loads as np.hstack of the blocks."""
+    from pipeline.linalg import checkpoint
+
+    monkeypatch.setattr(checkpoint, "WRITE_STEP_ROWS", 7)
+    rng = np.random.default_rng(0)
+    blocks = [rng.standard_normal((30, w)).astype(np.float32) for w in (3, 5, 1)]
+    store = CheckpointStore(tmp_path / "ck", {"problem": 1})
+    store.save("state", {"images": checkpoint.ColumnBlocks(blocks), "h": np.eye(2)}, {"n": 1})
+    arrays, meta = store.load("state")
+    assert meta == {"n": 1} and arrays["images"].dtype == np.float32
+    np.testing.assert_array_equal(arrays["images"], np.hstack(blocks))
+    np.testing.assert_array_equal(np.asarray(checkpoint.ColumnBlocks(blocks)), np.hstack(blocks))
+    with pytest.raises(ValueError, match="same rows"):
+        checkpoint.ColumnBlocks([np.zeros((3, 2)), np.zeros((4, 2))])

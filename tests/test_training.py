@@ -179,6 +179,7 @@ def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_feature
         "train.eig_maxiter=40",
         "train.cg_rtol=1e-4",
         "train.checkpoint_every=1",
+        "train.checkpoint_seconds=0",
         "train.languages=[en, es]",
     ]
     # Uninterrupted reference.

@@ -47,6 +47,7 @@ import scipy.linalg as sla
 
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
+from pipeline.linalg.checkpoint import ColumnBlocks
 from pipeline.linalg.dense import tall_matmul, tall_matmul_blocks, tall_t_matmul
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.progress import ProgressClock, format_seconds
@@ -95,8 +96,10 @@ class LanczosState:
     rng_state: dict = field(default_factory=dict)
     images: list[np.ndarray] = field(default_factory=list)
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The array part (for ``.npy`` files)."""
+    def arrays(self) -> dict[str, np.ndarray | ColumnBlocks]:
+        """The array part (for ``.npy`` files). The images are :class:`ColumnBlocks` of the
+        kept blocks: a checkpoint streams them into one file instead of stacking a copy of
+        them all (which was the driver's peak when the last iteration was saved)."""
         r = len(self.ritz_history[0]) if self.ritz_history else 0
         out = {
             "basis": self.basis,
@@ -105,7 +108,7 @@ class LanczosState:
             "residual_history": np.array(self.residual_history).reshape(-1, r),
         }
         if self.images:
-            out["images"] = np.hstack(self.images)
+            out["images"] = ColumnBlocks(self.images)
         return out
 
     def meta(self) -> dict:
@@ -128,7 +131,7 @@ class LanczosState:
             ritz_history=list(arrays["ritz_history"]),
             residual_history=list(arrays["residual_history"]),
             rng_state=meta["rng_state"],
-            images=[arrays["images"]] if "images" in arrays else [],
+            images=[np.asarray(arrays["images"])] if "images" in arrays else [],
         )
 
 

@@ -9,7 +9,9 @@ Layout of a checkpoint directory::
 A state is written into a temporary directory which is then renamed (``os.replace``) to a fresh
 ``<name>-<seq>`` directory; only then is ``<name>.json`` replaced atomically (temp file +
 ``os.replace``), so a crash at any point leaves the previous state readable. Arrays are stored
-with ``allow_pickle=False``; nothing is pickled.
+with ``allow_pickle=False``; nothing is pickled. An array given as :class:`ColumnBlocks` (the
+eigensolver's tracked images, kept as a list of p x b blocks) is written as the one array
+they form side by side, row step by row step, without forming it in memory.
 
 Opening a directory whose manifest describes another problem raises
 :class:`CheckpointMismatchError` naming the differing keys.
@@ -25,16 +27,62 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from pipeline.errors import PipelineError
 
-__all__ = ["CheckpointMismatchError", "CheckpointStore", "array_digest", "fingerprint_hash"]
+__all__ = [
+    "CheckpointMismatchError",
+    "CheckpointStore",
+    "ColumnBlocks",
+    "array_digest",
+    "fingerprint_hash",
+]
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+#: rows per write of a :class:`ColumnBlocks` array (a few MB per step for p x 500 float32)
+WRITE_STEP_ROWS = 4096
+
+
+class ColumnBlocks:
+    """2-D arrays with the same rows, standing for ``np.hstack(blocks)`` without forming it.
+
+    :meth:`CheckpointStore.save` streams it into one ``.npy`` file (which loads as that
+    array); ``np.asarray`` and :meth:`copy` form it.
+    """
+
+    def __init__(self, blocks: list[np.ndarray]) -> None:
+        if not blocks or len({b.shape[0] for b in blocks}) != 1 or any(b.ndim != 2 for b in blocks):
+            raise ValueError("ColumnBlocks needs one or more 2-D arrays with the same rows")
+        self.blocks = blocks
+        self.dtype = np.result_type(*blocks)
+        self.shape = (blocks[0].shape[0], sum(b.shape[1] for b in blocks))
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        out = np.hstack(self.blocks)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def copy(self) -> np.ndarray:
+        return np.hstack(self.blocks)
+
+    def write_npy(self, f: BinaryIO) -> None:
+        """The ``.npy`` bytes of ``np.hstack(blocks)``, row step by row step."""
+        np.lib.format.write_array_header_1_0(
+            f,
+            {
+                "descr": np.lib.format.dtype_to_descr(self.dtype),
+                "fortran_order": False,
+                "shape": self.shape,
+            },
+        )
+        for start in range(0, self.shape[0], WRITE_STEP_ROWS):
+            stop = start + WRITE_STEP_ROWS
+            step = np.hstack([b[start:stop].astype(self.dtype, copy=False) for b in self.blocks])
+            f.write(step.tobytes())
 
 
 class CheckpointMismatchError(PipelineError, ValueError):
@@ -121,7 +169,7 @@ class CheckpointStore:
                 {"version": FORMAT_VERSION, "hash": self.hash, "fingerprint": self.fingerprint},
             )
 
-    def save(self, name: str, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    def save(self, name: str, arrays: dict[str, np.ndarray | ColumnBlocks], meta: dict) -> None:
         """Atomically replace state ``name`` by ``arrays`` (.npy each) and ``meta`` (JSON)."""
         pointer = self.directory / f"{name}.json"
         seq = 0
@@ -134,7 +182,10 @@ class CheckpointStore:
         try:
             for key, value in arrays.items():
                 with open(tmp / f"{key}.npy", "wb") as f:
-                    np.save(f, np.asarray(value), allow_pickle=False)
+                    if isinstance(value, ColumnBlocks):
+                        value.write_npy(f)
+                    else:
+                        np.save(f, np.asarray(value), allow_pickle=False)
                     f.flush()
                     os.fsync(f.fileno())
             os.replace(tmp, final)
