@@ -375,7 +375,7 @@ class TrainConfig:
         60.0,
         lo=0.0,
         doc="Least wall time between two eigensolver checkpoints (each writes the Lanczos "
-        "basis and the kept images; written after every iteration they took 8 % of the "
+        "basis and the kept images; written after every iteration they took 8-13 % of the "
         "Spark fit of the 100k-document wikishape corpus). A failure then loses at most "
         "this much work plus one iteration; 0: every train.checkpoint_every iterations. "
         "The state after the last iteration is always written.",

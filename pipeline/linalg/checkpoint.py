@@ -67,6 +67,7 @@ class ColumnBlocks:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def copy(self) -> np.ndarray:
+        """``np.hstack(blocks)``: a new array."""
         return np.hstack(self.blocks)
 
     def write_npy(self, f: BinaryIO) -> None:

@@ -574,7 +574,7 @@ def solve_cr5(
 
     def save_state(st: LanczosState, *, due: bool = False) -> None:
         # at most one checkpoint per checkpoint_seconds: each writes the whole basis and
-        # images (100k wikishape corpus, Spark: 0.5-0.6 s an iteration, 8 % of the fit)
+        # images (100k wikishape corpus, Spark: ~0.5-0.9 s an iteration, 8-13 % of the fit)
         nonlocal last_saved
         if not due and time.perf_counter() - last_saved < checkpoint_seconds:
             return
