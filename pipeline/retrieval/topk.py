@@ -338,7 +338,7 @@ class _RunningTopk:
         if np.isneginf(run_s[:, -1]).any():  # first block(s): everything would pass
             flat = None
         else:
-            # flatnonzero on the raveled mask is ~20x faster than 2-D np.nonzero when sparse.
+            # flatnonzero on the raveled mask: much cheaper than 2-D np.nonzero when sparse.
             flat = np.flatnonzero(block > run_s[:, -1:])
             if flat.size == 0:
                 return
