@@ -1,20 +1,18 @@
 """glibc malloc tuning for the Python driver process (``spark.driver_malloc_tuning``).
 
-The solver allocates and frees blocks of a few MB (CG blocks, products with X) thousands of
-times. glibc's defaults serve those from ``mmap`` or trim its heap after each free, so the
-pages are returned to the OS and faulted back in by the next allocation, until its dynamic
-thresholds adapt. Setting the thresholds once (``mallopt``) keeps blocks up to
-:data:`MMAP_THRESHOLD` in the heap and trims only above :data:`TRIM_THRESHOLD`: the first
-Cr5 fit in a process ran 14 % faster on DDTP (r = 100: 4.18 s → 3.61 s; later fits, which
-run after the thresholds have adapted, were unchanged). The cost is up to
-:data:`TRIM_THRESHOLD` of freed memory kept per malloc arena.
+The solver allocates and frees blocks of a few megabytes (CG blocks, products with X)
+thousands of times. glibc's defaults serve those from ``mmap`` or trim its heap after each
+free, so the pages are returned to the OS and faulted back in by the next allocation, until
+its dynamic thresholds adapt. Setting the thresholds once (``mallopt``) keeps blocks up to
+:data:`MMAP_THRESHOLD` in the heap and trims only above :data:`TRIM_THRESHOLD`, which speeds
+up the first Cr5 fit of a process (later fits run after the thresholds have adapted). The cost
+is up to :data:`TRIM_THRESHOLD` of freed memory kept per malloc arena.
 
 The solver's language, CG and dense-product threads each get a malloc arena of their own
-(glibc allows 8 per core), and each arena keeps its freed blocks: the driver's resident size
-ran ~0.45 GB above what two arenas need. :data:`ARENA_MAX` caps them (set before any thread
-starts): the 100k-document wikishape train's driver peak fell from 1.72-1.82 to
-1.27-1.37 GB (Spark backend) and from 1.99-2.02 to 1.54-1.56 GB (local), with the same fit
-times (bench/README.md, "100k documents, 2026-11-26"). Nothing happens off glibc.
+(glibc allows 8 per core), and each arena keeps its freed blocks, so the driver's resident
+size grows with the number of threads. :data:`ARENA_MAX` caps them (set before any thread
+starts), which lowers the driver's peak memory without slowing the fit (bench/README.md,
+"Measurements behind design choices"). Nothing happens off glibc.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ log = logging.getLogger(__name__)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-#: allocations below this come from the heap (glibc's dynamic maximum is 32 MB)
+#: allocations below this come from the heap (glibc's dynamic maximum is 32 MiB)
 MMAP_THRESHOLD = 64 << 20
 #: free memory at the top of the heap kept before returning it to the OS
 TRIM_THRESHOLD = 256 << 20

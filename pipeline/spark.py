@@ -23,7 +23,7 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
         "spark.app.name": cfg.app_name,
         "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
         "spark.ui.enabled": str(cfg.ui).lower(),
-        # Reusing Python workers saves ~300 ms per task (measured: 170 ms vs 490 ms jobs).
+        # Reuse Python workers: a task then does not pay for starting a Python process.
         "spark.python.worker.reuse": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.compression.codec": "zstd",
@@ -32,7 +32,7 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
         # Partition values such as lang=no must stay strings.
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         # One BLAS thread per task: tasks already use every core, and oversubscribed
-        # OpenBLAS threads were 5-8x slower on a 2-core machine.
+        # OpenBLAS threads slow every task down (bench/README.md).
         "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
         "spark.executorEnv.OMP_NUM_THREADS": "1",
     }

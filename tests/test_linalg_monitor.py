@@ -23,7 +23,8 @@ def _validation(heldout) -> ValidationSet:
 
 
 def _p_at_1_by_hand(components, heldout) -> float:
-    """Mean P@1 over ordered language pairs, one query at a time (no shared code)."""
+    """Mean P@1 over ordered language pairs, one query at a time (no shared code); a hit
+    needs the target strictly above every other candidate (ties count against it)."""
     scores = []
     langs = sorted(heldout)
     for l1 in langs:
@@ -38,7 +39,7 @@ def _p_at_1_by_hand(components, heldout) -> float:
                     float(q[i] @ c[j]) / (np.linalg.norm(q[i]) * np.linalg.norm(c[j]) or 1.0)
                     for j in range(c.shape[0])
                 ]
-                hits += int(np.argmax(sims) == i)
+                hits += int(all(s < sims[i] for j, s in enumerate(sims) if j != i))
             scores.append(hits / q.shape[0])
     return float(np.mean(scores))
 

@@ -1,13 +1,13 @@
 """TF-IDF rows of validation concepts, for the train stage's ``train.stop_rule: validation``.
 
 The split stage's validation concepts are held out of vocabulary, IDF and training in every
-language (design.md §4), so their documents are an honest validation set for the eigensolver's
-stopping rule. The ``train.validation_concepts`` concepts of lowest split priority are taken
-(the same ones the evaluation's λ selection scores first); their documents in the training
-languages are collected to the driver (a few thousand short texts) and weighted with the
-training vocabulary and IDF through :func:`~pipeline.features.weighting.tfidf_matrix`, the
-function the embedding API uses, so a validation document gets exactly the vector the
-trained model would give it.
+language (docs/design.md, evaluation protocol), so their documents are an honest validation
+set for the eigensolver's stopping rule. The ``train.validation_concepts`` concepts of lowest
+split priority are taken (the same ones the evaluation's λ selection scores first); their
+documents in the training languages are collected to the driver (a few thousand short texts)
+and weighted with the training vocabulary and IDF through
+:func:`~pipeline.features.weighting.tfidf_matrix`, the function the embedding API uses, so a
+validation document gets exactly the vector the trained model would give it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Read a local Parquet dataset on the executors with pyarrow, without Spark's reader.
 
 For a Python consumer of Arrow batches (``mapInArrow``), Spark's reader decodes every
-Parquet page in the JVM and serialises the rows to Arrow again for the Python worker: on
-the embed stage that was a quarter of the CPU (bench/README.md). When the input is on a
+Parquet page in the JVM and serialises the rows to Arrow again for the Python worker, a
+large share of the embed stage's CPU (bench/README.md, "Embedding"). When the input is on a
 local (or locally mounted) file system, the Python workers can read the row groups
 themselves: the driver plans the scan from the files' footers (:func:`plan_scan`), Spark
 only schedules one task per group of row groups, and each task streams its row groups with

@@ -166,15 +166,7 @@ def write_dataset(
     """
     if format not in FORMATS:
         raise ConfigError(f"dataset format {format!r} is not one of {', '.join(FORMATS)}")
-    full = {
-        "dataset": spec.name,
-        "producer": spec.producer,
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "library_version": __version__,
-        "format": format,
-        "schema": json.loads(spec.schema.json()),
-        **(manifest or {}),
-    }
+    full = _base_manifest(spec, format, manifest)
     if files is not None and (format != "parquet" or df is not None):
         raise ValueError("write_dataset(files=...) writes Parquet only, without a DataFrame")
     data = conform(df, spec) if df is not None else None
@@ -201,31 +193,64 @@ def write_dataset(
                     "with a Parquet dataset",
                     path,
                 )
-
-            def write_parquet(tmp: str) -> dict[str, Any]:
-                expected = expected_rows
-                if files is not None:
-                    if not isinstance(ops, LocalFS):
-                        raise ValueError(f"write_dataset(files=...) needs a local path: {path}")
-                    ops.mkdirs(tmp)
-                    extra = dict(files(tmp))
-                    expected = extra.pop("expected_rows", expected)
-                    full.update(extra)
-                else:
-                    writer = data.write.mode("errorifexists")
-                    if spec.partition_by:
-                        writer = writer.partitionBy(*spec.partition_by)
-                    writer.parquet(tmp)
-                full["files"] = data_files(ops, tmp)
-                count = _count_rows_local if files is not None else _count_rows
-                full.update(count(spark, spec, tmp, full["files"], expected))
-                text = json.dumps(full, indent=2, sort_keys=True, default=str)
-                ops.write_text(f"{tmp}/{MANIFEST}", text)
-                return full
-
-            publish(ops, lock, write_parquet)
+            if files is not None and not isinstance(ops, LocalFS):
+                raise ValueError(f"write_dataset(files=...) needs a local path: {path}")
+            publish(
+                ops,
+                lock,
+                lambda tmp: _write_parquet(spark, ops, spec, tmp, data, files, full, expected_rows),
+            )
     log.info("wrote dataset %s to %s (%s, %s rows)", spec.name, path, format, full.get("rows"))
     return full
+
+
+def _base_manifest(
+    spec: DatasetSpec, format: Format, extra: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The manifest entries every dataset has, then ``extra`` over them."""
+    return {
+        "dataset": spec.name,
+        "producer": spec.producer,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "library_version": __version__,
+        "format": format,
+        "schema": json.loads(spec.schema.json()),
+        **(extra or {}),
+    }
+
+
+def _write_parquet(
+    spark: SparkSession,
+    ops: FileOps,
+    spec: DatasetSpec,
+    tmp: str,
+    data: DataFrame | None,
+    files: Callable[[str], Mapping[str, Any]] | None,
+    manifest: dict[str, Any],
+    expected_rows: int | None,
+) -> dict[str, Any]:
+    """Write the Parquet files (from ``data`` or by ``files``), count them, add the manifest.
+
+    Runs on the temporary directory ``tmp`` that :func:`publish` then renames into place;
+    updates ``manifest`` in place and returns it.
+    """
+    expected = expected_rows
+    if files is not None:
+        ops.mkdirs(tmp)
+        extra = dict(files(tmp))
+        expected = extra.pop("expected_rows", expected)
+        manifest.update(extra)
+    else:
+        writer = data.write.mode("errorifexists")
+        if spec.partition_by:
+            writer = writer.partitionBy(*spec.partition_by)
+        writer.parquet(tmp)
+    manifest["files"] = data_files(ops, tmp)
+    count = _count_rows_local if files is not None else _count_rows
+    manifest.update(count(spark, spec, tmp, manifest["files"], expected))
+    text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+    ops.write_text(f"{tmp}/{MANIFEST}", text)
+    return manifest
 
 
 def _count_rows(

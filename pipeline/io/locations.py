@@ -4,8 +4,8 @@ A manifest that names another dataset of the same run (the vocabulary's held-out
 concepts, the tfidf rows a model trained on) stores it as ``<paths.root>/splits``
 when it lies inside the root, and as given otherwise. Comparisons resolve such a
 value against the *current* root, so a copied or moved root (another directory,
-machine or bucket) still checks out; values written before this rule (``./out/splits``
-or absolute) compare equal when they name the same place.
+machine or bucket) still checks out; values stored as given (``./out/splits`` or
+absolute) compare equal when they name the same place.
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ def recover(fs: FileOps, path: str, *, stale_seconds: float) -> None:
 
     Only entries whose owner is gone (:func:`owner_gone`) are touched; entries with no
     owner record at all (left by a writer killed between its last two deletions, or by
-    an earlier version of this library) count as ownerless, hence gone.
+    one that kept no owner records) count as ownerless, hence gone.
     """
     parent, name = _split(path)
     pre = _names(name)

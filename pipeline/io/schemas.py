@@ -1,4 +1,4 @@
-"""The data contracts between jobs (design.md, section 2), declared once.
+"""The data contracts between jobs (docs/design.md, data contracts), declared once.
 
 Each dataset is a Spark schema plus the column it is partitioned by. Readers
 check a dataset against its schema; writers select exactly these columns in
@@ -64,7 +64,7 @@ VOCABULARY = DatasetSpec(
     producer="vocabulary",
 )
 
-# ``concept_index`` is not in design.md's table: it saves every consumer a join with
+# ``concept_index`` is a column beside the contract's: it saves every consumer a join with
 # ``concepts`` (the solver needs the integer concept of each row).
 TFIDF = DatasetSpec(
     "tfidf",

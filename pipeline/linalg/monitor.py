@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from pipeline.errors import ConfigError
 from pipeline.linalg.dense import tall_matmul, tall_t_matmul
+from pipeline.ranking import pessimistic_ranks
 
 __all__ = ["IterationMonitor", "ValidationSet", "orthonormal_rows", "orthonormalising_map"]
 
@@ -152,8 +153,9 @@ class ValidationSet:
             emb[lang] = e / np.where(norms > 0, norms, 1.0)
         per = {}
         for l1, l2, i1, i2 in self._directions:
-            best = np.argmax(emb[l1][i1] @ emb[l2].T, axis=1)
-            per[f"{l1}->{l2}"] = float(np.mean(best == i2))
+            # the project's ranking rule: a candidate tying with the target counts against it
+            ranks = pessimistic_ranks(emb[l1][i1] @ emb[l2].T, i2)
+            per[f"{l1}->{l2}"] = float(np.mean(ranks == 1))
         return float(np.mean(list(per.values()))), per
 
 

@@ -1,4 +1,4 @@
-"""Retrieval maths (design §4): exact blocked top-k, CSLS, P@k and MRR.
+"""Retrieval maths (docs/design.md, evaluation protocol): exact blocked top-k, CSLS, P@k and MRR.
 
 Pure numpy, memory-bounded (:mod:`~pipeline.retrieval.topk`, :mod:`~pipeline.retrieval.csls`,
 :mod:`~pipeline.retrieval.metrics`, :mod:`~pipeline.retrieval.shared_space`), plus the same

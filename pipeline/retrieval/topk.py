@@ -12,20 +12,13 @@ Definitions (shared by the local path here and a distributed version built on th
 Cosine similarity
     Rows are L2-normalised (:func:`normalize_rows`); a **zero row stays zero**, so its cosine with
     anything is defined as **0** (never NaN).
-Top-k order
-    By score descending; equal scores are ordered by **lower candidate index first**, so the
-    result is deterministic and independent of the block sizes.
-Rank of the true target (pessimistic tie-breaking)
-    ``rank = 1 + #{c ≠ target : score(c) > s_t} + #{c ≠ target : score(c) == s_t}``, where
-    ``s_t`` is the target's score. Every other candidate that ties with the target is counted
-    *against* it, so degenerate embeddings (all zeros, duplicates, everything tied) score as badly
-    as they should and never reach rank 1 by luck of the index order. Scores are compared with
-    an absolute tolerance ``tie_tol`` (default :data:`DEFAULT_TIE_TOL`): a candidate with
-    ``score(c) >= s_t - tie_tol`` counts as tying or beating the target. The tolerance absorbs
-    the float32 rounding difference between the blocked matrix product and the row-wise dot
-    product that yields ``s_t`` (measured ≈ 1e-7 at r = 300), so an exact duplicate of the target
-    always counts as a tie; ``tie_tol=0`` gives the exact comparison. A query whose target is
-    missing (``-1``) gets ``rank = +inf`` and counts as a miss.
+Top-k order and rank of the true target
+    The project's one rule, :mod:`pipeline.ranking`: scores descending, ties by lower candidate
+    index; the target's rank is pessimistic (every other candidate that ties with it counts
+    against it; a missing target has rank ``+inf``). The target's score is a row-wise dot
+    product while the other scores come from blocked matrix products, so scores are compared
+    with the tolerance ``tie_tol`` (default :data:`DEFAULT_TIE_TOL`) under which an exact
+    duplicate of the target always counts as a tie; ``tie_tol=0`` gives the exact comparison.
 
 Primitives for a distributed version
 ------------------------------------
@@ -39,13 +32,21 @@ vectors, :func:`count_at_or_above_target` per partition (integer counts that sim
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from pipeline.config import EVALUATE_DEFAULTS as _E
 from pipeline.errors import InputDataError
+from pipeline.ranking import (
+    DEFAULT_TIE_TOL,
+    check_positive_int,
+    check_tie_tol,
+    count_at_or_above_target,
+    merge_topk,
+    ranks_from_counts,
+    topk_of_scores,
+)
 
 __all__ = [
     "DEFAULT_BLOCK_C",
@@ -72,8 +73,6 @@ DEFAULT_BLOCK_Q = _E.block_q
 """Default number of query rows per block."""
 DEFAULT_BLOCK_C = _E.block_c
 """Default number of candidate rows per block (a 1024 × 4096 float32 block is 16 MiB)."""
-DEFAULT_TIE_TOL = 2e-6
-"""Default absolute tolerance under which two scores count as tied (≈ 16 float32 ulps at 1.0)."""
 
 _PAD_INDEX = np.iinfo(np.int64).max  # index of the -inf padding entries of a running top-k
 _NORM_CHUNK = 65536  # rows per chunk when computing norms (bounds the float64 temporary)
@@ -170,22 +169,6 @@ def _check_targets(targets: object, n_q: int, n_c: int) -> np.ndarray:
     return t
 
 
-def check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputDataError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
-
-
-def check_tie_tol(tie_tol: object) -> float:
-    try:
-        tol = float(tie_tol)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputDataError(f"tie_tol must be a non-negative float; got {tie_tol!r}") from None
-    if not np.isfinite(tol) or tol < 0:
-        raise InputDataError(f"tie_tol must be a non-negative finite float; got {tie_tol!r}")
-    return tol
-
-
 # --- normalisation ---------------------------------------------------------------------------
 
 
@@ -262,70 +245,6 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
 # --- top-k primitives ------------------------------------------------------------------------
 
 
-def _sort_topk(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sort each row by (score desc, index asc) and keep the first ``k`` columns."""
-    order = np.lexsort((indices, -scores), axis=-1)[:, :k]
-    return (
-        np.take_along_axis(scores, order, axis=1),
-        np.take_along_axis(indices, order, axis=1),
-    )
-
-
-def topk_of_scores(scores: np.ndarray, k: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k of each row of a score block whose column ``j`` is candidate ``offset + j``.
-
-    ``argpartition`` finds the k-th largest value ``v`` of each row; rows where ties at ``v``
-    straddle the cut are resolved by taking the tied columns of lowest index; the ``k`` selected
-    entries are then sorted by (score desc, index asc).
-
-    Parameters
-    ----------
-    scores : ndarray of shape (n, m)
-        Finite scores of ``n`` queries against ``m`` consecutive candidates.
-    k : int
-        Number of entries to keep; ``min(k, m)`` are returned.
-    offset : int
-        Global index of the block's first candidate.
-
-    Returns
-    -------
-    scores : ndarray of shape (n, min(k, m))
-    indices : ndarray of shape (n, min(k, m)), int64
-        Global candidate indices.
-    """
-    scores = np.asarray(scores)
-    if scores.ndim != 2:
-        raise InputDataError(f"scores must be 2-D (n, m); got shape {scores.shape}")
-    k = check_positive_int(k, "k")
-    n, m = scores.shape
-    kk = min(k, m)
-    if n == 0 or kk == 0:
-        return (
-            np.empty((n, kk), dtype=scores.dtype),
-            np.empty((n, kk), dtype=np.int64),
-        )
-    if kk == m:
-        local = np.broadcast_to(np.arange(m, dtype=np.int64), (n, m))
-    else:
-        local = np.argpartition(scores, m - kk, axis=1)[:, m - kk :]
-        sel = np.take_along_axis(scores, local, axis=1)
-        kth = sel.min(axis=1)
-        n_ge = np.count_nonzero(scores >= kth[:, None], axis=1)
-        straddle = np.flatnonzero(n_ge > kk)
-        if straddle.size:
-            # Ties at the cut: keep everything above v, then the tied columns of lowest index.
-            sub = scores[straddle]
-            v = kth[straddle][:, None]
-            above = sub > v
-            tied = sub == v
-            need = kk - np.count_nonzero(above, axis=1)
-            keep = above | (tied & (np.cumsum(tied, axis=1) <= need[:, None]))
-            local = local.copy()
-            local[straddle] = (np.flatnonzero(keep) % m).reshape(straddle.size, kk)
-    sel_scores = np.take_along_axis(scores, local, axis=1)
-    return _sort_topk(sel_scores, local + np.int64(offset), kk)
-
-
 def partial_topk(
     q_block: np.ndarray, c_block: np.ndarray, k: int, offset: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -355,46 +274,6 @@ def partial_topk(
     c_block = check_embeddings(c_block, "c_block", q_block.shape[1])
     scores = np.asarray(q_block, dtype=np.float32) @ np.asarray(c_block, dtype=np.float32).T
     return topk_of_scores(scores, k, offset)
-
-
-def merge_topk(
-    partials: Sequence[tuple[np.ndarray, np.ndarray]], k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Merge per-block top-k lists of the same queries into the global top-k.
-
-    The result does not depend on the order of ``partials`` (ties: lower index first), so
-    partial results may arrive from distributed partitions in any order.
-
-    Parameters
-    ----------
-    partials : sequence of (scores, indices)
-        Each ``scores`` of shape (n, k_i) and ``indices`` of shape (n, k_i), int; every partial
-        covers disjoint candidates of the same ``n`` queries.
-    k : int
-        Number of entries to keep.
-
-    Returns
-    -------
-    scores : ndarray of shape (n, min(k, Σ k_i))
-    indices : ndarray of shape (n, min(k, Σ k_i)), int64
-    """
-    k = check_positive_int(k, "k")
-    if len(partials) == 0:
-        raise InputDataError("merge_topk needs at least one partial (scores, indices) pair")
-    n = None
-    for i, (s, ix) in enumerate(partials):
-        s, ix = np.asarray(s), np.asarray(ix)
-        if s.ndim != 2 or s.shape != ix.shape:
-            raise InputDataError(
-                f"partial {i}: scores {s.shape} and indices {ix.shape} must be equal 2-D shapes"
-            )
-        if n is None:
-            n = s.shape[0]
-        elif s.shape[0] != n:
-            raise InputDataError(f"partial {i} has {s.shape[0]} query rows, expected {n}")
-    scores = np.concatenate([np.asarray(s) for s, _ in partials], axis=1)
-    indices = np.concatenate([np.asarray(ix, dtype=np.int64) for _, ix in partials], axis=1)
-    return _sort_topk(scores, indices, min(k, scores.shape[1]))
 
 
 # --- ranks -----------------------------------------------------------------------------------
@@ -433,80 +312,6 @@ def target_scores(
     return s
 
 
-def count_at_or_above_target(
-    scores: np.ndarray,
-    target_scores: np.ndarray,
-    targets: np.ndarray,
-    offset: int = 0,
-    *,
-    tie_tol: float = DEFAULT_TIE_TOL,
-) -> np.ndarray:
-    """Per query, the number of *other* candidates of one block that tie with or beat the target.
-
-    Counts ``#{j : scores[i, j] >= target_scores[i] - tie_tol, offset + j != targets[i]}``.
-    Counts of disjoint candidate blocks add up; ``1 +`` their sum is the pessimistic rank
-    (:func:`ranks_from_counts`).
-
-    Parameters
-    ----------
-    scores : ndarray of shape (n, m)
-        Scores of ``n`` queries against candidates ``offset, ..., offset + m - 1``.
-    target_scores : ndarray of shape (n,)
-        Score of each query's target (``nan`` when missing: the count is then 0).
-    targets : ndarray of shape (n,), int
-        Global target indices (``-1`` when missing).
-    offset : int
-        Global index of the block's first candidate.
-    tie_tol : float
-        Absolute tie tolerance (see the module docstring).
-
-    Returns
-    -------
-    ndarray of shape (n,), int64
-    """
-    scores = np.asarray(scores)
-    ts = np.asarray(target_scores)
-    tg = np.asarray(targets)
-    if scores.ndim != 2 or ts.shape != (scores.shape[0],) or tg.shape != ts.shape:
-        raise InputDataError(
-            f"scores {scores.shape}, target_scores {ts.shape} and targets {tg.shape} "
-            "must have shapes (n, m), (n,), (n,)"
-        )
-    tol = check_tie_tol(tie_tol)
-    threshold = (ts - tol).astype(scores.dtype, copy=False)
-    counts = np.count_nonzero(scores >= threshold[:, None], axis=1).astype(np.int64)
-    local = tg - offset
-    inside = np.flatnonzero((local >= 0) & (local < scores.shape[1]))
-    if inside.size:
-        own = scores[inside, local[inside]]
-        counts[inside] -= (own >= threshold[inside]).astype(np.int64)
-    return counts
-
-
-def ranks_from_counts(counts: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """Pessimistic ranks from the summed :func:`count_at_or_above_target` counts.
-
-    Parameters
-    ----------
-    counts : ndarray of shape (n_q,), int
-        Number of other candidates tying with or beating each target, over all candidates.
-    targets : ndarray of shape (n_q,), int
-        Target indices, ``-1`` when missing.
-
-    Returns
-    -------
-    ndarray of shape (n_q,), float64
-        ``1 + counts``, or ``inf`` for a missing target.
-    """
-    counts = np.asarray(counts)
-    targets = np.asarray(targets)
-    if counts.shape != targets.shape or counts.ndim != 1:
-        raise InputDataError(
-            f"counts {counts.shape} and targets {targets.shape} must be equal 1-D shapes"
-        )
-    return np.where(targets >= 0, 1.0 + counts.astype(np.float64), np.inf)
-
-
 # --- the blocked engine (shared by cosine and CSLS) ------------------------------------------
 
 
@@ -533,7 +338,7 @@ class _RunningTopk:
         if np.isneginf(run_s[:, -1]).any():  # first block(s): everything would pass
             flat = None
         else:
-            # flatnonzero on the raveled mask is ~20x faster than 2-D np.nonzero when sparse.
+            # flatnonzero on the raveled mask: much cheaper than 2-D np.nonzero when sparse.
             flat = np.flatnonzero(block > run_s[:, -1:])
             if flat.size == 0:
                 return

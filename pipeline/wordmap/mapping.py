@@ -40,6 +40,7 @@ from typing import Literal
 import numpy as np
 
 from pipeline.errors import InputDataError
+from pipeline.ranking import merge_topk, top1_indices, topk_of_scores
 from pipeline.retrieval import mean_topk_similarity
 
 __all__ = [
@@ -107,22 +108,28 @@ def project(w: np.ndarray, constraint: Constraint) -> np.ndarray:
 def topk_dot(q: np.ndarray, c: np.ndarray, k: int, *, block: int = 8192) -> np.ndarray:
     """Indices of the ``k`` rows of ``c`` with the largest dot product with each row of ``q``.
 
-    Blocked over ``c``. Returns int64 of shape (n_q, min(k, n_c)) in no particular order.
+    Blocked over ``c``; the project's top-k order (:mod:`pipeline.ranking`: score descending,
+    ties by lower index), so a tie at the k-th place always keeps the lower index.
+
+    Parameters
+    ----------
+    q : ndarray of shape (n_q, d)
+    c : ndarray of shape (n_c, d)
+    k : int
+    block : int
+        Rows of ``c`` per block; working memory ``O(n_q × (block + k))``.
+
+    Returns
+    -------
+    ndarray of shape (n_q, min(k, n_c)), int64
     """
-    k = min(int(k), c.shape[0])
-    best_s = np.full((q.shape[0], 0), -np.inf, dtype=q.dtype)
-    best_i = np.zeros((q.shape[0], 0), dtype=np.int64)
+    best: tuple[np.ndarray, np.ndarray] | None = None
     for start in range(0, c.shape[0], block):
-        s = q @ c[start : start + block].T
-        idx = np.broadcast_to(np.arange(start, start + s.shape[1]), s.shape)
-        s = np.concatenate([best_s, s], axis=1)
-        idx = np.concatenate([best_i, idx], axis=1)
-        if s.shape[1] > k:
-            part = np.argpartition(-s, k - 1, axis=1)[:, :k]
-            s = np.take_along_axis(s, part, axis=1)
-            idx = np.take_along_axis(idx, part, axis=1)
-        best_s, best_i = s, idx
-    return best_i
+        part = topk_of_scores(q @ c[start : start + block].T, k, start)
+        best = part if best is None else merge_topk([best, part], k)
+    if best is None:
+        return np.zeros((q.shape[0], 0), dtype=np.int64)
+    return best[1]
 
 
 def rcsls_loss(
@@ -261,15 +268,16 @@ def mutual_nn_dictionary(
     xs, yt = np.asarray(xs, np.float32), np.asarray(yt, np.float32)
     r_s = mean_topk_similarity(xs, yt, min(k, yt.shape[0]))  # source words' neighbourhoods
     r_t = mean_topk_similarity(yt, xs, min(k, xs.shape[0]))
+    # nearest neighbours under the project's top-k order (ties: lower index)
     fwd = np.empty(xs.shape[0], np.int64)
     for start in range(0, xs.shape[0], block):
-        fwd[start : start + block] = np.argmax(
-            2 * xs[start : start + block] @ yt.T - r_t[None, :], axis=1
+        fwd[start : start + block] = top1_indices(
+            2 * xs[start : start + block] @ yt.T - r_t[None, :]
         )
     bwd = np.empty(yt.shape[0], np.int64)
     for start in range(0, yt.shape[0], block):
-        bwd[start : start + block] = np.argmax(
-            2 * yt[start : start + block] @ xs.T - r_s[None, :], axis=1
+        bwd[start : start + block] = top1_indices(
+            2 * yt[start : start + block] @ xs.T - r_s[None, :]
         )
     i = np.flatnonzero(bwd[fwd] == np.arange(xs.shape[0]))
     return np.stack([i, fwd[i]], axis=1).astype(np.int64)
