@@ -1,8 +1,8 @@
 """Fault injection: concurrent writers, kill -9 mid-write, read-only outputs, bad inputs.
 
 Covered elsewhere and not repeated here: kill -9 of a real ``jobs/ingest.py`` mid-write
-(tests/test_atomic_writes.py) and kill -9 during training followed by a resume that
-gives the same model as an uninterrupted run (tests/test_training.py,
+(tests/test_io_atomic_writes.py) and kill -9 during training followed by a resume that
+gives the same model as an uninterrupted run (tests/test_stages_train.py,
 test_training_killed_midway_resumes_to_the_same_answer).
 """
 
