@@ -225,17 +225,35 @@ def test_local_and_spark_agree(backends, dtype):
 
 @pytest.mark.parametrize("tree_above", [0, 100])
 def test_spark_partials_merge_on_executors_or_driver(backends, dtype, monkeypatch, tree_above):
-    """Both ways of summing the partials (executor tree vs. driver) give the local result."""
+    """Both ways of summing the partials (executor tree vs. driver) give the local result, and
+    the threshold picks the way: every pass over more partitions than ``TREE_REDUCE_ABOVE``
+    sums its row ranges on the executors (one ``reduceByKey``, spied on the driver where the
+    job is built), no pass up to it does."""
+    from pyspark.rdd import RDD
+
     import pipeline.backends.spark as spark_backend
 
     monkeypatch.setattr(spark_backend, "TREE_REDUCE_ABOVE", tree_above)
+    keyed_reduces: list[RDD] = []
+    reduce_by_key = RDD.reduceByKey
+
+    def spy(self: RDD, *args, **kwargs) -> RDD:
+        keyed_reduces.append(self)
+        return reduce_by_key(self, *args, **kwargs)
+
+    monkeypatch.setattr(RDD, "reduceByKey", spy)
     loc, spk = backends["local", dtype], backends["spark", dtype]
+    assert all(0 < spk.n_partitions(lang) <= 100 for lang in LANGS)
+    passes_before = sum(spk.pass_counts["passes"].values())
     rng = np.random.default_rng(4)
     for lang in LANGS:
         v = rng.standard_normal((loc.n_terms(lang), 3))
         p = rng.standard_normal((loc.n_concepts, 3))
         for method, arg in (("gram", v), ("xt_gather", p), ("x_scatter", v)):
             _close(getattr(spk, method)(lang, arg), getattr(loc, method)(lang, arg), TOL[dtype])
+    passes = sum(spk.pass_counts["passes"].values()) - passes_before
+    assert passes == 3 * len(LANGS)
+    assert len(keyed_reduces) == (passes if tree_above == 0 else 0)
 
 
 @pytest.mark.parametrize("fused", ["spark_fused1", "spark_fused2"])
