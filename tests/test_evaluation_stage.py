@@ -30,6 +30,9 @@ from tests.conftest import REPO, SAMPLE
 PROFILES = [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"]
 SPLIT = SplitConfig(n_test=50, n_validation=40, seed=7)
 
+# Every test uses the module's chain fixture (five stages, training included, on the sample).
+pytestmark = pytest.mark.slow
+
 
 def cfg_for(root: Path, *overrides: str):
     return load_config(

@@ -1,8 +1,8 @@
 """Fault injection: concurrent writers, kill -9 mid-write, read-only outputs, bad inputs.
 
 Covered elsewhere and not repeated here: kill -9 of a real ``jobs/ingest.py`` mid-write
-(tests/test_atomic_writes.py) and kill -9 during training followed by a resume that
-gives the same model as an uninterrupted run (tests/test_training.py,
+(tests/test_io_atomic_writes.py) and kill -9 during training followed by a resume that
+gives the same model as an uninterrupted run (tests/test_stages_train.py,
 test_training_killed_midway_resumes_to_the_same_answer).
 """
 
@@ -414,6 +414,7 @@ def _corpus(path: Path, n_concepts: int, langs=("en", "de")) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_moved_run_root_still_works(spark, tmp_path):
     """Manifests name datasets of the run relative to paths.root: move the root after
     vocabulary and run tfidf there (was: 'built with heldout_concepts=./out/splits')."""
@@ -485,6 +486,7 @@ def test_single_language_training_warns_or_fails():
         training_warnings(strict, ["en"])
 
 
+@pytest.mark.slow
 def test_small_corpus_split_and_a_dropped_language(spark, tmp_path):
     """The issue's case: conf/sample.yaml (200 + 200 held out per pair) on a 300-concept
     corpus. split shrinks to split.max_heldout_fraction with a warning (or fails naming the

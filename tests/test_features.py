@@ -87,6 +87,7 @@ def corpus(tmp_path_factory):
     return records, path, d / "heldout.parquet", heldout
 
 
+@pytest.mark.slow
 def test_vocabulary_and_tfidf_match_independent_computation(spark, make_config, corpus):
     records, path, heldout_path, heldout = corpus
     min_unique, max_unique, min_df, max_vocab = 3, 30, 2, 25
@@ -141,6 +142,7 @@ def test_vocabulary_and_tfidf_match_independent_computation(spark, make_config, 
     )
 
 
+@pytest.mark.slow
 def test_tfidf_refuses_vocabulary_built_for_other_heldout_set(spark, make_config, corpus):
     _, path, heldout_path, _ = corpus
     cfg = make_config(f"ingest.input={path}", "features.min_unique_words=1")

@@ -124,6 +124,7 @@ def docs_at(spark, path):
     return {(r.lang, r.title): r.asDict() for r in read_dataset(spark, DOCUMENTS, path).collect()}
 
 
+@pytest.mark.slow
 def test_no_disambiguation_page_kept_in_any_language(spark, tmp_path):
     wiki = WikipediaConfig(dumps={**DUMPS, "bg": BG, "de": DE}, on_missing_concept="own_id")
     report = run_wikipedia(spark, wiki, str(tmp_path / "documents"), 2)
@@ -183,6 +184,7 @@ def _entity(qid, links, disambiguation=False):
     return {"id": qid, "claims": claims, "sitelinks": {s: {"title": t} for s, t in links.items()}}
 
 
+@pytest.mark.slow
 def test_page_props_wikidata_and_empty_languages(spark, tmp_path):
     entities = tmp_path / "wikidata-entities.json"
     lines = [
@@ -224,6 +226,7 @@ def test_page_props_wikidata_and_empty_languages(spark, tmp_path):
     assert set(docs_at(spark, str(tmp_path / "documents"))) == {("vi", "Huế")}
 
 
+@pytest.mark.slow
 def test_single_stream_bz2_is_split_at_blocks(spark, tmp_path):
     level1 = tmp_path / "enwiki-pages-articles.xml.bz2"
     level1.write_bytes(bz2.compress(bz2.decompress(Path(EN).read_bytes()), 1))

@@ -53,6 +53,7 @@ def test_plan_splits_a_multistream_dump():
     assert pickle.loads(pickle.dumps(items)) == items  # shipped to executors
 
 
+@pytest.mark.slow
 def test_stage_writes_documents_with_wikidata_ids(spark, make_config):
     base = make_config()
     wiki = WikipediaConfig(
@@ -97,6 +98,7 @@ def test_stage_writes_documents_with_wikidata_ids(spark, make_config):
     json.dumps(manifest)  # the report is JSON
 
 
+@pytest.mark.slow
 def test_json_sitelinks_plus_inline_links(spark, tmp_path):
     wiki = WikipediaConfig(
         dumps={"en": EN, "de": DE},
@@ -116,6 +118,7 @@ def test_json_sitelinks_plus_inline_links(spark, tmp_path):
     assert report["concepts"]["without_concept"]["en"] >= 4
 
 
+@pytest.mark.slow
 def test_langlinks_components_and_conflicts(spark, tmp_path):
     # en "A" (290) links to de "Anarchie", a redirect to "Anarchismus": its component
     # then holds two English articles, a conflict resolved by the smallest page id.
@@ -154,6 +157,7 @@ def assert_nothing_written(parent, name):
     assert not [p for p in parent.iterdir() if p.name.startswith(f".{name}.")]
 
 
+@pytest.mark.slow
 def test_malformed_pages_fail_with_location_or_are_tolerated(spark, tmp_path):
     bad = str(FAIL / "dewiki-malformed-pages-articles.xml")
     wiki = WikipediaConfig(dumps={"de": bad}, on_missing_concept="own_id")
@@ -185,6 +189,7 @@ def test_malformed_pages_fail_with_location_or_are_tolerated(spark, tmp_path):
     assert len(docs_at(spark, str(tmp_path / "documents"))) == len(docs)
 
 
+@pytest.mark.slow
 def test_truncated_streams(spark, tmp_path):
     offsets = dump.read_index_offsets(EN_INDEX)
     cut = tmp_path / "enwiki-cut-multistream.xml.bz2"
@@ -222,6 +227,7 @@ def test_truncated_streams(spark, tmp_path):
     assert report["documents_per_language"] == {"en": 3}  # Anarchism, Autism, Albedo
 
 
+@pytest.mark.slow
 def test_bad_sitelinks_line(spark, tmp_path):
     bad = str(FAIL / "wb_items_per_site-bad-line.sql")
     wiki = WikipediaConfig(dumps={"de": DE}, wikidata_sitelinks=bad)
@@ -247,6 +253,7 @@ def test_configuration_errors(spark, tmp_path):
     assert_nothing_written(tmp_path, "d")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     "ingest_wikipedia" not in __import__("pipeline.stages").stages.STAGES,
     reason="stage ingest_wikipedia is not registered in pipeline/stages/__init__.py yet",

@@ -127,6 +127,7 @@ def test_build_vocabulary_rule():
     np.testing.assert_allclose(idf, np.log(10 / np.array([5, 5, 2])).astype(np.float32))
 
 
+@pytest.mark.slow
 def test_datasets_equal_the_pipeline_stages(spark, make_config, tmp_path):
     from pyspark.sql import functions as F
 

@@ -186,6 +186,7 @@ def test_translate_words_needs_a_lexicon(tmp_path: Path):
         _cfg(tmp_path, "words.pair=[en, en]")
 
 
+@pytest.mark.slow
 def test_word_vectors_stage_trains_word2vec(spark, tmp_path: Path):
     rng = np.random.default_rng(1)
     words = {"en": ["cat", "dog", "house", "tree"], "de": ["katze", "hund", "haus", "baum"]}

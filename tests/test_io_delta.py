@@ -83,6 +83,7 @@ def test_versions_history_partitions_and_round_trip(spark, tmp_path, no_jars):
     assert '"n": 2' in history[0]["userMetadata"]
 
 
+@pytest.mark.slow
 def test_ingest_stage_end_to_end_matches_parquet(spark, make_config, tmp_path, no_jars):
     root = tmp_path / "delta"
     argv = ["--conf", str(REPO / "conf" / "local.yaml"), "--log-level", "WARNING"]

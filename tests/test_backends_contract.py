@@ -166,6 +166,7 @@ def _close(got: np.ndarray, want: np.ndarray, tol: float) -> None:
 # --- the contract, against each backend --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sizes_come_from_the_manifest(backends, reference, kind):
     ref, k = reference
     be = backends[kind, "float32"]
@@ -176,6 +177,7 @@ def test_sizes_come_from_the_manifest(backends, reference, kind):
     assert be.n_total_docs() == sum(x.shape[0] for x, _ in ref.values())
 
 
+@pytest.mark.slow
 def test_every_method_matches_the_dense_reference(backends, reference, kind, dtype):
     ref, k = reference
     be = backends[kind, dtype]
@@ -208,6 +210,7 @@ def test_every_method_matches_the_dense_reference(backends, reference, kind, dty
         assert counts["column_passes"][method] == 0
 
 
+@pytest.mark.slow
 def test_local_and_spark_agree(backends, dtype):
     loc, spk = backends["local", dtype], backends["spark", dtype]
     tol = TOL[dtype]
@@ -223,21 +226,41 @@ def test_local_and_spark_agree(backends, dtype):
             )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tree_above", [0, 100])
 def test_spark_partials_merge_on_executors_or_driver(backends, dtype, monkeypatch, tree_above):
-    """Both ways of summing the partials (executor tree vs. driver) give the local result."""
+    """Both ways of summing the partials (executor tree vs. driver) give the local result, and
+    the threshold picks the way: every pass over more partitions than ``TREE_REDUCE_ABOVE``
+    sums its row ranges on the executors (one ``reduceByKey``, spied on the driver where the
+    job is built), no pass up to it does."""
+    from pyspark.rdd import RDD
+
     import pipeline.backends.spark as spark_backend
 
     monkeypatch.setattr(spark_backend, "TREE_REDUCE_ABOVE", tree_above)
+    keyed_reduces: list[RDD] = []
+    reduce_by_key = RDD.reduceByKey
+
+    def spy(self: RDD, *args, **kwargs) -> RDD:
+        keyed_reduces.append(self)
+        return reduce_by_key(self, *args, **kwargs)
+
+    monkeypatch.setattr(RDD, "reduceByKey", spy)
     loc, spk = backends["local", dtype], backends["spark", dtype]
+    assert all(0 < spk.n_partitions(lang) <= 100 for lang in LANGS)
+    passes_before = sum(spk.pass_counts["passes"].values())
     rng = np.random.default_rng(4)
     for lang in LANGS:
         v = rng.standard_normal((loc.n_terms(lang), 3))
         p = rng.standard_normal((loc.n_concepts, 3))
         for method, arg in (("gram", v), ("xt_gather", p), ("x_scatter", v)):
             _close(getattr(spk, method)(lang, arg), getattr(loc, method)(lang, arg), TOL[dtype])
+    passes = sum(spk.pass_counts["passes"].values()) - passes_before
+    assert passes == 3 * len(LANGS)
+    assert len(keyed_reduces) == (passes if tree_above == 0 else 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", ["spark_fused1", "spark_fused2"])
 def test_fused_passes_equal_the_dense_reference(backends, reference, fused):
     """Row-partitioned languages under solve_in_task_max_nnz run every pass as one job whose
@@ -266,6 +289,7 @@ def test_fused_passes_equal_the_dense_reference(backends, reference, fused):
         _close(values, values2, TOL["float64"])
 
 
+@pytest.mark.slow
 def test_concurrent_passes_from_three_threads(backends, reference, kind):
     """Three threads at once (on Spark: three concurrent jobs), two on the same language."""
     ref, k = reference
@@ -306,6 +330,7 @@ def test_concurrent_passes_from_three_threads(backends, reference, kind):
     assert be.pass_counts["passes"] == {"gram": 2, "xt_gather": 2, "x_scatter": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("other", ["spark", "spark_in_task", "spark_fused1", "spark_fused2"])
 def test_solve_cr5_gives_the_same_subspace_on_both_backends(backends, other):
     """float64 end to end: the backends differ only in summation order, so the subspaces
@@ -330,6 +355,7 @@ def test_solve_cr5_gives_the_same_subspace_on_both_backends(backends, other):
         assert mine["passes"]["gram"] >= ref["passes"]["gram"]
 
 
+@pytest.mark.slow
 def test_in_task_solve_in_column_chunks_gives_the_same_answer(backends, reference, monkeypatch):
     """A memory bound below one column's CG vectors solves column by column in the task."""
     ref, _ = reference
@@ -357,6 +383,7 @@ def test_in_task_chunks_follow_the_cg_dtype():
     assert in_task_chunk(0, 200_000, np.float32) == 1 and in_task_chunk(mb, 0, np.float32) > 1
 
 
+@pytest.mark.slow
 def test_float32_in_task_solve_equals_float32_block_cg(backends, reference):
     """The right-hand sides and guesses travel to the solving task already in the CG's
     float32 (half the broadcast): block_cg casting float64 inputs itself on the dense Gram
@@ -378,6 +405,7 @@ def test_float32_in_task_solve_equals_float32_block_cg(backends, reference):
     np.testing.assert_allclose(got.x, want.x, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", ["spark_in_task", "spark_fused1", "spark_fused2"])
 def test_fused_solves_equal_a_dense_solve(backends, reference, fused):
     """One block or three gathered into the solving tasks, columns in one task or split over
@@ -424,6 +452,7 @@ def test_fused_solves_equal_a_dense_solve(backends, reference, fused):
 # --- Spark specifics ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_describe_sets_the_job_description_of_the_calling_thread(spark, backends):
     be = backends["spark", "float32"]
     sc = spark.sparkContext
@@ -458,6 +487,7 @@ def test_describe_sets_the_job_description_of_the_calling_thread(spark, backends
     assert sc.getLocalProperty("spark.job.description") == "cr5 train: eig 2 / cg[en] / in-task"
 
 
+@pytest.mark.slow
 def test_pickle_round_trip_keeps_sizes_and_drops_spark_handles(spark, backends):
     be = backends["spark", "float32"]
     blob = pickle.dumps(be)
@@ -601,6 +631,7 @@ def test_bad_datasets_raise_input_data_error(spark, tmp_path, kind, rows, match)
         make_backend(kind, spark, path, dtype="float32")
 
 
+@pytest.mark.slow
 def test_unknown_language_is_named(spark, tfidf_path, kind):
     with pytest.raises(InputDataError, match=r"\['zz'\].*available: \['de', 'en', 'fr'\]"):
         make_backend(kind, spark, tfidf_path, dtype="float32", languages=["en", "zz"])
@@ -609,6 +640,7 @@ def test_unknown_language_is_named(spark, tfidf_path, kind):
 # --- the factory -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_factory_rejects_unknown_kinds_and_foreign_options(spark, tfidf_path):
     with pytest.raises(ConfigError, match=r"one of \('local', 'spark'\)"):
         make_backend("gpu", spark, tfidf_path, dtype="float32")
@@ -620,6 +652,7 @@ def test_factory_rejects_unknown_kinds_and_foreign_options(spark, tfidf_path):
         make_backend("spark", spark, tfidf_path, dtype="float32", transpose="csr")
 
 
+@pytest.mark.slow
 def test_factory_builds_the_documented_classes(backends):
     assert type(backends["local", "float32"]) is LocalCorpusBackend
     assert type(backends["spark", "float32"]) is SparkCorpusBackend
@@ -644,6 +677,7 @@ def test_auto_solve_in_task_limit():
     assert auto_solve_in_task_max_nnz("local[2]", 2) > 0  # reads the OS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", ["spark_in_task", "spark_fused2"])
 def test_fused_solves_start_from_each_columns_initial_guess(backends, reference, fused):
     """x0 (a λ path's previous solves) reaches every task with its own columns: the dense

@@ -28,6 +28,9 @@ from tests.conftest import REPO, SAMPLE
 
 PROFILES = [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"]
 
+# Every test uses the module's sample_features fixture (three stages on the bundled sample).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def sample_features(spark, tmp_path_factory):
@@ -171,7 +174,6 @@ def test_transitive_and_pairwise_row_selection(spark, sample_features):
     assert langs == {"en", "es"}
 
 
-@pytest.mark.slow
 def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_features, tmp_path):
     common = [
         "train.r=12",

@@ -18,7 +18,7 @@ from pipeline.retrieval import (
     retrieve,
     topk_of_scores,
 )
-from tests.test_evaluation_retrieval import (
+from tests.test_retrieval_topk import (
     assert_topk_matches,
     dense_cosine,
     loop_ranks,
