@@ -244,10 +244,10 @@ def test_interrupted_lambda_path_resumes_where_it_stopped(spark, chain, tmp_path
     models are reused, the last λ starts from the checkpointed start of its predecessor
     and gives the model an uninterrupted path gives; a rerun of a finished path fits
     nothing."""
-    from pipeline.stages import train as training
+    from pipeline.training import service as training
 
     _, cfg, _ = chain
-    real_run = training.run
+    real_run = training.train_model
 
     def grid(name):
         return EvaluateConfig(
@@ -268,7 +268,7 @@ def test_interrupted_lambda_path_resumes_where_it_stopped(spark, chain, tmp_path
             raise RuntimeError("simulated driver failure")
         return real_run(spark_, cfg_, data)
 
-    monkeypatch.setattr(training, "run", failing_run)
+    monkeypatch.setattr(training, "train_model", failing_run)
     with pytest.raises(RuntimeError, match="simulated"):
         run_evaluation(spark, cfg, grid("resumed"))
     assert calls == [10.0, 3.0, 0.3]

@@ -475,7 +475,7 @@ def test_summary_prints_warnings_and_every_report_path():
 def test_single_language_training_warns_or_fails():
     from pipeline.config import load_config
     from pipeline.errors import InputDataError
-    from pipeline.stages.train import training_warnings
+    from pipeline.training import training_warnings
 
     cfg = load_config([], [])
     assert training_warnings(cfg, ["en", "de"]) == []

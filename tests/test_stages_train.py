@@ -23,7 +23,7 @@ from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies
 from pipeline.linalg.woodbury import global_mean
 from pipeline.model import Cr5Model
 from pipeline.stages import get_stage
-from pipeline.stages.train import checkpoint_dir
+from pipeline.training import checkpoint_dir
 from tests.conftest import REPO, SAMPLE
 
 PROFILES = [REPO / "conf" / "local.yaml", REPO / "conf" / "short-docs.yaml"]
@@ -145,7 +145,7 @@ def test_transitive_and_pairwise_row_selection(spark, sample_features):
         "train.r=8",
         f"train.checkpoint_dir={sample_features}/ck-transitive",
     )
-    from pipeline.stages.train import select_training_rows
+    from pipeline.training import select_training_rows
 
     path, report = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
     rows = read_dataset(spark, TFIDF, path).toArrow().to_pylist()

@@ -57,7 +57,7 @@ from pipeline.baselines.common import (
 )
 from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.linalg.backend import CorpusBackend, TermLayout
-from pipeline.linalg.block_cg import block_cg
+from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import CallableOperator
 
 __all__ = ["ConceptViews", "fit_cca"]
@@ -109,6 +109,123 @@ class ConceptViews:
         """``Ẑ_lᵀ G`` for G of shape (K, b): ndarray of shape (p_l, b)."""
         out = self.backend.xt_gather(lang, g * self.weight[lang][:, None])
         return out - np.outer(self.mean[lang], self.mask[lang] @ g)
+
+
+class _CcaPencil:
+    """The two sides of CCA's pencil as block products (module docstring).
+
+    :meth:`apply_pair` gives the left side ``(Ẑᵀ Ẑ / |K*| + γI) V`` and the right side
+    ``blockdiag(D_l) V`` from one scatter and one gather pass per language; :meth:`solve_d`
+    applies ``blockdiag(D_l)⁻¹`` by concurrent per-language block CG and records each solve
+    in :attr:`cg_records`.
+    """
+
+    def __init__(
+        self,
+        views: ConceptViews,
+        layout: TermLayout,
+        gamma: float,
+        cg_rtol: float,
+        cg_maxiter: int,
+        max_workers: int | None,
+    ) -> None:
+        backend = views.backend
+        self.views = views
+        self.layout = layout
+        self.gamma = gamma
+        self.cg_rtol = cg_rtol
+        self.cg_maxiter = cg_maxiter
+        self.max_workers = max_workers
+        self.scale = 1.0 / views.n_rows
+        self.jacobi = {
+            lang: 1.0 / (backend.column_sq_sums(lang) * self.scale + gamma)
+            for lang in backend.languages
+        }
+        self.cg_records: list[dict] = []
+
+    def apply_pair(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(left V, right V)`` for V of shape (p, b): two ndarrays of shape (p, b)."""
+        backend, views, layout = self.views.backend, self.views, self.layout
+        parts = layout.split(v)
+
+        def scatter(lang: str) -> np.ndarray:
+            backend.describe(f"cca/Z[{lang}]", None)
+            return views.z(lang, parts[lang])
+
+        zs = per_language(backend, scatter, self.max_workers)
+        total = sum(zs[lang] for lang in backend.languages)
+        b = v.shape[1]
+
+        def gather(lang: str) -> np.ndarray:
+            backend.describe(f"cca/Zt[{lang}]", None)
+            return views.zt(lang, np.hstack([total, zs[lang]]))
+
+        gs = per_language(backend, gather, self.max_workers)
+        scale, gamma = self.scale, self.gamma
+        left = layout.join({lang: g[:, :b] for lang, g in gs.items()}) * scale + gamma * v
+        right = layout.join({lang: g[:, b:] for lang, g in gs.items()}) * scale + gamma * v
+        return left, right
+
+    def solve_d(self, rhs: np.ndarray) -> np.ndarray:
+        """``≈ blockdiag(D_l)⁻¹ R`` for R of shape (p, b): ndarray of shape (p, b)."""
+        parts = self.layout.split(rhs)
+        record: dict = {"n_rhs": rhs.shape[1], "n_iter": {}, "max_residual": {}}
+
+        def one(lang: str) -> np.ndarray:
+            res = self._solve_language(lang, parts[lang])
+            record["n_iter"][lang] = res.n_iter
+            record["max_residual"][lang] = float(res.residual_norms[-1].max(initial=0.0))
+            return res.x
+
+        out = self.layout.join(per_language(self.views.backend, one, self.max_workers))
+        self.cg_records.append(record)
+        return out
+
+    def _solve_language(self, lang: str, rhs: np.ndarray) -> BlockCGResult:
+        """Block CG on ``D_l = Ẑ_lᵀẐ_l / |K*| + γI``, Jacobi-preconditioned."""
+        backend, views, scale, gamma = self.views.backend, self.views, self.scale, self.gamma
+
+        def d_op(v: np.ndarray) -> np.ndarray:
+            backend.describe(f"cca/cg[{lang}]", None)
+            return views.zt(lang, views.z(lang, v)) * scale + gamma * v
+
+        pl = backend.n_terms(lang)
+        return block_cg(
+            CallableOperator((pl, pl), d_op, d_op),
+            rhs,
+            rtol=self.cg_rtol,
+            maxiter=self.cg_maxiter,
+            m=self.jacobi[lang],
+            name=f"cca/cg[{lang}]",
+        )
+
+
+def _check_cca_params(params: dict, languages: list[str]) -> None:
+    """Raise ValueError unless there are two languages or more and ``params`` are valid."""
+    n_langs = len(languages)
+    if n_langs < 2:
+        raise ValueError(f"cca: needs at least two languages; the backend has {list(languages)}")
+    check_params(
+        "cca",
+        params,
+        {
+            "min_languages": (
+                f"None or an integer in [2, {n_langs}]",
+                lambda v: is_int(2)(v) and v <= n_langs,
+            ),
+        },
+    )
+
+
+def _aligned_views(backend: CorpusBackend, min_languages: int) -> ConceptViews:
+    """The concept views; raise ValueError when fewer than two concepts are aligned."""
+    views = ConceptViews(backend, min_languages)
+    if views.n_rows < 2:
+        raise ValueError(
+            f"cca: only {views.n_rows} concept(s) have documents in >= "
+            f"{min_languages} languages; lower min_languages or check the data"
+        )
+    return views
 
 
 def fit_cca(
@@ -177,86 +294,21 @@ def fit_cca(
         "max_basis": max_basis,
         "seed": seed,
     }
-    if n_langs < 2:
-        raise ValueError(f"cca: needs at least two languages; the backend has {list(langs)}")
-    check_params(
-        "cca",
-        params,
-        {
-            "min_languages": (
-                f"None or an integer in [2, {n_langs}]",
-                lambda v: is_int(2)(v) and v <= n_langs,
-            ),
-        },
-    )
+    _check_cca_params(params, langs)
     t_start = time.perf_counter()
     passes0 = backend.pass_counts
     layout = TermLayout.of(backend)
     p = layout.n_terms
     if r > p:
         raise ValueError(f"cca: r must be <= p = {p}; got {r}")
-    views = ConceptViews(backend, params["min_languages"])
-    if views.n_rows < 2:
-        raise ValueError(
-            f"cca: only {views.n_rows} concept(s) have documents in >= "
-            f"{params['min_languages']} languages; lower min_languages or check the data"
-        )
-    scale = 1.0 / views.n_rows
-    jacobi = {lang: 1.0 / (backend.column_sq_sums(lang) * scale + gamma) for lang in langs}
-    cg_records: list[dict] = []
-
-    def apply_pair(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        parts = layout.split(v)
-
-        def scatter(lang: str) -> np.ndarray:
-            backend.describe(f"cca/Z[{lang}]", None)
-            return views.z(lang, parts[lang])
-
-        zs = per_language(backend, scatter, max_workers)
-        total = sum(zs[lang] for lang in langs)
-        b = v.shape[1]
-
-        def gather(lang: str) -> np.ndarray:
-            backend.describe(f"cca/Zt[{lang}]", None)
-            return views.zt(lang, np.hstack([total, zs[lang]]))
-
-        gs = per_language(backend, gather, max_workers)
-        left = layout.join({lang: g[:, :b] for lang, g in gs.items()}) * scale + gamma * v
-        right = layout.join({lang: g[:, b:] for lang, g in gs.items()}) * scale + gamma * v
-        return left, right
-
-    def solve_d(rhs: np.ndarray) -> np.ndarray:
-        parts = layout.split(rhs)
-        record: dict = {"n_rhs": rhs.shape[1], "n_iter": {}, "max_residual": {}}
-
-        def one(lang: str) -> np.ndarray:
-            def d_op(v: np.ndarray) -> np.ndarray:
-                backend.describe(f"cca/cg[{lang}]", None)
-                return views.zt(lang, views.z(lang, v)) * scale + gamma * v
-
-            pl = backend.n_terms(lang)
-            res = block_cg(
-                CallableOperator((pl, pl), d_op, d_op),
-                parts[lang],
-                rtol=cg_rtol,
-                maxiter=cg_maxiter,
-                m=jacobi[lang],
-                name=f"cca/cg[{lang}]",
-            )
-            record["n_iter"][lang] = res.n_iter
-            record["max_residual"][lang] = float(res.residual_norms[-1].max(initial=0.0))
-            return res.x
-
-        out = layout.join(per_language(backend, one, max_workers))
-        cg_records.append(record)
-        return out
-
+    views = _aligned_views(backend, params["min_languages"])
+    pencil = _CcaPencil(views, layout, gamma, cg_rtol, cg_maxiter, max_workers)
     eig, history = pencil_fit(
         "cca",
         backend,
         p,
-        apply_pair,
-        solve_d,
+        pencil.apply_pair,
+        pencil.solve_d,
         r=r,
         oversampling=oversampling,
         block_size=block_size,
@@ -265,7 +317,7 @@ def fit_cca(
         seed=seed,
         max_basis=max_basis,
         history={"params": params, "n_aligned_concepts": views.n_rows},
-        solves=cg_records,
+        solves=pencil.cg_records,
         passes0=passes0,
         t_start=t_start,
     )

@@ -53,6 +53,45 @@ logger = logging.getLogger(__name__)
 SIDES = ("auto", "terms", "concepts")
 
 
+def _transposed_matrix(
+    backend: CorpusBackend, center: bool, max_workers: int | None
+) -> tuple[CrossCovariance, np.ndarray]:
+    """``Dᵀ`` (p × K), globally centred with ``center``, and the term mean μ (p,) it subtracts
+    (zeros without centring)."""
+    k, p = backend.n_concepts, TermLayout.of(backend).n_terms
+    if center:
+        mu, nu = global_mean(backend), concept_frequencies(backend)
+    else:
+        mu, nu = np.zeros(p), np.zeros(k)
+    dt = CrossCovariance(backend, mu, nu, max_workers=max_workers)
+    dt.stage = "cl_lsi"
+    return dt, mu
+
+
+def _gram_operator(dt: CrossCovariance, side: str) -> CallableOperator:
+    """``DDᵀ`` (K × K) for ``side="concepts"``, else ``DᵀD`` (p × p), from ``Dᵀ`` (p × K)."""
+    p, k = dt.shape
+    if side == "concepts":
+        return CallableOperator((k, k), lambda q: dt.rmatmat(dt.matmat(q)))
+    return CallableOperator((p, p), lambda v: dt.matmat(dt.rmatmat(v)))
+
+
+def _right_singular_vectors(
+    dt: CrossCovariance, side: str, eigenvectors: np.ndarray, sigma2: np.ndarray, r: int
+) -> np.ndarray:
+    """The top-r right singular vectors of D (ndarray of shape (p, r)) from the Gram
+    eigenpairs: the eigenvectors themselves on the term side, ``V = Dᵀ P Σ⁻¹`` (one more
+    pass) on the concept side. Raise BreakdownError when σ_r is numerically zero."""
+    if not sigma2[-1] > 1e-12 * max(sigma2[0], np.finfo(float).tiny):
+        raise BreakdownError(
+            f"cl_lsi: singular value {len(sigma2)} is numerically zero (σ² = {sigma2[-1]:.3e}, "
+            f"σ₁² = {sigma2[0]:.3e}); r={r} exceeds the rank of the concept × term matrix"
+        )
+    if side == "concepts":
+        return dt.matmat(eigenvectors) / np.sqrt(sigma2)
+    return eigenvectors
+
+
 def fit_cl_lsi(
     backend: CorpusBackend,
     *,
@@ -123,19 +162,10 @@ def fit_cl_lsi(
     k, p = backend.n_concepts, layout.n_terms
     if r > min(k, p):
         raise ValueError(f"cl_lsi: r must be <= min(K, p) = {min(k, p)}; got {r}")
-    if center:
-        mu, nu = global_mean(backend), concept_frequencies(backend)
-    else:
-        mu, nu = np.zeros(p), np.zeros(k)
-    dt = CrossCovariance(backend, mu, nu, max_workers=max_workers)  # Dᵀ, shape (p, K)
-    dt.stage = "cl_lsi"
+    dt, mu = _transposed_matrix(backend, center, max_workers)
     chosen = side if side != "auto" else ("concepts" if k <= p else "terms")
-    dim = k if chosen == "concepts" else p
-    if chosen == "concepts":
-        gram = CallableOperator((k, k), lambda q: dt.rmatmat(dt.matmat(q)))
-    else:
-        gram = CallableOperator((p, p), lambda v: dt.matmat(dt.rmatmat(v)))
-    b = resolve_block_size(r, oversampling, block_size, dim)
+    gram = _gram_operator(dt, chosen)
+    b = resolve_block_size(r, oversampling, block_size, gram.shape[0])
     eig = block_lanczos(
         gram,
         r,
@@ -147,15 +177,7 @@ def fit_cl_lsi(
         name=f"cl_lsi/{chosen}",
     )
     sigma2 = eig.eigenvalues
-    if not sigma2[-1] > 1e-12 * max(sigma2[0], np.finfo(float).tiny):
-        raise BreakdownError(
-            f"cl_lsi: singular value {len(sigma2)} is numerically zero (σ² = {sigma2[-1]:.3e}, "
-            f"σ₁² = {sigma2[0]:.3e}); r={r} exceeds the rank of the concept × term matrix"
-        )
-    if chosen == "concepts":
-        vecs = dt.matmat(eig.eigenvectors) / np.sqrt(sigma2)
-    else:
-        vecs = eig.eigenvectors
+    vecs = _right_singular_vectors(dt, chosen, eig.eigenvectors, sigma2, r)
     seconds = time.perf_counter() - t_start
     history = {
         "method": "cl_lsi",

@@ -168,6 +168,76 @@ def _orthonormal_extension(
     return q
 
 
+@dataclass
+class _RitzStep:
+    """Rayleigh–Ritz on the current basis.
+
+    Attributes
+    ----------
+    theta : ndarray of shape (m,)
+        Ritz values, descending.
+    s : ndarray of shape (m, m)
+        Their coefficient vectors in the basis (columns in the order of ``theta``).
+    res : ndarray of shape (n, k)
+        Residuals ``S y − θ A y`` of the leading k = min(m, max(r, b)) Ritz pairs.
+    rho : ndarray of shape (k,)
+        Their relative residuals ρ (module docstring).
+    """
+
+    theta: np.ndarray
+    s: np.ndarray
+    res: np.ndarray
+    rho: np.ndarray
+
+
+def _expansion_width(
+    name: str, n: int, r: int, block_size: int | None, max_basis: int | None
+) -> int:
+    """Check r, block_size and max_basis against n; return the expansion width b."""
+    if not 1 <= r <= n:
+        raise ValueError(f"{name}: r must satisfy 1 <= r <= {n}; got {r}")
+    b = min(r if block_size is None else int(block_size), n)
+    if b < 1:
+        raise ValueError(f"{name}: block_size must be >= 1; got {block_size}")
+    if max_basis is not None and max_basis < r + 2 * b:
+        raise ValueError(f"{name}: max_basis must be >= r + 2*block_size = {r + 2 * b}")
+    return b
+
+
+def _rayleigh_ritz(
+    v: np.ndarray, sv: np.ndarray, av: np.ndarray, r: int, b: int, name: str, step: int
+) -> _RitzStep:
+    """Ritz pairs of the pencil on ``span(V)`` from the stored products ``SV`` and ``AV``
+    (each of shape (n, m)); the residuals need no further product."""
+    if not (np.all(np.isfinite(sv)) and np.all(np.isfinite(av))):
+        raise BreakdownError(f"{name}: NaN/Inf from the operator at step {step}")
+    hs = v.T @ sv
+    ha = v.T @ av
+    try:
+        theta, s = sla.eigh(0.5 * (hs + hs.T), 0.5 * (ha + ha.T))
+    except np.linalg.LinAlgError as exc:
+        raise BreakdownError(
+            f"{name}: projected A (size {ha.shape[0]}) is not positive definite: {exc}"
+        ) from exc
+    theta, s = theta[::-1], s[:, ::-1]
+    k = min(v.shape[1], max(r, b))
+    sy, ay = sv @ s[:, :k], av @ s[:, :k]
+    res = sy - ay * theta[:k]
+    denom = np.abs(theta[:k]) * np.linalg.norm(ay, axis=0)
+    rho = np.linalg.norm(res, axis=0) / np.where(denom > 0, denom, np.finfo(float).tiny)
+    return _RitzStep(theta, s, res, rho)
+
+
+def _thick_restart(
+    v: np.ndarray, sv: np.ndarray, av: np.ndarray, s: np.ndarray, r: int, b: int, max_basis: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The basis and its products reduced to the span of the leading Ritz vectors (exact: the
+    stored products are rotated, no pass over the data)."""
+    keep = max(r, min(max_basis - 2 * b, max_basis // 2))
+    u, _ = np.linalg.qr(s[:, :keep])
+    return v @ u, sv @ u, av @ u
+
+
 def pencil_eigsh(
     apply_pair: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
     solve_a: Callable[[np.ndarray], np.ndarray],
@@ -215,13 +285,7 @@ def pencil_eigsh(
     BreakdownError
         NaN/Inf from the products, or ``VᵀAV`` not positive definite.
     """
-    if not 1 <= r <= n:
-        raise ValueError(f"{name}: r must satisfy 1 <= r <= {n}; got {r}")
-    b = min(r if block_size is None else int(block_size), n)
-    if b < 1:
-        raise ValueError(f"{name}: block_size must be >= 1; got {block_size}")
-    if max_basis is not None and max_basis < r + 2 * b:
-        raise ValueError(f"{name}: max_basis must be >= r + 2*block_size = {r + 2 * b}")
+    b = _expansion_width(name, n, r, block_size, max_basis)
     rng = np.random.default_rng(seed)
     v, _ = np.linalg.qr(rng.standard_normal((n, max(b, r))))
     sv, av = apply_pair(v)
@@ -230,46 +294,29 @@ def pencil_eigsh(
     n_iter = n_restarts = 0
     t0 = time.perf_counter()
     while True:
-        if not (np.all(np.isfinite(sv)) and np.all(np.isfinite(av))):
-            raise BreakdownError(f"{name}: NaN/Inf from the operator at step {n_iter}")
-        hs = v.T @ sv
-        ha = v.T @ av
-        try:
-            theta, s = sla.eigh(0.5 * (hs + hs.T), 0.5 * (ha + ha.T))
-        except np.linalg.LinAlgError as exc:
-            raise BreakdownError(
-                f"{name}: projected A (size {ha.shape[0]}) is not positive definite: {exc}"
-            ) from exc
-        theta, s = theta[::-1], s[:, ::-1]
-        k = min(v.shape[1], max(r, b))
-        sy, ay = sv @ s[:, :k], av @ s[:, :k]
-        res = sy - ay * theta[:k]
-        denom = np.abs(theta[:k]) * np.linalg.norm(ay, axis=0)
-        rho = np.linalg.norm(res, axis=0) / np.where(denom > 0, denom, np.finfo(float).tiny)
-        ritz_hist.append(theta[:r].copy())
-        res_hist.append(rho[:r].copy())
+        step = _rayleigh_ritz(v, sv, av, r, b, name, n_iter)
+        ritz_hist.append(step.theta[:r].copy())
+        res_hist.append(step.rho[:r].copy())
         logger.info(
             "%s it=%d basis=%d theta_1=%.6g theta_r=%.6g max_rel_res=%.3e elapsed=%.1fs",
             name,
             n_iter,
             v.shape[1],
-            theta[0],
-            theta[r - 1],
-            float(np.max(rho[:r])),
+            step.theta[0],
+            step.theta[r - 1],
+            float(np.max(step.rho[:r])),
             time.perf_counter() - t0,
         )
-        converged = bool(np.all(rho[:r] <= rtol))
+        converged = bool(np.all(step.rho[:r] <= rtol))
         if converged or n_iter >= maxiter or v.shape[1] >= n:
             converged = converged or v.shape[1] >= n
             break
-        todo = np.flatnonzero(rho > rtol)[:b]
-        w = solve_a(res[:, todo])
+        todo = np.flatnonzero(step.rho > rtol)[:b]
+        w = solve_a(step.res[:, todo])
         if not np.all(np.isfinite(w)):
             raise BreakdownError(f"{name}: NaN/Inf from the A⁻¹ solve at step {n_iter + 1}")
         if max_basis is not None and v.shape[1] + w.shape[1] > max_basis:
-            keep = max(r, min(max_basis - 2 * b, max_basis // 2))
-            u, _ = np.linalg.qr(s[:, :keep])
-            v, sv, av = v @ u, sv @ u, av @ u
+            v, sv, av = _thick_restart(v, sv, av, step.s, r, b, max_basis)
             n_restarts += 1
         q = _orthonormal_extension(v, w, rng, w.shape[1])
         if q.shape[1] == 0:
@@ -280,15 +327,15 @@ def pencil_eigsh(
         n_iter += 1
     if not converged:
         warnings.warn(
-            f"{name}: {int(np.sum(rho[:r] > rtol))} of {r} Ritz pairs did not reach "
+            f"{name}: {int(np.sum(step.rho[:r] > rtol))} of {r} Ritz pairs did not reach "
             f"rtol={rtol} in maxiter={maxiter} steps (max relative residual "
-            f"{float(np.max(rho[:r])):.3e})",
+            f"{float(np.max(step.rho[:r])):.3e})",
             ConvergenceWarning,
             stacklevel=2,
         )
     return PencilResult(
-        eigenvalues=theta[:r].copy(),
-        eigenvectors=v @ s[:, :r],
+        eigenvalues=step.theta[:r].copy(),
+        eigenvectors=v @ step.s[:, :r],
         n_iter=n_iter,
         converged=converged,
         ritz_values=np.array(ritz_hist),

@@ -97,6 +97,71 @@ class _OpcaProducts:
         return gram, self.layout.join(between)
 
 
+class _OpcaPencil:
+    """The pencil ``(S, N + γI)`` of OPCA as block products (module docstring).
+
+    :meth:`apply_pair` gives ``S V`` and ``(N + γI) V`` from one round of passes;
+    :meth:`solve_a` applies ``(N + γI)⁻¹`` by block CG on the whole p × p operator (``N``
+    couples the languages) and records each solve in :attr:`cg_records`.
+    """
+
+    def __init__(
+        self,
+        backend: CorpusBackend,
+        layout: TermLayout,
+        gamma: float,
+        cg_rtol: float,
+        cg_maxiter: int,
+        max_workers: int | None,
+    ) -> None:
+        self.p, self.n = layout.n_terms, backend.n_total_docs()
+        self.gamma = gamma
+        self.cg_rtol = cg_rtol
+        self.cg_maxiter = cg_maxiter
+        self.mu = global_mean(backend)
+        self.products = _OpcaProducts(backend, max_workers)
+        self.jacobi = 1.0 / (
+            np.concatenate([backend.column_sq_sums(lang) for lang in backend.languages]) / self.n
+            + gamma
+        )
+        self.cg_records: list[dict] = []
+
+    def apply_pair(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(S V, (N + γI) V)`` for V of shape (p, b): two ndarrays of shape (p, b)."""
+        n, mu = self.n, self.mu
+        self.products.stage = "opca/eig"
+        gram, between = self.products(v)
+        s_v = (gram - n * np.outer(mu, mu @ v)) / n
+        a_v = (gram - between) / n + self.gamma * v
+        return s_v, a_v
+
+    def a_op(self, v: np.ndarray) -> np.ndarray:
+        """``(N + γI) V`` for V of shape (p, b)."""
+        self.products.stage = "opca/cg"
+        gram, between = self.products(v)
+        return (gram - between) / self.n + self.gamma * v
+
+    def solve_a(self, rhs: np.ndarray) -> np.ndarray:
+        """``≈ (N + γI)⁻¹ R`` for R of shape (p, b): ndarray of shape (p, b)."""
+        res = block_cg(
+            CallableOperator((self.p, self.p), self.a_op, self.a_op),
+            rhs,
+            rtol=self.cg_rtol,
+            maxiter=self.cg_maxiter,
+            m=self.jacobi,
+            name="opca/cg",
+        )
+        self.cg_records.append(
+            {
+                "n_rhs": rhs.shape[1],
+                "n_iter": res.n_iter,
+                "max_residual": float(res.residual_norms[-1].max(initial=0.0)),
+                "all_converged": bool(res.converged.all()),
+            }
+        )
+        return res.x
+
+
 def fit_opca(
     backend: CorpusBackend,
     *,
@@ -158,53 +223,16 @@ def fit_opca(
     t_start = time.perf_counter()
     passes0 = backend.pass_counts
     layout = TermLayout.of(backend)
-    p, n = layout.n_terms, backend.n_total_docs()
+    p = layout.n_terms
     if r > p:
         raise ValueError(f"opca: r must be <= p = {p}; got {r}")
-    mu = global_mean(backend)
-    products = _OpcaProducts(backend, max_workers)
-    jacobi = 1.0 / (
-        np.concatenate([backend.column_sq_sums(lang) for lang in backend.languages]) / n + gamma
-    )
-    cg_records: list[dict] = []
-
-    def apply_pair(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        products.stage = "opca/eig"
-        gram, between = products(v)
-        s_v = (gram - n * np.outer(mu, mu @ v)) / n
-        a_v = (gram - between) / n + gamma * v
-        return s_v, a_v
-
-    def a_op(v: np.ndarray) -> np.ndarray:
-        products.stage = "opca/cg"
-        gram, between = products(v)
-        return (gram - between) / n + gamma * v
-
-    def solve_a(rhs: np.ndarray) -> np.ndarray:
-        res = block_cg(
-            CallableOperator((p, p), a_op, a_op),
-            rhs,
-            rtol=cg_rtol,
-            maxiter=cg_maxiter,
-            m=jacobi,
-            name="opca/cg",
-        )
-        cg_records.append(
-            {
-                "n_rhs": rhs.shape[1],
-                "n_iter": res.n_iter,
-                "max_residual": float(res.residual_norms[-1].max(initial=0.0)),
-                "all_converged": bool(res.converged.all()),
-            }
-        )
-        return res.x
-
+    pencil = _OpcaPencil(backend, layout, gamma, cg_rtol, cg_maxiter, max_workers)
     eig, history = pencil_fit(
         "opca",
         backend,
         p,
-        apply_pair,
-        solve_a,
+        pencil.apply_pair,
+        pencil.solve_a,
         r=r,
         oversampling=oversampling,
         block_size=block_size,
@@ -213,7 +241,7 @@ def fit_opca(
         seed=seed,
         max_basis=max_basis,
         history={"params": params},
-        solves=cg_records,
+        solves=pencil.cg_records,
         passes0=passes0,
         t_start=t_start,
     )
@@ -223,12 +251,12 @@ def fit_opca(
         r,
         eig.n_iter,
         eig.converged,
-        len(cg_records),
+        len(pencil.cg_records),
         seconds,
     )
     return BaselineResult(
         components=stacked_components(layout, eig.eigenvectors),
         eigenvalues=eig.eigenvalues.copy(),
         history=history,
-        mean={lang: m.copy() for lang, m in layout.split(mu).items()},
+        mean={lang: m.copy() for lang, m in layout.split(pencil.mu).items()},
     )

@@ -15,7 +15,7 @@ language keeps its own IDF (the model's per-language vocabulary), as in the rest
 pipeline.
 
 The maps are returned as scipy sparse CSR (float32): a dense φ_l would be p_l × |U| (e.g.
-2·10⁵ × 8·10⁵). Storage proposal for the model format: a ``phi_format`` key in ``model.json``
+2·10⁵ × 8·10⁵). Storage in the model format: a ``phi_format`` key in ``model.json``
 (``"dense"`` | ``"selection"``); for ``"selection"``, ``languages/<lang>/phi_index.npy`` holds the
 int64 column of each row (``phi_l.indices``, shape (p_l,)), ``r`` is |U|, and the union
 vocabulary is ``union_vocabulary.parquet`` (``term``, ``term_index``) at the model root.

@@ -1,4 +1,4 @@
-"""The evaluation experiment layer: it sits above training and the retrieval maths.
+"""The evaluation experiment layer: it sits above the training service and the retrieval maths.
 
 - :mod:`~pipeline.evaluation.protocol`: pairs, directions, roles and the per-direction metrics;
 - :mod:`~pipeline.evaluation.engines`: the document pool, embedded and retrieved on the driver
@@ -8,6 +8,7 @@
   test, baselines, report);
 - :mod:`~pipeline.evaluation.report`: the evaluation rows, Markdown/JSON reports and plot.
 
-The retrieval maths (top-k, CSLS, metrics) is :mod:`pipeline.retrieval`; the stages that drive
-this layer are :mod:`pipeline.stages.split` and :mod:`pipeline.stages.evaluate`.
+Models are trained through :mod:`pipeline.training` (never through the stages); the retrieval
+maths (top-k, CSLS, metrics) is :mod:`pipeline.retrieval`. The stages that drive this layer are
+:mod:`pipeline.stages.split` and :mod:`pipeline.stages.evaluate`.
 """

@@ -43,7 +43,7 @@ from pipeline.evaluation.report import evaluation_rows, write_reports
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import EVALUATION, SPLITS
 from pipeline.model.format import read_model_json
-from pipeline.stages import train as training
+from pipeline.training import service as training
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def train_and_evaluate(
     same splits, candidates and engine: only the method differs. CCA and OPCA take γ from
     ``evaluate.gamma_grid`` when it has two or more values, chosen on the validation
     concepts like λ (otherwise ``train.gamma``). ``data`` is the loaded training rows
-    (:func:`pipeline.stages.train.load_training_data`), shared by every fit.
+    (:func:`pipeline.training.load_training_data`), shared by every fit.
     """
     spark, cfg, e, engine = ctx.spark, ctx.cfg, ctx.e, ctx.engine
     directions, splits_rows = ctx.directions, ctx.splits_rows
@@ -190,7 +190,7 @@ def train_and_evaluate(
             paths=dataclasses.replace(cfg.paths, model=path),
         )
         log.info("evaluate: training %s (r=%d, γ=%g) into %s", method, r, gamma, path)
-        trained = training.run(spark, sub, data)
+        trained = training.train_model(spark, sub, data)
         point = {"gamma": gamma, "model": path, "fit_seconds": trained["fit_seconds"]}
         if len(gammas) > 1:
             engine.use_model(path)

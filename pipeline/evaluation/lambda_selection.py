@@ -44,6 +44,7 @@ from pipeline.io.locations import same_location
 from pipeline.io.schemas import SPLITS, TFIDF, VOCABULARY
 from pipeline.linalg.checkpoint import CheckpointStore, fingerprint_hash
 from pipeline.model.format import read_model_json
+from pipeline.training import service as training
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,6 @@ def select_lambda(
         fit_seconds, reused_train_model, resumed (finished by an earlier run of the same
         path), details), ``backend_load_seconds``, ``fit_order`` and ``path``.
     """
-    from pipeline.stages import train as training
-
     t = cfg.train
     entries: dict[int, dict[str, Any]] = {}
     data: training.TrainingData | None = None
@@ -238,7 +237,7 @@ def select_lambda(
                     train=dataclasses.replace(t, method="cr5", lam=lam, checkpoint_dir=""),
                     paths=dataclasses.replace(cfg.paths, model=path),
                 )
-                fit_seconds = training.run(spark, sub, data)["fit_seconds"]
+                fit_seconds = training.train_model(spark, sub, data)["fit_seconds"]
                 if ckpt is not None:
                     done = [*done, model_digest(path)]
                     ckpt.save(done, data.path_start, last=k == len(order) - 1)

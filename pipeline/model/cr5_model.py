@@ -15,7 +15,7 @@ Word vectors (:meth:`Cr5Model.word_vectors`) come in two variants: ``"phi"``, th
 the orthonormalised map Φ_lᵀ (what documents are embedded with), and ``"phi_star"``, the rows
 of the map before Eq. 15's orthonormalisation, Φ_l*ᵀ = Â⁻¹ C P restricted to language l,
 rebuilt exactly as Φ_lᵀ Λ^{1/2} Qᵀ from the Λ and Q of Φ*Φ*ᵀ = QΛQᵀ that training saves
-(models trained before they were saved must be retrained for it).
+(a model saved without them has only the ``"phi"`` variant).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class Cr5Model:
         """``Λ^{1/2} Qᵀ``: ndarray of shape (r, r), float64, with ``Φ_l*ᵀ = Φ_lᵀ Λ^{1/2} Qᵀ``.
 
         Raises ModelError for a model that is not a Cr5 model or that was saved without
-        Λ and Q (trained before they were kept: retrain it).
+        Λ and Q (retrain it to get them).
         """
         method = self.meta.get("method", "cr5")
         if method != "cr5" or self.is_sparse:

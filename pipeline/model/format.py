@@ -19,11 +19,11 @@ Layout::
 ``"selection"`` (the untranslated baseline, whose map is a one-hot re-indexing of the
 language's terms into the union vocabulary: row i of Φ_lᵀ has a single 1 in column
 ``phi_index[i]``, and r is the size of the union vocabulary; such a model embeds into
-sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`). Models written
-before the key existed are dense.
+sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`). A model without
+the key is dense.
 
-Shared arrays are optional within schema version 1: a model written before they existed (or
-by a method that has none) has no ``shared_arrays`` key, loads as before, and
+Shared arrays are optional within schema version 1: a model without them (a method that has
+none, or a model saved without them) has no ``shared_arrays`` key, loads all the same, and
 :func:`load_shared_arrays` returns ``{}`` for it.
 
 Arrays are ``.npy`` loaded with ``allow_pickle=False``; the vocabulary is Parquet.

@@ -11,10 +11,11 @@ Languages the model does not know are counted and skipped with a warning in the
 report (or refused, ``embed.on_unknown_language: error``).
 
 Writing: with Parquet output on a local (or locally mounted) path the Python workers write
-the dataset's files themselves, straight from Arrow (:func:`write_files_fn`, committed by
-:func:`~pipeline.io.datasets.write_dataset` with ``files=``): one pass, and the vectors never
-cross into the JVM. Elsewhere (Delta, HDFS, S3, ``embed.direct_write: false``) the batches go
-back to Spark (:func:`embed_fn`), are counted and written by Spark's writer.
+the dataset's files themselves, straight from Arrow (:func:`write_directly` with
+:func:`write_files_fn`, committed by :func:`~pipeline.io.datasets.write_dataset` with
+``files=``): one pass, and the vectors never cross into the JVM. Elsewhere (Delta, HDFS, S3,
+``embed.direct_write: false``) the batches go back to Spark (:func:`write_with_spark` with
+:func:`embed_fn`), are counted and written by Spark's writer.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -80,11 +82,11 @@ def write_files_fn(
     counted and reported as rows with a null ``file``, so the driver learns the input's
     languages from this one pass instead of a counting job before it.
 
-    The vectors never go through the JVM: converting 300-float arrays between Arrow and
-    Spark rows and writing them with Spark's Parquet writer cost ~4x the embedding itself
-    (bench/README.md). File names carry the stage, partition and attempt, so a retried or
-    speculative attempt never overwrites another's file; the driver keeps only the files the
-    successful attempts report (:func:`keep_reported_files`).
+    The vectors never go through the JVM: converting float arrays between Arrow and Spark
+    rows and writing them with Spark's Parquet writer costs more than the embedding itself
+    (bench/README.md, "Embedding"). File names carry the stage, partition and attempt, so a
+    retried or speculative attempt never overwrites another's file; the driver keeps only the
+    files the successful attempts report (:func:`keep_reported_files`).
     """
     keep = None if languages is None else pa.array(sorted(languages), pa.string())
 
@@ -210,9 +212,9 @@ def _embed_to_files(
 
 
 #: Parquet writer options of the direct write. The vectors are near-random floats: neither a
-#: dictionary nor compression shrinks them (measured: 115 MB either way per 100k x 300), but
-#: both, and min/max statistics over every element, cost CPU (default options: 2.2x the
-#: writer CPU of these; bench/README.md). The small columns keep Spark's defaults.
+#: dictionary nor compression shrinks them, but both, and min/max statistics over every
+#: element, cost writer CPU (bench/README.md, "Embedding"). The small columns keep Spark's
+#: defaults.
 FILE_WRITER_OPTIONS: dict[str, Any] = {
     "use_dictionary": ["doc_id", "concept_id"],
     "write_statistics": ["doc_id", "concept_id", "n_terms"],
@@ -386,7 +388,51 @@ class _BackgroundChecksums:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+@dataclass
+class _EmbedJob:
+    """What both write paths share: the model (read, checked and shipped), the documents to
+    embed with canonical columns, and where the embeddings go.
+
+    Attributes
+    ----------
+    model_path : str
+    meta : dict
+        The model's ``model.json``.
+    docs : DataFrame
+        ``doc_id, lang, concept_id, text`` (strings; language codes canonical).
+    selected : list of str
+        ``embed.languages``, canonical (empty: every language of the model).
+    location, version : str
+        Where the executors load the model from, and the version that keys their cache.
+    path : str
+        The ``embeddings`` dataset.
+    """
+
+    model_path: str
+    meta: dict[str, Any]
+    docs: DataFrame
+    selected: list[str]
+    location: str
+    version: str
+    path: str
+
+
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    """The registered stage: embed the input documents into the ``embeddings`` dataset, with
+    the executors writing the files (:func:`write_directly`) where they can, else Spark's
+    writer (:func:`write_with_spark`)."""
+    job = _prepare(spark, cfg)
+    fs = HadoopFS(spark, job.path)
+    if cfg.embed.direct_write and cfg.paths.format == "parquet" and fs.is_local():
+        report = write_directly(spark, cfg, job)
+    else:
+        report = write_with_spark(spark, cfg, job)
+    report["path"] = job.path
+    return report
+
+
+def _prepare(spark: SparkSession, cfg: Config) -> _EmbedJob:
+    """Read and check the model, read the input, ship the model to the executors."""
     e = cfg.embed
     model_path = cfg.paths.dataset("model")
     meta = read_model_json(model_path)
@@ -410,128 +456,168 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     location = ship_model(spark.sparkContext, model_path)
     version = str(meta.get("created_utc"))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(e.batch_rows))
-    path = cfg.paths.dataset("embeddings")
-    direct = e.direct_write and cfg.paths.format == "parquet" and HadoopFS(spark, path).is_local()
-    writer = "executors (Arrow to Parquet)" if direct else "spark"
+    return _EmbedJob(
+        model_path, meta, docs, selected, location, version, cfg.paths.dataset("embeddings")
+    )
+
+
+def write_directly(spark: SparkSession, cfg: Config, job: _EmbedJob) -> dict[str, Any]:
+    """The direct write: the Python workers embed the model's (selected) languages into
+    Parquet files and count the rest, in one pass; the language checks run on those counts
+    before anything is published, and the model's checksums are computed on the driver
+    meanwhile. Returns the report."""
+    meta = job.meta
     t0 = time.perf_counter()
+    candidates = [lang for lang in (job.selected or meta["languages"]) if lang in meta["languages"]]
+    checksums = _BackgroundChecksums(job.model_path, meta, candidates)
+    source = _direct_read_path(spark, cfg)
+    reader = "executors (pyarrow)" if source else "spark"
 
-    def report_of(
-        stats: dict[str, dict[str, int]],
-        skipped: dict[str, int],
-        warnings_: list[str],
-        reader: str,
-    ) -> dict[str, Any]:
-        zeros = {lang: st["zero_vectors"] for lang, st in stats.items() if st["zero_vectors"]}
-        if zeros:
-            msg = (
-                f"{sum(zeros.values())} document(s) have no word of the model's vocabulary and "
-                "got the zero vector (n_terms = 0): "
-                + ", ".join(f"{lang} {n}" for lang, n in sorted(zeros.items()))
-            )
-            log.warning("%s", msg)
-            warnings_.append(msg)
-        return {
-            "model": model_path,
-            "per_language": stats,
-            "documents": sum(st["documents"] for st in stats.values()),
-            "skipped_languages": skipped,
-            "normalized": e.normalize,
-            "dim": int(meta["r"]),
-            "embed_seconds": round(time.perf_counter() - t0, 2),
-            "writer": writer,
-            "reader": reader,
-            "warnings": warnings_,
-        }
-
-    if direct:
-        # One pass: the workers embed the model's (selected) languages and count the rest;
-        # the language checks run on those counts before anything is published, and the
-        # model's checksums are computed on the driver meanwhile.
-        candidates = [lang for lang in (selected or meta["languages"]) if lang in meta["languages"]]
-        checksums = _BackgroundChecksums(model_path, meta, candidates)
-
-        source = _direct_read_path(spark, cfg)
-        reader = "executors (pyarrow)" if source else "spark"
-
-        def write_files(directory: str) -> dict[str, Any]:
-            if source is not None:
-                sc = spark.sparkContext
-                tasks = plan_scan(source, sc.defaultParallelism)
-                read_fn = read_write_files_fn(
-                    directory,
-                    location,
-                    version,
-                    normalize=e.normalize,
-                    languages=candidates,
-                    batch_rows=e.batch_rows,
-                )
-                sc.setJobDescription(f"embed: read, embed and write {len(tasks)} task(s)")
-                names = ("file", "lang", "rows", "zeros")
-                rows = [
-                    dict(zip(names, row, strict=True))
-                    for row in sc.parallelize(tasks, max(1, len(tasks)))
-                    .mapPartitions(read_fn)
-                    .collect()
-                ]
-            else:
-                fn = write_files_fn(
-                    directory, location, version, normalize=e.normalize, languages=candidates
-                )
-                rows = [r.asDict() for r in docs.mapInArrow(fn, FILES_SCHEMA).collect()]
-            found: dict[str, int] = {}
-            for r in rows:
-                found[r["lang"]] = found.get(r["lang"], 0) + r["rows"]
-            wanted, skipped, warnings_ = _check_languages(found, selected, meta, model_path, cfg)
-            checksums.result([lang for lang in wanted if lang in found])
-            removed = keep_reported_files(directory, {r["file"] for r in rows if r["file"]})
-            if removed:
-                log.info("embed: removed %d file(s) of failed task attempts", removed)
-            stats: dict[str, dict[str, int]] = {}
-            for r in rows:
-                if r["file"]:
-                    st = stats.setdefault(r["lang"], {"documents": 0, "zero_vectors": 0})
-                    st["documents"] += r["rows"]
-                    st["zero_vectors"] += r["zeros"]
-            report = report_of(dict(sorted(stats.items())), skipped, warnings_, reader)
-            return {"report": report, "expected_rows": report["documents"]}
-
-        try:
-            manifest = write_dataset(
-                spark, None, EMBEDDINGS, path, files=write_files, **write_options(cfg.paths)
-            )
-        finally:
-            checksums.close()
-        report = manifest["report"]
-    else:
-        found = {r["lang"]: r["count"] for r in docs.groupBy("lang").count().collect()}
-        wanted, skipped, warnings_ = _check_languages(found, selected, meta, model_path, cfg)
-        verify_files(model_path, meta, wanted, checksums=True)
-        t0 = time.perf_counter()
-        out = (
-            docs.filter(F.col("lang").isin(wanted))
-            .mapInArrow(embed_fn(location, version, normalize=e.normalize), OUTPUT_SCHEMA)
-            .persist()
+    def write_files(directory: str) -> dict[str, Any]:
+        rows = _write_files(spark, cfg, job, directory, source, candidates)
+        found: dict[str, int] = {}
+        for r in rows:
+            found[r["lang"]] = found.get(r["lang"], 0) + r["rows"]
+        wanted, skipped, warnings_ = _check_languages(
+            found, job.selected, meta, job.model_path, cfg
         )
-        stats = {
-            r["lang"]: {"documents": r["n"], "zero_vectors": r["zeros"]}
-            for r in out.groupBy("lang")
-            .agg(
-                F.count(F.lit(1)).alias("n"),
-                F.sum(F.when(F.col("n_terms") == 0, 1).otherwise(0)).alias("zeros"),
-            )
-            .orderBy("lang")
-            .collect()
-        }
-        report = report_of(stats, skipped, warnings_, "spark")
-        write_dataset(
-            spark,
-            out,
-            EMBEDDINGS,
-            path,
-            manifest={"report": report},
-            expected_rows=report["documents"],
-            **write_options(cfg.paths),
+        checksums.result([lang for lang in wanted if lang in found])
+        removed = keep_reported_files(directory, {r["file"] for r in rows if r["file"]})
+        if removed:
+            log.info("embed: removed %d file(s) of failed task attempts", removed)
+        stats: dict[str, dict[str, int]] = {}
+        for r in rows:
+            if r["file"]:
+                st = stats.setdefault(r["lang"], {"documents": 0, "zero_vectors": 0})
+                st["documents"] += r["rows"]
+                st["zero_vectors"] += r["zeros"]
+        report = _report(
+            cfg,
+            job,
+            dict(sorted(stats.items())),
+            skipped,
+            warnings_,
+            writer="executors (Arrow to Parquet)",
+            reader=reader,
+            t0=t0,
         )
-        out.unpersist()
-    report["path"] = path
+        return {"report": report, "expected_rows": report["documents"]}
+
+    try:
+        manifest = write_dataset(
+            spark, None, EMBEDDINGS, job.path, files=write_files, **write_options(cfg.paths)
+        )
+    finally:
+        checksums.close()
+    return manifest["report"]
+
+
+def _write_files(
+    spark: SparkSession,
+    cfg: Config,
+    job: _EmbedJob,
+    directory: str,
+    source: str | None,
+    candidates: list[str],
+) -> list[dict[str, Any]]:
+    """Run the direct write's tasks into ``directory``: reading ``source`` with pyarrow on
+    the executors when given, else Spark's reading of the input; one row per file written
+    or language skipped (:data:`FILES_SCHEMA`)."""
+    e = cfg.embed
+    if source is not None:
+        sc = spark.sparkContext
+        tasks = plan_scan(source, sc.defaultParallelism)
+        read_fn = read_write_files_fn(
+            directory,
+            job.location,
+            job.version,
+            normalize=e.normalize,
+            languages=candidates,
+            batch_rows=e.batch_rows,
+        )
+        sc.setJobDescription(f"embed: read, embed and write {len(tasks)} task(s)")
+        names = ("file", "lang", "rows", "zeros")
+        return [
+            dict(zip(names, row, strict=True))
+            for row in sc.parallelize(tasks, max(1, len(tasks))).mapPartitions(read_fn).collect()
+        ]
+    fn = write_files_fn(
+        directory, job.location, job.version, normalize=e.normalize, languages=candidates
+    )
+    return [r.asDict() for r in job.docs.mapInArrow(fn, FILES_SCHEMA).collect()]
+
+
+def write_with_spark(spark: SparkSession, cfg: Config, job: _EmbedJob) -> dict[str, Any]:
+    """Spark's write (Delta, HDFS, S3, ``embed.direct_write: false``): count the input's
+    languages and check them, verify the model's files, embed into a persisted DataFrame,
+    count it and write it with Spark's writer. Returns the report."""
+    e = cfg.embed
+    found = {r["lang"]: r["count"] for r in job.docs.groupBy("lang").count().collect()}
+    wanted, skipped, warnings_ = _check_languages(
+        found, job.selected, job.meta, job.model_path, cfg
+    )
+    verify_files(job.model_path, job.meta, wanted, checksums=True)
+    t0 = time.perf_counter()
+    out = (
+        job.docs.filter(F.col("lang").isin(wanted))
+        .mapInArrow(embed_fn(job.location, job.version, normalize=e.normalize), OUTPUT_SCHEMA)
+        .persist()
+    )
+    stats = {
+        r["lang"]: {"documents": r["n"], "zero_vectors": r["zeros"]}
+        for r in out.groupBy("lang")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.when(F.col("n_terms") == 0, 1).otherwise(0)).alias("zeros"),
+        )
+        .orderBy("lang")
+        .collect()
+    }
+    report = _report(cfg, job, stats, skipped, warnings_, writer="spark", reader="spark", t0=t0)
+    write_dataset(
+        spark,
+        out,
+        EMBEDDINGS,
+        job.path,
+        manifest={"report": report},
+        expected_rows=report["documents"],
+        **write_options(cfg.paths),
+    )
+    out.unpersist()
     return report
+
+
+def _report(
+    cfg: Config,
+    job: _EmbedJob,
+    stats: dict[str, dict[str, int]],
+    skipped: dict[str, int],
+    warnings_: list[str],
+    *,
+    writer: str,
+    reader: str,
+    t0: float,
+) -> dict[str, Any]:
+    """The stage's report (the ``embeddings`` manifest); warns about documents that got the
+    zero vector. ``t0``: when the embedding started."""
+    zeros = {lang: st["zero_vectors"] for lang, st in stats.items() if st["zero_vectors"]}
+    if zeros:
+        msg = (
+            f"{sum(zeros.values())} document(s) have no word of the model's vocabulary and "
+            "got the zero vector (n_terms = 0): "
+            + ", ".join(f"{lang} {n}" for lang, n in sorted(zeros.items()))
+        )
+        log.warning("%s", msg)
+        warnings_.append(msg)
+    return {
+        "model": job.model_path,
+        "per_language": stats,
+        "documents": sum(st["documents"] for st in stats.values()),
+        "skipped_languages": skipped,
+        "normalized": cfg.embed.normalize,
+        "dim": int(job.meta["r"]),
+        "embed_seconds": round(time.perf_counter() - t0, 2),
+        "writer": writer,
+        "reader": reader,
+        "warnings": warnings_,
+    }

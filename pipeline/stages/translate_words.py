@@ -1,4 +1,4 @@
-"""Stage ``translate_words``: word translation on a bilingual lexicon (issue 18).
+"""Stage ``translate_words``: word translation on a bilingual lexicon.
 
 The lexicon (``words.lexicon``, source language ``words.pair[0]``) is restricted to the pairs
 whose words every evaluated method knows (the model's vocabularies for ``cr5``, the word2vec
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,14 @@ from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import load_model_files, save_model
 from pipeline.stages.word_vectors import word_vectors_dir
 from pipeline.wordmap.documents import averaged_word_vector_map
-from pipeline.wordmap.lexicon import Lexicon, read_lexicon, split_lexicon
+from pipeline.wordmap.lexicon import Lexicon, LexiconSplit, read_lexicon, split_lexicon
 from pipeline.wordmap.mapping import (
     fit_rcsls,
     mutual_nn_dictionary,
     normalize_embeddings,
     procrustes,
 )
-from pipeline.wordmap.store import local_dir, read_word_vectors
+from pipeline.wordmap.store import WordVectors, local_dir, read_word_vectors
 from pipeline.wordmap.translation import word_translation
 
 __all__ = ["format_words_table", "run"]
@@ -116,7 +117,34 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+@dataclass
+class _MethodVectors:
+    """The word vectors the methods are scored with, read once.
+
+    Attributes
+    ----------
+    model : Cr5Model or None
+        The model at ``paths.model`` (when a Cr5 method is evaluated).
+    cr5 : dict of str to tuple
+        Per Cr5 method: source words, their vectors (n_s, r), target words, their vectors.
+    source, target : WordVectors or None
+        The word2vec vectors of the pair (when procrustes or rcsls is evaluated).
+    vocabularies : list of (set of str, set of str)
+        The source and target words each kind of method knows.
+    """
+
+    model: Cr5Model | None = None
+    cr5: dict[str, tuple[list[str], np.ndarray, list[str], np.ndarray]] = field(
+        default_factory=dict
+    )
+    source: WordVectors | None = None
+    target: WordVectors | None = None
+    vocabularies: list[tuple[set[str], set[str]]] = field(default_factory=list)
+
+
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
+    """The registered stage: score ``words.methods`` on the lexicon's test words, save the
+    averaged-word-vector document models, write ``words.json`` and ``words.md``."""
     w = cfg.words
     t_start = time.perf_counter()
     if not w.lexicon:
@@ -126,24 +154,11 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         )
     src, tgt = w.pair
     lexicon = read_lexicon(w.lexicon)
-    vocabularies: list[tuple[set[str], set[str]]] = []
-    model = wv_s = wv_t = None
-    cr5_vectors: dict[str, tuple[list[str], np.ndarray, list[str], np.ndarray]] = {}
-    if set(CR5_VARIANTS) & set(w.methods):
-        model = Cr5Model.load(cfg.paths.dataset("model"))
-        lexicon = lexicon.tokenized(model.tokenizer)
-        for method, variant in CR5_VARIANTS.items():
-            if method in w.methods:
-                c_sw, c_sv = model.word_vectors(src, variant)
-                c_tw, c_tv = model.word_vectors(tgt, variant)
-                cr5_vectors[method] = (c_sw, c_sv, c_tw, c_tv)
-        vocabularies.append((set(c_sw), set(c_tw)))
-    if {"procrustes", "rcsls"} & set(w.methods):
-        root = local_dir(word_vectors_dir(cfg), "paths.word_vectors")
-        wv_s, wv_t = read_word_vectors(root, src), read_word_vectors(root, tgt)
-        vocabularies.append((set(wv_s.words), set(wv_t.words)))
+    vectors = _read_vectors(cfg)
+    if vectors.model is not None:
+        lexicon = lexicon.tokenized(vectors.model.tokenizer)
     n_lexicon = len(lexicon)
-    for sv_, tv_ in vocabularies:
+    for sv_, tv_ in vectors.vocabularies:
         lexicon = lexicon.restrict(sv_, tv_)
     split = split_lexicon(lexicon, n_test=w.n_test, n_validation=w.n_validation, seed=w.seed)
     sizes = {
@@ -157,55 +172,122 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     logger.info("translate_words %s->%s: %s", src, tgt, sizes)
     results: list[dict[str, Any]] = []
     selection: dict[str, Any] = {}
-    maps: dict[str, np.ndarray] = {}  # method -> its source vectors mapped into the target space
-    for method, (c_sw, c_sv, c_tw, c_tv) in cr5_vectors.items():
+    for method, (c_sw, c_sv, c_tw, c_tv) in vectors.cr5.items():
         results += _score(method, split.test, c_sw, c_sv, c_tw, c_tv, cfg)
-    if wv_s is not None and wv_t is not None:
-        xs, yt = normalize_embeddings(wv_s.vectors), normalize_embeddings(wv_t.vectors)
-        i, j = _pairs_index(split.train, wv_s.words, wv_t.words)
-        w_proc = procrustes(xs[i], yt[j]).astype(np.float32)
-        if "procrustes" in w.methods:
-            maps["procrustes"] = xs @ w_proc
-            results += _score(
-                "procrustes", split.test, wv_s.words, maps["procrustes"], wv_t.words, yt, cfg
+    if vectors.source is not None and vectors.target is not None:
+        wv_s, wv_t = vectors.source, vectors.target
+        yt = normalize_embeddings(wv_t.vectors)
+        maps = _map_word_vectors(cfg, split, wv_s, wv_t, yt, results, selection)
+        if vectors.model is not None and maps:
+            selection["document_models"] = _document_models(
+                cfg, vectors.model, maps, wv_s.words, wv_t.words, yt
             )
-            if w.refine_iterations:
-                w_ref = w_proc
-                n_r = w.refine_vocabulary
-                for _ in range(w.refine_iterations):
-                    d = mutual_nn_dictionary(xs[:n_r] @ w_ref, yt[:n_r], k=w.csls_k)
-                    w_ref = procrustes(xs[d[:, 0]], yt[d[:, 1]]).astype(np.float32)
-                selection["refined_dictionary_pairs"] = len(d)
-                maps["procrustes_refined"] = xs @ w_ref
-                results += _score(
-                    "procrustes_refined",
-                    split.test,
-                    wv_s.words,
-                    maps["procrustes_refined"],
-                    wv_t.words,
-                    yt,
-                    cfg,
-                )
-        if "rcsls" in w.methods:
-            w_rcsls, selection["rcsls"] = _select_rcsls(
-                cfg, split, wv_s.words, xs, wv_t.words, yt, w_proc
-            )
-            maps["rcsls"] = xs @ w_rcsls
+    report = _report(cfg, sizes, selection, results, t_start)
+    return _write_reports(cfg, report, results, sizes, selection)
+
+
+def _read_vectors(cfg: Config) -> _MethodVectors:
+    """The Cr5 model's word vectors (``cr5``, ``cr5_phi_star``) and the word2vec vectors
+    (``procrustes``, ``rcsls``) of the pair, for the methods of ``words.methods``."""
+    w = cfg.words
+    src, tgt = w.pair
+    out = _MethodVectors()
+    if set(CR5_VARIANTS) & set(w.methods):
+        out.model = Cr5Model.load(cfg.paths.dataset("model"))
+        for method, variant in CR5_VARIANTS.items():
+            if method in w.methods:
+                c_sw, c_sv = out.model.word_vectors(src, variant)
+                c_tw, c_tv = out.model.word_vectors(tgt, variant)
+                out.cr5[method] = (c_sw, c_sv, c_tw, c_tv)
+        out.vocabularies.append((set(c_sw), set(c_tw)))
+    if {"procrustes", "rcsls"} & set(w.methods):
+        root = local_dir(word_vectors_dir(cfg), "paths.word_vectors")
+        out.source, out.target = read_word_vectors(root, src), read_word_vectors(root, tgt)
+        out.vocabularies.append((set(out.source.words), set(out.target.words)))
+    return out
+
+
+def _map_word_vectors(
+    cfg: Config,
+    split: LexiconSplit,
+    wv_s: WordVectors,
+    wv_t: WordVectors,
+    yt: np.ndarray,
+    results: list[dict[str, Any]],
+    selection: dict[str, Any],
+) -> dict[str, np.ndarray]:
+    """Fit the word2vec maps of ``words.methods`` on the training pairs and score each;
+    append their rows to ``results`` and their choices to ``selection``. Returns, per
+    method, the source vectors mapped into the target space (``yt``: the normalised
+    target vectors)."""
+    w = cfg.words
+    maps: dict[str, np.ndarray] = {}
+    xs = normalize_embeddings(wv_s.vectors)
+    i, j = _pairs_index(split.train, wv_s.words, wv_t.words)
+    w_proc = procrustes(xs[i], yt[j]).astype(np.float32)
+    if "procrustes" in w.methods:
+        maps["procrustes"] = xs @ w_proc
+        results += _score(
+            "procrustes", split.test, wv_s.words, maps["procrustes"], wv_t.words, yt, cfg
+        )
+        if w.refine_iterations:
+            w_ref, selection["refined_dictionary_pairs"] = _refine_procrustes(cfg, xs, yt, w_proc)
+            maps["procrustes_refined"] = xs @ w_ref
             results += _score(
-                "rcsls",
+                "procrustes_refined",
                 split.test,
                 wv_s.words,
-                xs @ w_rcsls,
+                maps["procrustes_refined"],
                 wv_t.words,
                 yt,
                 cfg,
-                lr=selection["rcsls"]["lr"],
-                epochs=selection["rcsls"]["epochs"],
             )
-    if model is not None and maps:
-        report_models = _document_models(cfg, model, maps, wv_s.words, wv_t.words, yt)
-        selection["document_models"] = report_models
-    report = {
+    if "rcsls" in w.methods:
+        w_rcsls, selection["rcsls"] = _select_rcsls(
+            cfg, split, wv_s.words, xs, wv_t.words, yt, w_proc
+        )
+        maps["rcsls"] = xs @ w_rcsls
+        results += _score(
+            "rcsls",
+            split.test,
+            wv_s.words,
+            xs @ w_rcsls,
+            wv_t.words,
+            yt,
+            cfg,
+            lr=selection["rcsls"]["lr"],
+            epochs=selection["rcsls"]["epochs"],
+        )
+    return maps
+
+
+def _refine_procrustes(
+    cfg: Config, xs: np.ndarray, yt: np.ndarray, w_proc: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """``words.refine_iterations`` refits of the Procrustes map on the mutual CSLS nearest
+    neighbours among the ``words.refine_vocabulary`` most frequent words; (map, number of
+    pairs of the last dictionary)."""
+    w = cfg.words
+    w_ref = w_proc
+    n_r = w.refine_vocabulary
+    for _ in range(w.refine_iterations):
+        d = mutual_nn_dictionary(xs[:n_r] @ w_ref, yt[:n_r], k=w.csls_k)
+        w_ref = procrustes(xs[d[:, 0]], yt[d[:, 1]]).astype(np.float32)
+    return w_ref, len(d)
+
+
+def _report(
+    cfg: Config,
+    sizes: dict[str, int],
+    selection: dict[str, Any],
+    results: list[dict[str, Any]],
+    t_start: float,
+) -> dict[str, Any]:
+    """``words.json``: the sizes, the choices, the results and one evaluation row per
+    method × measure × k (the ``evaluation`` dataset's columns)."""
+    w = cfg.words
+    src, tgt = w.pair
+    return {
         "stage": "translate_words",
         "pair": [src, tgt],
         "lexicon": w.lexicon,
@@ -232,6 +314,18 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         ],
         "total_seconds": round(time.perf_counter() - t_start, 2),
     }
+
+
+def _write_reports(
+    cfg: Config,
+    report: dict[str, Any],
+    results: list[dict[str, Any]],
+    sizes: dict[str, int],
+    selection: dict[str, Any],
+) -> dict[str, Any]:
+    """Write ``words.json`` and ``words.md`` to ``words.report_dir``; the stage's summary."""
+    w = cfg.words
+    src, tgt = w.pair
     out = local_dir(w.report_dir or cfg.paths.root.rstrip("/") + "/reports", "words.report_dir")
     out.mkdir(parents=True, exist_ok=True)
     table = format_words_table(results)

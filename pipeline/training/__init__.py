@@ -1,0 +1,37 @@
+"""The training service: fitting a model on the training rows and writing it.
+
+Both the ``train`` stage (:mod:`pipeline.stages.train`) and the evaluation
+(:mod:`pipeline.evaluation`, which trains one model per λ and one per compared method) use it;
+it imports neither.
+
+- :mod:`~pipeline.training.rows`: the rows of ``train.setup`` (joint, pairwise, transitive),
+  loaded into a corpus backend with their vocabularies (:class:`TrainingData`);
+- :mod:`~pipeline.training.fit`: Cr5 (optionally along a λ path) or a baseline fitted on them
+  (:class:`FittedModel`);
+- :mod:`~pipeline.training.service`: :func:`train_model`, which fits ``train.method`` and saves
+  the model directory with its ``model.json`` record.
+"""
+
+from pipeline.training.fit import FittedModel, fit_baseline, fit_method
+from pipeline.training.rows import TrainingData, load_training_data, select_training_rows
+from pipeline.training.service import (
+    checkpoint_dir,
+    fit_and_save,
+    model_preprocessing,
+    train_model,
+    training_warnings,
+)
+
+__all__ = [
+    "FittedModel",
+    "TrainingData",
+    "checkpoint_dir",
+    "fit_and_save",
+    "fit_baseline",
+    "fit_method",
+    "load_training_data",
+    "model_preprocessing",
+    "select_training_rows",
+    "train_model",
+    "training_warnings",
+]

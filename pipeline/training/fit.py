@@ -1,0 +1,163 @@
+"""Fitting ``train.method`` on loaded training rows: Cr5 or one of the baselines.
+
+Every method's fit ends in a :class:`FittedModel`, the one shape the model writer
+(:mod:`pipeline.training.service`) takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.baselines import FIT_FUNCTIONS
+from pipeline.config import TrainConfig
+from pipeline.linalg.cr5 import Cr5Solver
+from pipeline.model.format import GRAM_EIGENVALUES, GRAM_EIGENVECTORS
+from pipeline.training.rows import TrainingData
+
+__all__ = ["FittedModel", "fit_baseline", "fit_method"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FittedModel:
+    """A fitted method, as the model writer needs it.
+
+    Attributes
+    ----------
+    components : dict of str to ndarray of shape (p_l, r)
+        Per-language maps Φ_lᵀ (scipy sparse CSR of shape (p_l, |union vocabulary|) for the
+        untranslated baseline).
+    means : dict of str to ndarray of shape (p_l,)
+        The centring each language's map was fitted with (empty when the method has none).
+    eigenvalues : ndarray of shape (r,)
+        The method's leading eigenvalues, descending (empty for untranslated).
+    history : dict
+        The solver's JSON-serialisable record.
+    n_iter : int or None
+        Eigensolver iterations (None for untranslated).
+    shared : dict of str to ndarray
+        Model-wide arrays: Λ and Q of Φ*Φ*ᵀ = QΛQᵀ for Cr5 (the Φ* word vectors are
+        Φ_lᵀ Λ^{1/2} Qᵀ); empty for the baselines.
+    started_from : str or None
+        Cr5's eigensolver start: ``"surrogate"`` or ``"previous_fit"``.
+    path_from : float or None
+        λ of the fit Cr5 started from.
+    path_fits : list of dict
+        One record per fit of ``train.path_factors``.
+    """
+
+    components: dict[str, Any]
+    means: dict[str, np.ndarray]
+    eigenvalues: np.ndarray
+    history: dict[str, Any]
+    n_iter: int | None
+    shared: dict[str, np.ndarray] = field(default_factory=dict)
+    started_from: str | None = None
+    path_from: float | None = None
+    path_fits: list[dict[str, Any]] = field(default_factory=list)
+
+
+def fit_method(t: TrainConfig, data: TrainingData, checkpoint: str | None) -> FittedModel:
+    """Fit ``t.method`` on ``data`` (Cr5 checkpoints under ``checkpoint`` when given)."""
+    if t.method == "cr5":
+        return _fit_cr5(t, data, checkpoint)
+    return _fit_baseline_model(t, data)
+
+
+def fit_baseline(t: Any, backend: Any, terms: dict[str, Any] | None = None) -> Any:
+    """Fit the baseline ``t.method`` with the train section's shared solver settings.
+
+    ``terms`` (per-language vocabularies in term_index order) is needed by untranslated.
+    """
+    if t.method == "untranslated":
+        return FIT_FUNCTIONS["untranslated"](backend, terms=terms, seed=t.seed)
+    common = {
+        "r": t.r,
+        "oversampling": t.oversampling,
+        "block_size": t.block_size,
+        "eig_rtol": t.eig_rtol,
+        "eig_maxiter": t.eig_maxiter,
+        "max_basis": t.max_basis,
+        "max_workers": t.max_workers,
+        "seed": t.seed,
+    }
+    if t.method in ("cca", "opca"):
+        common.update(gamma=t.gamma, cg_rtol=t.cg_rtol, cg_maxiter=t.cg_maxiter)
+    return FIT_FUNCTIONS[t.method](backend, **common)
+
+
+def _fit_cr5(t: TrainConfig, data: TrainingData, ckpt: str | None) -> FittedModel:
+    """Cr5 at ``t.lam``: from the previous fit's start when ``data`` chains its fits, else
+    after the ``train.path_factors`` fits, else from the surrogate start."""
+    backend = data.backend
+    path_fits: list[dict[str, Any]] = []
+    start = data.path_start if data.chain_starts else None
+    if start is None and t.path_factors:
+        start, path_fits = _fit_path_to(t, backend)
+    solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
+    solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
+    if data.chain_starts:
+        data.path_start = solver.path_start_
+    return FittedModel(
+        components=solver.components_,
+        means=solver.mean_,
+        eigenvalues=solver.eigenvalues_,
+        history=solver.history_,
+        n_iter=solver.n_iter_,
+        shared={
+            GRAM_EIGENVALUES: solver.gram_eigenvalues_,
+            GRAM_EIGENVECTORS: solver.gram_eigenvectors_,
+        },
+        started_from="surrogate" if start is None else "previous_fit",
+        path_from=None if start is None else start.lam,
+        path_fits=path_fits,
+    )
+
+
+def _fit_path_to(t: TrainConfig, backend: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """``train.path_factors``: the fits at λ times each factor, largest first, each started
+    from the previous one; returns the last one's PathStart and a record per fit. (No
+    checkpoints: a rerun refits the path, which costs less than the final fit.)"""
+    start, fits = None, []
+    for factor in sorted(t.path_factors, reverse=True):
+        lam = t.lam * float(factor)
+        t0 = time.perf_counter()
+        params = {**t.solver_params(), "lam": lam, "stop_rule": "residual"}
+        solver = Cr5Solver(**params).fit(backend, start=start, keep_start=True)
+        start = solver.path_start_
+        fits.append(
+            {
+                "lam": lam,
+                "seconds": round(time.perf_counter() - t0, 3),
+                "eigensolver_iterations": solver.n_iter_,
+            }
+        )
+        log.info(
+            "path fit at lambda %g: %d iterations, %.1fs", lam, solver.n_iter_, fits[-1]["seconds"]
+        )
+    return start, fits
+
+
+def _fit_baseline_model(t: TrainConfig, data: TrainingData) -> FittedModel:
+    """A baseline of :data:`pipeline.baselines.FIT_FUNCTIONS`; untranslated gets the
+    vocabularies' terms."""
+    terms = None
+    if t.method == "untranslated":
+        terms = {
+            lang: data.vocabulary[lang]["terms"].to_pylist() for lang in data.backend.languages
+        }
+    fitted = fit_baseline(t, data.backend, terms)
+    history = {k: v for k, v in fitted.history.items() if k != "union_terms"}  # in the maps
+    return FittedModel(
+        components=fitted.components,
+        means=fitted.mean or {},
+        eigenvalues=fitted.eigenvalues,
+        history=history,
+        n_iter=history.get("eigensolver", {}).get("n_iter"),
+    )

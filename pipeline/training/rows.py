@@ -1,0 +1,199 @@
+"""The training rows: which ``tfidf`` rows a fit uses, loaded into a corpus backend.
+
+The training setup (``train.setup``) chooses the rows; the fit trains on whatever rows it is
+given:
+
+- ``joint``: every language of the tfidf dataset (or ``train.languages``);
+- ``pairwise``: only the two languages of ``train.pair``;
+- ``transitive``: every language, but the two of ``train.pair`` share no training
+  concept: of each concept they both have, one of the two documents is dropped
+  (which one is decided by a hash of the concept id, so half go each way), so the
+  pair is connected only through the other languages.
+
+When rows are removed, the selection is written as its own dataset
+(``<paths.root>/train_rows``, rows renumbered) so the backends load it like any
+``tfidf`` dataset, and the choice is auditable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.backends import make_backend
+from pipeline.config import Config
+from pipeline.errors import ConfigError
+from pipeline.features.indexing import dense_index
+from pipeline.features.validation_rows import load_validation_set
+from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
+from pipeline.io.locations import to_manifest
+from pipeline.io.schemas import TFIDF, VOCABULARY
+
+__all__ = ["TrainingData", "load_training_data", "select_training_rows"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingData:
+    """The training rows loaded into a corpus backend, reusable by several fits.
+
+    Attributes
+    ----------
+    backend : CorpusBackend
+    selection : dict
+        The row selection (setup, pair, rows) recorded in ``model.json``.
+    vocabulary : dict of str to dict
+        Per language: ``terms`` (pyarrow array), ``idf``, ``df`` in term_index order.
+    load_seconds : float
+    """
+
+    backend: Any
+    selection: dict[str, Any]
+    vocabulary: dict[str, dict]
+    load_seconds: float
+    #: Chain the Cr5 fits on this data: each starts from the previous fit's
+    #: :class:`~pipeline.linalg.cr5.PathStart`, as a λ path does (evaluate.lambda_warm_start).
+    chain_starts: bool = False
+    path_start: Any = None
+    #: Documents of validation concepts (train.stop_rule=validation), scored at every
+    #: eigensolver iteration.
+    validation: Any = None
+
+    def close(self) -> None:
+        """Release the backend's cached data (the Spark backend unpersists X)."""
+        if hasattr(self.backend, "close"):
+            self.backend.close()
+
+
+def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
+    """Select the training rows (train.* keys), load them into the configured backend."""
+    t = cfg.train
+    t0 = time.perf_counter()
+    rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
+    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options())
+    vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
+    validation = None
+    if t.method == "cr5" and t.stop_rule == "validation":
+        validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
+    return TrainingData(backend, selection, vocab, time.perf_counter() - t0, validation=validation)
+
+
+def select_training_rows(
+    spark: SparkSession, cfg: Config, tfidf_path: str
+) -> tuple[str, dict[str, Any]]:
+    """Apply the training setup; return (path of the rows to train on, report)."""
+    t = cfg.train
+    manifest = read_manifest(spark, TFIDF, tfidf_path)["report"]
+    wanted = _training_languages(cfg, list(manifest["languages"]), tfidf_path)
+    report: dict[str, Any] = {"setup": t.setup, "pair": list(t.pair), "languages": wanted}
+    if t.setup == "joint" and set(wanted) == set(manifest["languages"]):
+        return tfidf_path, report
+
+    df = read_dataset(spark, TFIDF, tfidf_path).filter(F.col("lang").isin(wanted))
+    if t.setup == "transitive":
+        df, report["shared_concepts_split"] = _split_shared_concepts(df, *t.pair)
+    df = _renumber_rows(df).cache()
+    sub = _selection_manifest(cfg, df, manifest, report, tfidf_path)
+    path = cfg.paths.root.rstrip("/") + "/train_rows"
+    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths))
+    df.unpersist()
+    report["rows_path"] = to_manifest(path, cfg.paths.root)
+    return path, report
+
+
+def _training_languages(cfg: Config, available: list[str], tfidf_path: str) -> list[str]:
+    """The languages of the training rows; ConfigError when one is not in the dataset."""
+    t = cfg.train
+    wanted = list(t.languages) or available
+    if t.setup == "pairwise":
+        wanted = list(t.pair)
+    missing = [lang for lang in [*wanted, *t.pair] if lang not in available]
+    if missing:
+        raise ConfigError(
+            f"train languages {missing} are not in the tfidf dataset at {tfidf_path} "
+            f"(it has {available}); fix train.languages / train.pair"
+        )
+    return wanted
+
+
+def _split_shared_concepts(df: DataFrame, l1: str, l2: str) -> tuple[DataFrame, int]:
+    """The transitive setup: of each concept that both ``l1`` and ``l2`` have, keep the
+    documents of one of the two (by a hash of the concept id); (rows, such concepts)."""
+    both = (
+        df.filter(F.col("lang").isin(l1, l2))
+        .groupBy("concept_id")
+        .agg(F.countDistinct("lang").alias("n"))
+        .filter("n = 2")
+        .select("concept_id")
+    )
+    drop_lang = F.when(F.abs(F.xxhash64("concept_id")) % 2 == 0, F.lit(l1)).otherwise(l2)
+    shared = F.broadcast(both.withColumn("_shared", F.lit(True)))
+    df = (
+        df.join(shared, "concept_id", "left")
+        .filter(F.col("_shared").isNull() | (F.col("lang") != drop_lang))
+        .drop("_shared")
+    )
+    return df, both.count()
+
+
+def _renumber_rows(df: DataFrame) -> DataFrame:
+    """Rows 0..n_l-1 per language again, in the same relative row order."""
+    idx = dense_index(df.select("lang", "row"), ["lang", "row"], "gidx")
+    first = idx.groupBy("lang").agg(F.min("gidx").alias("first"))
+    idx = idx.join(F.broadcast(first), "lang").select(
+        "lang", "row", (F.col("gidx") - F.col("first")).alias("new_row")
+    )
+    return df.join(idx, ["lang", "row"]).drop("row").withColumnRenamed("new_row", "row")
+
+
+def _selection_manifest(
+    cfg: Config, df: DataFrame, manifest: dict[str, Any], report: dict[str, Any], source: str
+) -> dict[str, Any]:
+    """The ``train_rows`` dataset's report: sizes per language, the selection, the source."""
+    per_language = {}
+    for r in (
+        df.groupBy("lang")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(F.size("indices")).alias("nnz"))
+        .collect()
+    ):
+        per_language[r["lang"]] = {
+            "documents": r["n"],
+            "nnz": r["nnz"],
+            "vocabulary": manifest["per_language"][r["lang"]]["vocabulary"],
+        }
+    return {
+        "languages": sorted(per_language),
+        "per_language": dict(sorted(per_language.items())),
+        "documents": sum(v["documents"] for v in per_language.values()),
+        "nnz": sum(v["nnz"] for v in per_language.values()),
+        "concepts": manifest["concepts"],  # K unchanged: concept_index stays valid
+        "selection": report,
+        "source": to_manifest(source, cfg.paths.root),
+    }
+
+
+def _vocabulary_maps(spark: SparkSession, cfg: Config, languages: list[str]) -> dict[str, dict]:
+    """Per language: ``terms``, ``idf`` (float32) and ``df`` (int64) in term_index order."""
+    table = (
+        read_dataset(spark, VOCABULARY, cfg.paths.dataset("vocabulary"))
+        .filter(F.col("lang").isin(languages))
+        .orderBy("lang", "term_index")
+        .toArrow()
+    )
+    out = {}
+    for lang in languages:
+        sub = table.filter(pc.equal(table.column("lang"), lang))
+        out[lang] = {
+            "terms": sub.column("term").combine_chunks(),
+            "idf": sub.column("idf").to_numpy().astype(np.float32),
+            "df": sub.column("df").to_numpy().astype(np.int64),
+        }
+    return out

@@ -1,0 +1,247 @@
+"""Train ``train.method`` and write the model directory: the service behind the ``train``
+stage, the λ selection and the evaluation's method comparison.
+
+:func:`train_model` runs the phases in order: check the training rows (one language, rank),
+fit (:mod:`pipeline.training.fit`), build the per-language maps with their vocabularies,
+record how the model was trained (``model.json``'s ``training`` section) and save it.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyspark
+import scipy
+import scipy.sparse as sp
+from pyspark.sql import SparkSession
+
+from pipeline import __version__
+from pipeline.config import Config, TrainConfig
+from pipeline.errors import ConfigError, InputDataError
+from pipeline.io.locations import to_manifest
+from pipeline.linalg.backend import pass_delta
+from pipeline.model.format import LanguageMap, save_model
+from pipeline.preflight import check_rank
+from pipeline.training.fit import FittedModel, fit_method
+from pipeline.training.rows import TrainingData, load_training_data
+
+__all__ = [
+    "TrainingData",
+    "checkpoint_dir",
+    "fit_and_save",
+    "load_training_data",
+    "model_preprocessing",
+    "train_model",
+    "training_warnings",
+]
+
+log = logging.getLogger(__name__)
+
+
+def train_model(
+    spark: SparkSession, cfg: Config, data: TrainingData | None = None
+) -> dict[str, Any]:
+    """Train ``train.method`` and write the model to ``paths.model``; return the summary.
+
+    ``data`` (from :func:`~pipeline.training.rows.load_training_data` with the same train,
+    features and paths settings) lets a caller fit several models on one loaded backend;
+    without it the rows are loaded here and released afterwards.
+    """
+    if data is not None:
+        return fit_and_save(cfg, data)
+    data = load_training_data(spark, cfg)
+    try:
+        return fit_and_save(cfg, data)
+    finally:
+        data.close()
+
+
+def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
+    """Fit ``train.method`` on ``data``, save the model at ``paths.model``; the summary."""
+    t = cfg.train
+    backend = data.backend
+    passes0 = backend.pass_counts
+    languages = list(backend.languages)
+    _log_start(t, backend, languages)
+    warnings_ = training_warnings(cfg, languages)
+    if t.method != "untranslated":
+        check_rank(
+            t.r,
+            backend.n_concepts,
+            sum(backend.n_terms(lang) for lang in languages),
+            where=f"the training rows (train.setup={t.setup}, languages {languages})",
+        )
+    ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
+    t0 = time.perf_counter()
+    fitted = fit_method(t, data, ckpt)
+    fit_seconds = time.perf_counter() - t0
+    # r: the embedding dimension (|union vocabulary| for untranslated).
+    r_out = int(next(iter(fitted.components.values())).shape[1])
+    maps = _language_maps(fitted, data, languages)
+    passes = pass_delta(passes0, backend.pass_counts)
+    training = _training_record(cfg, data, fitted, fit_seconds, passes)
+    meta = {
+        "method": t.method,
+        "r": r_out,
+        "lam": t.lam,
+        "preprocessing": model_preprocessing(cfg),
+        "solver": {"params": t.solver_params(), "history": fitted.history},
+        "eigenvalues": [float(x) for x in fitted.eigenvalues],
+        "training": training,
+        "versions": _versions(),
+        "warnings": warnings_,
+    }
+    model_path = cfg.paths.dataset("model")
+    save_model(model_path, maps, meta, shared=fitted.shared)
+    if ckpt and Path(ckpt).exists():
+        shutil.rmtree(ckpt, ignore_errors=True)  # the model is the durable result now
+    eig = fitted.eigenvalues
+    return {
+        "path": model_path,
+        "languages": languages,
+        "r": r_out,
+        "lam": t.lam,
+        "setup": t.setup,
+        "documents": sum(training["documents"].values()),
+        "concepts": backend.n_concepts,
+        "eigenvalues": {"first": float(eig[0]), "last": float(eig[-1])} if len(eig) else None,
+        "method": t.method,
+        "eigensolver_iterations": fitted.n_iter,
+        "stopping": training["stopping"],
+        "fit_seconds": round(fit_seconds, 2),
+        "passes_over_x": passes["passes"],
+        "warnings": warnings_,
+    }
+
+
+def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
+    """What the user should know about the training rows (or an error, by configuration).
+
+    One language gives a model whose space no other language shares: not crosslingual.
+    ``train.on_single_language`` makes that a warning (recorded in ``model.json`` and
+    the stage summary) or an error.
+    """
+    if len(languages) != 1:
+        return []
+    msg = (
+        f"training on one language only ({languages[0]}): the model is not crosslingual "
+        "(no other language shares its space). Check ingest.languages, train.languages and "
+        "the documents dataset"
+    )
+    if cfg.train.on_single_language == "error":
+        raise InputDataError(msg + ", or set train.on_single_language=warn to allow it.")
+    msg += " (train.on_single_language=error refuses such runs)."
+    log.warning("%s", msg)
+    return [msg]
+
+
+def checkpoint_dir(cfg: Config) -> str | None:
+    """Where the solver checkpoints: one directory per training configuration."""
+    if cfg.train.checkpoint_dir == "":
+        return None
+    base = cfg.train.checkpoint_dir or (cfg.paths.root.rstrip("/") + "/checkpoints")
+    return f"{base}/train-{cfg.fingerprint('train', 'features', 'text')}"
+
+
+def model_preprocessing(cfg: Config) -> dict[str, Any]:
+    """``model.json``'s preprocessing section: what inference must repeat."""
+    settings = cfg.to_dict()
+    return {
+        "text": settings["text"],
+        "features": settings["features"],
+        "idf": "ln(N_l / df)",
+        "row_norm": "l2",
+        "center_at_inference": False,
+    }
+
+
+def _log_start(t: TrainConfig, backend: Any, languages: list[str]) -> None:
+    log.info(
+        "training %s (%s backend, %s) on %s: %s documents, K=%d, r=%d, lambda=%g",
+        t.method,
+        t.backend,
+        t.dtype,
+        languages,
+        {lang: backend.n_docs(lang) for lang in languages},
+        backend.n_concepts,
+        t.r,
+        t.lam,
+    )
+
+
+def _language_maps(
+    fitted: FittedModel, data: TrainingData, languages: list[str]
+) -> dict[str, LanguageMap]:
+    """Each language's vocabulary, IDF and float32 map Φ_lᵀ; ConfigError when a vocabulary
+    does not match the rows' term count."""
+    backend, vocab = data.backend, data.vocabulary
+    maps = {}
+    for lang in languages:
+        v = vocab[lang]
+        if len(v["terms"]) != backend.n_terms(lang):
+            raise ConfigError(
+                f"vocabulary of {lang!r} has {len(v['terms'])} terms but the tfidf rows use "
+                f"{backend.n_terms(lang)}; rerun the vocabulary and tfidf stages together"
+            )
+        phi = fitted.components[lang]
+        maps[lang] = LanguageMap(
+            terms=v["terms"],
+            idf=v["idf"],
+            df=v["df"],
+            phi=phi.astype(np.float32) if sp.issparse(phi) else np.asarray(phi, dtype=np.float32),
+            mean=fitted.means.get(lang),
+        )
+    return maps
+
+
+def _training_record(
+    cfg: Config,
+    data: TrainingData,
+    fitted: FittedModel,
+    fit_seconds: float,
+    passes: dict[str, Any],
+) -> dict[str, Any]:
+    """``model.json``'s ``training`` section: the rows, the backend, the cost, the start."""
+    t, backend = cfg.train, data.backend
+    return {
+        "tfidf": to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
+        "selection": data.selection,
+        "documents": {lang: backend.n_docs(lang) for lang in backend.languages},
+        "concepts": backend.n_concepts,
+        "backend": t.backend,
+        "dtype": t.dtype,
+        "load_seconds": round(data.load_seconds, 3),
+        "fit_seconds": round(fit_seconds, 3),
+        "passes_over_x": passes,
+        "eigensolver_start": fitted.started_from,
+        "path_from_lam": fitted.path_from,
+        "path_fits": fitted.path_fits,
+        "stopping": _stopping_summary(fitted.history),
+    }
+
+
+def _stopping_summary(history: dict[str, Any]) -> dict[str, Any] | None:
+    """Which rule ended the eigensolver and which iteration's solution the model holds (the
+    per-iteration objective, σ and validation P@1 are in ``solver.history.stopping``)."""
+    stopping = history.get("stopping")
+    if not stopping:
+        return None
+    keys = ("rule", "stopped_by", "returned_iteration", "best_iteration", "best_validation_p_at_1")
+    return {k: stopping[k] for k in keys if k in stopping}
+
+
+def _versions() -> dict[str, str]:
+    """The library versions the model was trained with."""
+    return {
+        "pipeline": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "pyspark": pyspark.__version__,
+    }
