@@ -202,7 +202,7 @@ def plan_work(cfg: WikipediaConfig) -> list[WorkItem]:
 
 def _splittable(path: str) -> bool:
     """A bz2 dump in UTF-8 (a UTF-16 dump cannot be resynchronised at a block)."""
-    if not dump._is_bz2(path):
+    if not dump.is_bz2(path):
         return False
     try:
         for chunk in dump.iter_decompressed(path):
