@@ -2,8 +2,9 @@
 
 For each language, each dump file becomes one :class:`WorkItem`, or, with a multistream
 index, many items of whole bz2 streams, or, for a single-stream ``.bz2``, many items split
-at bz2 blocks. The driver reads only the dumps' headers (to check that each is the
-configured language's wiki) and the index offsets.
+at bz2 blocks, so that a plain dump is parsed by many tasks rather than one
+(bench/README.md, "Wikipedia ingestion"). The driver reads only the dumps' headers (to
+check that each is the configured language's wiki) and the index offsets.
 """
 
 from __future__ import annotations
