@@ -153,8 +153,10 @@ def spark_end_to_end(dump_path: str, copies: int, workdir: str) -> dict:
     spec.loader.exec_module(samples)
     from pipeline.config import load_config
     from pipeline.spark import get_spark
-    from pipeline.stages.ingest_wikipedia import parse_dumps, parse_item, plan_work, run_wikipedia
+    from pipeline.stages.ingest_wikipedia import run_wikipedia
     from pipeline.wikipedia.config import WikipediaConfig
+    from pipeline.wikipedia.parse import parse_dumps, parse_item
+    from pipeline.wikipedia.plan import plan_work
     from pipeline.wikipedia.wikis import disambiguation_templates
 
     os.makedirs(workdir, exist_ok=True)

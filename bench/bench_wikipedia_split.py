@@ -52,7 +52,7 @@ def build_dump(src: str, copies: int, out: str) -> tuple[int, int]:
 
 
 def _run_items(items, wiki) -> tuple[int, float]:
-    from pipeline.stages.ingest_wikipedia import parse_item
+    from pipeline.wikipedia.parse import parse_item
 
     c0, n = time.process_time(), 0
     for item in items:
@@ -72,8 +72,8 @@ def _best(fn, repeat: int):
 
 
 def measure(path: str, split_bytes: int, spark: bool, repeat: int) -> dict:
-    from pipeline.stages.ingest_wikipedia import WorkItem, plan_work
     from pipeline.wikipedia.config import WikipediaConfig
+    from pipeline.wikipedia.plan import WorkItem, plan_work
 
     wiki = WikipediaConfig(dumps={"en": path}, split_bytes=split_bytes, on_missing_concept="own_id")
     blocks = plan_work(wiki)
@@ -102,7 +102,7 @@ def measure(path: str, split_bytes: int, spark: bool, repeat: int) -> dict:
     if spark:
         from pipeline.config import load_config
         from pipeline.spark import get_spark
-        from pipeline.stages.ingest_wikipedia import parse_dumps
+        from pipeline.wikipedia.parse import parse_dumps
 
         cfg = load_config([], ["spark.master=local[2]", "spark.shuffle_partitions=2"])
         session = get_spark(cfg.spark)

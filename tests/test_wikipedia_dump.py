@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.config import _build
 from pipeline.errors import ConfigError
-from pipeline.wikipedia import dump
+from pipeline.wikipedia import bz2_blocks, dump
 from pipeline.wikipedia.config import WikipediaConfig
 from tests.conftest import DATA
 
@@ -201,9 +201,9 @@ def test_block_magic_found_at_every_bit_shift(shift):
     value = int.from_bytes(noise, "big")
     width = len(noise) * 8
     at = width - bit - 48  # place the magic's 48 bits at file bit `bit`
-    value = (value & ~(((1 << 48) - 1) << at)) | (dump._BLOCK_MAGIC << at)
+    value = (value & ~(((1 << 48) - 1) << at)) | (bz2_blocks._BLOCK_MAGIC << at)
     data = value.to_bytes(len(noise), "big")
-    marks = dump.find_bz2_marks(data, 1000)
+    marks = bz2_blocks.find_bz2_marks(data, 1000)
     assert (1000 * 8 + bit, True) in marks
 
 
@@ -212,7 +212,7 @@ def test_single_stream_split_at_blocks_reads_every_page_once(tmp_path):
     path = tmp_path / "enwiki-level1-pages-articles.xml.bz2"
     path.write_bytes(bz2.compress(_xml_of_sample(), 1))
     with open(path, "rb") as f:
-        marks = dump.find_bz2_marks(f.read(), 0)
+        marks = bz2_blocks.find_bz2_marks(f.read(), 0)
     assert sum(is_block for _, is_block in marks) >= 5 and sum(not b for _, b in marks) == 1
     whole, _ = pages_and_problems(str(path))
     spaces = dump.read_siteinfo(str(path)).namespaces
@@ -230,17 +230,17 @@ def test_single_stream_split_at_blocks_reads_every_page_once(tmp_path):
 def test_false_block_boundary_is_merged(tmp_path, monkeypatch):
     path = tmp_path / "level1.xml.bz2"
     path.write_bytes(bz2.compress(_xml_of_sample(), 1))
-    real = dump._iter_marks
-    blocks = [b for b, is_block in dump.find_bz2_marks(path.read_bytes(), 0) if is_block]
+    real = bz2_blocks._iter_marks
+    blocks = [b for b, is_block in bz2_blocks.find_bz2_marks(path.read_bytes(), 0) if is_block]
     fake = (blocks[1] + blocks[2]) // 2  # inside the second block
 
-    def with_fake(f, start, first=dump._SCAN_WINDOW):
+    def with_fake(f, start, first=bz2_blocks._SCAN_WINDOW):
         marks = list(real(f, start, first))
         if marks and marks[0][0] <= fake:
             marks = sorted([*marks, (fake, True)])
         yield from marks
 
-    monkeypatch.setattr(dump, "_iter_marks", with_fake)
+    monkeypatch.setattr(bz2_blocks, "_iter_marks", with_fake)
     spaces = dump.read_siteinfo(str(path)).namespaces
     pages, problems = _split_pages(path, 1, spaces)
     assert problems == []

@@ -154,39 +154,44 @@ def _fmt(examples: list[dict[str, Any]]) -> str:
     return "\n".join(f"  - {e}" for e in examples)
 
 
-def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, dict[str, Any]]:
-    """Validate and normalise the corpus into the ``documents`` schema.
-
-    Returns
-    -------
-    documents : DataFrame with :data:`pipeline.io.schemas.DOCUMENTS` columns
-    report : dict of counts (per language, dropped by reason) and examples
-    """
+def _read_records(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, str]:
+    """The raw corpus (cached) and its format; fails on malformed records."""
     raw, fmt = read_corpus(spark, cfg)
     if fmt in ("jsonl", "tsv"):
         # Text readers decode invalid bytes to U+FFFD silently: check the raw lines.
         _check_utf8(spark, cfg)
     raw = raw.cache()
-    k = cfg.max_examples
     if _CORRUPT in raw.columns:
-        bad = F.col(_CORRUPT).isNotNull()
-        # Spark refuses queries on the corrupt-record column alone; a file in which no
-        # record parsed has no other column, so every record is malformed.
-        if not (set(raw.columns) - {_CORRUPT, _FILE}):
-            lines = spark.read.text(cfg.input).limit(k).collect()
-            raise InputDataError(
-                f"{cfg.input}: no record parsed as {fmt}; first lines:\n"
-                f"{_fmt([{'line': r['value'][:77]} for r in lines])}\n"
-                "Fix: check ingest.format and ingest.encoding, or repair the file."
-            )
-        n_bad = raw.filter(bad).count()
-        if n_bad:
-            shown = _examples(raw, bad, [_CORRUPT], k)
-            raise InputDataError(
-                f"{cfg.input}: {n_bad} malformed {fmt} record(s) (wrong number of fields or not "
-                f"valid {fmt}), e.g.:\n{_fmt([dict(e) for e in shown])}\n"
-                "Fix the records, or remove them from the input."
-            )
+        _check_malformed(spark, raw, cfg, fmt)
+    return raw, fmt
+
+
+def _check_malformed(spark: SparkSession, raw: DataFrame, cfg: IngestConfig, fmt: str) -> None:
+    """Raise on records the reader could not parse (the corrupt-record column is set)."""
+    k = cfg.max_examples
+    bad = F.col(_CORRUPT).isNotNull()
+    # Spark refuses queries on the corrupt-record column alone; a file in which no
+    # record parsed has no other column, so every record is malformed.
+    if not (set(raw.columns) - {_CORRUPT, _FILE}):
+        lines = spark.read.text(cfg.input).limit(k).collect()
+        raise InputDataError(
+            f"{cfg.input}: no record parsed as {fmt}; first lines:\n"
+            f"{_fmt([{'line': r['value'][:77]} for r in lines])}\n"
+            "Fix: check ingest.format and ingest.encoding, or repair the file."
+        )
+    n_bad = raw.filter(bad).count()
+    if n_bad:
+        shown = _examples(raw, bad, [_CORRUPT], k)
+        raise InputDataError(
+            f"{cfg.input}: {n_bad} malformed {fmt} record(s) (wrong number of fields or not "
+            f"valid {fmt}), e.g.:\n{_fmt([dict(e) for e in shown])}\n"
+            "Fix the records, or remove them from the input."
+        )
+
+
+def _normalised_columns(raw: DataFrame, cfg: IngestConfig, fmt: str) -> tuple[DataFrame, bool]:
+    """The documents' columns as strings (``lang`` trimmed and lower-cased, ``concept_id``
+    trimmed, ``title`` null when absent); whether the input has its own ``doc_id``."""
     cols = set(raw.columns) - {_CORRUPT, _FILE}
     missing = [c for c in REQUIRED if c not in cols]
     if missing:
@@ -199,11 +204,14 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
     )
     if "title" not in cols:
         df = df.withColumn("title", F.lit(None).cast("string"))
-    has_doc_id = "doc_id" in cols
     df = df.withColumn("lang", F.lower(F.trim("lang"))).withColumn(
         "concept_id", F.trim("concept_id")
     )
+    return df, "doc_id" in cols
 
+
+def _record_checks(has_doc_id: bool) -> dict[str, Column]:
+    """Conditions of the records to refuse (or, ``empty``, to drop), by name."""
     blank_key = (
         F.col("concept_id").isNull()
         | (F.col("concept_id") == "")
@@ -218,6 +226,14 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
     checks = {"blank_key": blank_key, "bad_lang": bad_lang, "bad_bytes": bad_bytes, "empty": empty}
     if has_doc_id:
         checks["null_doc_id"] = F.col("doc_id").isNull() | (F.trim("doc_id") == "")
+    return checks
+
+
+def _check_records(
+    df: DataFrame, cfg: IngestConfig, checks: dict[str, Column], show: list[str]
+) -> dict[str, int]:
+    """Count every check in one aggregation (and the rows); raise on the refused ones."""
+    k = cfg.max_examples
     counts = (
         df.agg(
             F.count(F.lit(1)).alias("rows"),
@@ -226,24 +242,22 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
         .first()
         .asDict()
     )
-    show = (
-        ["doc_id", "concept_id", "lang", "text"] if has_doc_id else ["concept_id", "lang", "text"]
-    )
     if counts["blank_key"]:
         raise InputDataError(
             f"{cfg.input}: {counts['blank_key']} record(s) with an empty concept_id or lang, "
             "e.g.:\n"
-            f"{_fmt(_examples(df, blank_key, show, k))}\nFix: every record needs both."
+            f"{_fmt(_examples(df, checks['blank_key'], show, k))}\nFix: every record needs both."
         )
     if counts["bad_lang"]:
         raise InputDataError(
             f"{cfg.input}: {counts['bad_lang']} record(s) with an invalid language code (expected "
-            f"a code like en, de, zh-yue), e.g.:\n{_fmt(_examples(df, bad_lang, show, k))}"
+            f"a code like en, de, zh-yue), e.g.:\n"
+            f"{_fmt(_examples(df, checks['bad_lang'], show, k))}"
         )
     if counts["bad_bytes"]:
         raise InputDataError(
             f"{cfg.input}: {counts['bad_bytes']} record(s) contain bytes that are not valid "
-            f"UTF-8, e.g.:\n{_fmt(_examples(df, bad_bytes, show, k))}\n"
+            f"UTF-8, e.g.:\n{_fmt(_examples(df, checks['bad_bytes'], show, k))}\n"
             "Fix: set ingest.encoding to the file's real encoding (e.g. latin-1, cp1252, utf-16) "
             "or re-encode the file as UTF-8."
         )
@@ -253,44 +267,60 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
             f"{_fmt(_examples(df, checks['null_doc_id'], show, k))}\n"
             "Fix: fill doc_id for every record, or drop the column to derive <lang>:<concept_id>."
         )
-    report: dict[str, Any] = {"input": cfg.input, "format": fmt, "rows_read": counts["rows"]}
-    dropped: dict[str, int] = {}
-    if counts["empty"]:
-        examples = _examples(df, empty, show, k)
-        if cfg.on_empty_text == "error":
-            raise InputDataError(
-                f"{cfg.input}: {counts['empty']} record(s) with empty text, e.g.:\n"
-                f"{_fmt(examples)}\nFix: remove them, or set ingest.on_empty_text=drop."
-            )
-        dropped["empty_text"] = counts["empty"]
-        report["empty_text_examples"] = examples
-        df = df.filter(~empty)
-    if cfg.languages:
-        wanted = [lang.lower() for lang in cfg.languages]
-        n_before = df.count()
-        df = df.filter(F.col("lang").isin(wanted))
-        dropped["language_not_selected"] = n_before - df.count()
+    return counts
 
+
+def _drop_empty_text(
+    df: DataFrame, cfg: IngestConfig, n_empty: int, empty: Column, show: list[str]
+) -> tuple[DataFrame, list[dict[str, Any]]]:
+    """Drop the ``n_empty`` records with empty text, or fail (``on_empty_text``); the
+    frame and examples of what was dropped."""
+    examples = _examples(df, empty, show, cfg.max_examples)
+    if cfg.on_empty_text == "error":
+        raise InputDataError(
+            f"{cfg.input}: {n_empty} record(s) with empty text, e.g.:\n"
+            f"{_fmt(examples)}\nFix: remove them, or set ingest.on_empty_text=drop."
+        )
+    return df.filter(~empty), examples
+
+
+def _select_languages(df: DataFrame, cfg: IngestConfig) -> tuple[DataFrame, int]:
+    """Keep the records of the (non-empty) ``ingest.languages``; how many were dropped."""
+    wanted = [lang.lower() for lang in cfg.languages]
+    n_before = df.count()
+    df = df.filter(F.col("lang").isin(wanted))
+    return df, n_before - df.count()
+
+
+def _with_doc_ids(df: DataFrame, cfg: IngestConfig, has_doc_id: bool) -> DataFrame:
+    """``doc_id``: the input's (trimmed, must be unique) or ``<lang>:<concept_id>``."""
     if not has_doc_id:
-        df = df.withColumn("doc_id", F.concat_ws(":", "lang", "concept_id"))
-    else:
-        df = df.withColumn("doc_id", F.trim("doc_id"))
-        dup_ids = df.groupBy("doc_id").count().filter("count > 1")
-        n_dup_ids = dup_ids.count()
-        if n_dup_ids:
-            ex = [r.asDict() for r in dup_ids.limit(k).collect()]
-            raise InputDataError(
-                f"{cfg.input}: {n_dup_ids} doc_id value(s) occur more than once, e.g. {ex}. "
-                "Fix: make doc_id unique, or drop the column to derive <lang>:<concept_id>."
-            )
+        return df.withColumn("doc_id", F.concat_ws(":", "lang", "concept_id"))
+    df = df.withColumn("doc_id", F.trim("doc_id"))
+    dup_ids = df.groupBy("doc_id").count().filter("count > 1")
+    n_dup_ids = dup_ids.count()
+    if n_dup_ids:
+        ex = [r.asDict() for r in dup_ids.limit(cfg.max_examples).collect()]
+        raise InputDataError(
+            f"{cfg.input}: {n_dup_ids} doc_id value(s) occur more than once, e.g. {ex}. "
+            "Fix: make doc_id unique, or drop the column to derive <lang>:<concept_id>."
+        )
+    return df
 
-    # One document per (concept, language): keep the smallest doc_id, deterministically.
+
+def _one_document_per_concept_and_language(
+    df: DataFrame, cfg: IngestConfig
+) -> tuple[DataFrame, int, list[dict[str, Any]]]:
+    """Keep the smallest doc_id of each (concept, language), deterministically; the others
+    are dropped or an error (``on_duplicate``). The frame, and how many were dropped with
+    examples."""
     rank = F.row_number().over(Window.partitionBy("concept_id", "lang").orderBy("doc_id"))
     df = df.withColumn("_rank", rank)
     dup = F.col("_rank") > 1
     n_dup = df.filter(dup).count()
+    examples: list[dict[str, Any]] = []
     if n_dup:
-        examples = _examples(df, dup, ["doc_id", "concept_id", "lang"], k)
+        examples = _examples(df, dup, ["doc_id", "concept_id", "lang"], cfg.max_examples)
         if cfg.on_duplicate == "error":
             raise InputDataError(
                 f"{cfg.input}: {n_dup} duplicate (concept_id, lang) record(s) beyond the first, "
@@ -301,9 +331,38 @@ def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, 
             n_dup,
             examples[:2],
         )
+    return df.filter(~dup).drop("_rank", _FILE), n_dup, examples
+
+
+def build_documents(spark: SparkSession, cfg: IngestConfig) -> tuple[DataFrame, dict[str, Any]]:
+    """Validate and normalise the corpus into the ``documents`` schema.
+
+    Returns
+    -------
+    documents : DataFrame with :data:`pipeline.io.schemas.DOCUMENTS` columns
+    report : dict of counts (per language, dropped by reason) and examples
+    """
+    raw, fmt = _read_records(spark, cfg)
+    df, has_doc_id = _normalised_columns(raw, cfg, fmt)
+    checks = _record_checks(has_doc_id)
+    show = (
+        ["doc_id", "concept_id", "lang", "text"] if has_doc_id else ["concept_id", "lang", "text"]
+    )
+    counts = _check_records(df, cfg, checks, show)
+    report: dict[str, Any] = {"input": cfg.input, "format": fmt, "rows_read": counts["rows"]}
+    dropped: dict[str, int] = {}
+    if counts["empty"]:
+        df, report["empty_text_examples"] = _drop_empty_text(
+            df, cfg, counts["empty"], checks["empty"], show
+        )
+        dropped["empty_text"] = counts["empty"]
+    if cfg.languages:
+        df, dropped["language_not_selected"] = _select_languages(df, cfg)
+    df = _with_doc_ids(df, cfg, has_doc_id)
+    df, n_dup, examples = _one_document_per_concept_and_language(df, cfg)
+    if n_dup:
         dropped["duplicate_concept_lang"] = n_dup
         report["duplicate_examples"] = examples
-    df = df.filter(~dup).drop("_rank", _FILE)
     report["dropped"] = dropped
     return df, report
 

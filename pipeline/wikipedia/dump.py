@@ -8,7 +8,9 @@ costs that page only and memory is bounded by the largest page.
 The ``multistream`` variant concatenates independent bz2 streams of 100 pages each; its
 index (``offset:page_id:title`` lines) gives the streams' byte offsets, so a file splits
 into byte ranges that start and end on stream boundaries (:func:`plan_ranges`). A plain
-dump is one bz2 stream and is read by one task.
+dump is one bz2 stream, split at its bz2 blocks (:mod:`pipeline.wikipedia.bz2_blocks`)
+or read by one task. The decompressed bytes come from
+:mod:`pipeline.wikipedia.bz2_streams`.
 
 Every problem is reported as a :class:`Problem` with its location: the file, the byte
 offset of the bz2 stream it is in (0 for a single-stream file) and the offset in that
@@ -20,47 +22,25 @@ from __future__ import annotations
 import bz2
 import codecs
 import io
-import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-_READ = 1 << 20
+from pipeline.wikipedia.bz2_blocks import iter_bz2_blocks
+from pipeline.wikipedia.bz2_streams import (
+    Chunk,
+    Location,
+    StreamError,
+    is_bz2,
+    iter_decompressed,
+)
+
 _PAGE_OPEN = b"<page>"
 _PAGE_CLOSE = b"</page>"
 _SITEINFO = re.compile(rb"<siteinfo>.*?</siteinfo>", re.S)
 _ROOT = re.compile(rb"<mediawiki\b[^>]*>")
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where something is in a dump.
-
-    ``kind`` says what the two offsets count: ``plain`` (uncompressed file: ``offset`` is
-    the file byte), ``stream`` (``stream_offset`` is the file byte where the bz2 stream
-    starts, ``offset`` the byte in that stream's decompressed output; for a single-stream
-    file that is the decompressed offset in the whole dump), ``block`` (a single-stream
-    dump split at bz2 blocks: ``stream_offset`` is the file *bit* where the block starts,
-    ``offset`` the byte in that block's decompressed output).
-    """
-
-    path: str
-    stream_offset: int
-    offset: int
-    kind: str = "stream"
-
-    def __str__(self) -> str:
-        if self.kind == "plain":
-            return f"{self.path} at byte {self.offset}"
-        if self.kind == "block":
-            return (
-                f"{self.path} in the bz2 block at file bit {self.stream_offset} (byte "
-                f"{self.stream_offset // 8}), decompressed byte {self.offset} of that block"
-            )
-        return (
-            f"{self.path} at bz2 stream byte {self.stream_offset}, decompressed byte {self.offset}"
-        )
+_HEADER_LIMIT = 1 << 24  # decompressed bytes in which <siteinfo> or a <page> must appear
 
 
 @dataclass(frozen=True)
@@ -125,232 +105,7 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-# --------------------------------------------------------------------------- bytes
-
-
-@dataclass
-class _Chunk:
-    data: bytes
-    stream_offset: int  # compressed offset of the bz2 stream (bit of the block) of data
-    offset: int  # decompressed offset of data[0] within that stream (block)
-    kind: str = "stream"  # Location.kind
-    owned: bool = True  # block mode: pages starting in these bytes belong to this range
-
-
-def _is_bz2(path: str) -> bool:
-    with open(path, "rb") as f:
-        return f.read(3) == b"BZh"
-
-
-def iter_decompressed(path: str, start: int = 0, end: int | None = None) -> Iterator[_Chunk]:
-    """Decompressed bytes of ``path[start:end]``, one or more concatenated bz2 streams.
-
-    An uncompressed file is passed through (``stream_offset`` 0). Raises
-    :class:`StreamError` on a truncated or corrupt stream, after yielding every byte
-    that decompressed.
-    """
-    with open(path, "rb") as f:
-        f.seek(start)
-        head = f.read(3)
-        f.seek(start)
-        remaining = None if end is None else end - start
-        if head != b"BZh" and start == 0:
-            pos = 0
-            while True:
-                buf = f.read(_READ if remaining is None else min(_READ, remaining))
-                if not buf:
-                    return
-                yield _Chunk(buf, 0, pos, "plain")
-                pos += len(buf)
-                if remaining is not None:
-                    remaining -= len(buf)
-        stream_offset = start
-        consumed = 0  # compressed bytes of this range fed so far
-        dec = bz2.BZ2Decompressor()
-        out_pos = 0
-        fed_in_stream = 0
-        while True:
-            buf = f.read(_READ if remaining is None else min(_READ, remaining))
-            if remaining is not None:
-                remaining -= len(buf)
-            if not buf:
-                if fed_in_stream and not dec.eof:
-                    raise StreamError(
-                        "truncated_stream",
-                        Location(path, stream_offset, out_pos),
-                        f"bz2 stream ends without its end-of-stream marker at file byte "
-                        f"{start + consumed} (file truncated or range cut mid-stream)",
-                    )
-                return
-            while buf:
-                try:
-                    data = dec.decompress(buf)
-                except OSError as exc:
-                    raise StreamError(
-                        "corrupt_stream",
-                        Location(path, stream_offset, out_pos),
-                        f"invalid bz2 data near file byte {start + consumed}: {exc}",
-                    ) from None
-                used = len(buf) - (len(dec.unused_data) if dec.eof else 0)
-                consumed += used
-                fed_in_stream += used
-                if data:
-                    yield _Chunk(data, stream_offset, out_pos)
-                    out_pos += len(data)
-                if dec.eof:
-                    buf = dec.unused_data
-                    stream_offset = start + consumed
-                    dec = bz2.BZ2Decompressor()
-                    out_pos = 0
-                    fed_in_stream = 0
-                    if len(buf) >= 3 and not buf.startswith(b"BZh"):
-                        # Trailing garbage after the last stream.
-                        raise StreamError(
-                            "corrupt_stream",
-                            Location(path, stream_offset, 0),
-                            f"bytes after a bz2 stream are not bz2 data (file byte "
-                            f"{stream_offset})",
-                        )
-                else:
-                    buf = b""
-
-
-# --------------------------------------------------------------------------- bz2 blocks
-# A bz2 stream is "BZh<level>", then blocks, each starting with the 48-bit magic
-# 0x314159265359 and its 32-bit CRC, then the end-of-stream magic 0x177245385090 and the
-# combined CRC. Blocks are bit-aligned, not byte-aligned, and independent: one block,
-# cut out at its bit offsets and wrapped as a stream of its own (header, the block, the
-# end-of-stream magic and, as combined CRC, the block's CRC), decompresses alone. This is
-# how a single-stream dump is split into parallel tasks (bzip2recover finds blocks the
-# same way). The magic can occur by chance inside compressed data (2^-48 per bit); a
-# candidate boundary that does not decode is merged with the next one.
-
-_BLOCK_MAGIC = 0x314159265359
-_EOS_MAGIC = 0x177245385090
-_SCAN_WINDOW = 1 << 22
-
-
-def _magic_patterns(magic: int) -> list[tuple[int, bytes, int, int, int, int]]:
-    """Per bit shift s: (s, the 5 whole bytes, first byte, its mask, last byte, its mask)."""
-    out = []
-    for shift in range(8):
-        value = (magic << (8 - shift)).to_bytes(7, "big")
-        mask = (((1 << 48) - 1) << (8 - shift)).to_bytes(7, "big")
-        out.append((shift, value[1:6], value[0], mask[0], value[6], mask[6]))
-    return out
-
-
-_PATTERNS = ((_magic_patterns(_BLOCK_MAGIC), True), (_magic_patterns(_EOS_MAGIC), False))
-
-
-def find_bz2_marks(data: bytes, base: int, limit_bit: int | None = None) -> list[tuple[int, bool]]:
-    """Block (True) and end-of-stream (False) magics in ``data`` (file bytes from ``base``):
-    sorted ``(file bit, is_block)`` for magics starting before ``limit_bit``."""
-    found = []
-    n = len(data)
-    for patterns, is_block in _PATTERNS:
-        for shift, middle, first, first_mask, last, last_mask in patterns:
-            i = data.find(middle, 1)
-            while i >= 0:
-                j = i - 1
-                if (data[j] & first_mask) == first and (
-                    not last_mask or (i + 5 < n and (data[i + 5] & last_mask) == last)
-                ):
-                    bit = (base + j) * 8 + shift
-                    if limit_bit is None or bit < limit_bit:
-                        found.append((bit, is_block))
-                i = data.find(middle, i + 1)
-    return sorted(found)
-
-
-def _iter_marks(f, start: int, first: int = _SCAN_WINDOW) -> Iterator[tuple[int, bool]]:
-    """Magics from file byte ``start`` on, scanning windows (overlapping by 7 bytes); the
-    first window is ``first`` bytes (the task's range), the next ones smaller."""
-    w, size = start, max(1, min(first, _SCAN_WINDOW))
-    while True:
-        f.seek(w)
-        data = f.read(size + 7)
-        yield from find_bz2_marks(data, w, (w + size) * 8)
-        if len(data) < size + 7:
-            return
-        w += size
-        size = _SCAN_WINDOW // 4
-
-
-def decode_bz2_block(f, bit_start: int, bit_end: int) -> bytes:
-    """Decompress the bz2 block in file bits ``[bit_start, bit_end)`` (raises OSError or
-    ValueError if those bits are not one or more whole blocks)."""
-    b0, b1 = bit_start // 8, (bit_end + 7) // 8
-    f.seek(b0)
-    raw = f.read(b1 - b0)
-    nbits = bit_end - bit_start
-    if len(raw) < b1 - b0 or nbits < 80:
-        raise ValueError("block bits beyond the end of the file")
-    block = (int.from_bytes(raw, "big") >> (len(raw) * 8 - (bit_end - b0 * 8))) & ((1 << nbits) - 1)
-    crc = (block >> (nbits - 80)) & 0xFFFFFFFF
-    value = (((block << 48) | _EOS_MAGIC) << 32) | crc
-    total = nbits + 80
-    pad = (-total) % 8
-    return bz2.decompress(b"BZh9" + (value << pad).to_bytes((total + pad) // 8, "big"))
-
-
-def iter_bz2_blocks(path: str, start: int, end: int | None) -> Iterator[_Chunk]:
-    """Decompressed bz2 blocks of ``path`` that start in file bytes ``[start, end)``
-    (``owned``), then the blocks after them (not owned) for as long as the caller reads.
-
-    Raises :class:`StreamError` for a block that does not decode (after trying to merge it
-    with up to two following candidate boundaries) or is cut by the end of the file.
-    """
-    size = os.path.getsize(path)
-    end_bit = (size if end is None else end) * 8
-    with open(path, "rb") as f:
-        marks = _iter_marks(f, start, (end_bit // 8) - start + 1)
-        ahead: list[tuple[int, bool]] = []
-
-        def peek(k: int) -> tuple[int, bool] | None:
-            while len(ahead) <= k:
-                m = next(marks, None)
-                if m is None:
-                    return None
-                ahead.append(m)
-            return ahead[k]
-
-        while peek(0) is not None:
-            bit, is_block = ahead.pop(0)
-            if not is_block:
-                continue
-            data = None
-            error: Exception | None = None
-            for extra in range(3):
-                nxt = peek(extra)
-                stop = nxt[0] if nxt is not None else size * 8
-                try:
-                    data = decode_bz2_block(f, bit, stop)
-                except (OSError, ValueError, EOFError) as exc:
-                    error = error or exc
-                    if nxt is None:
-                        break
-                    continue
-                del ahead[:extra]
-                break
-            if data is None:
-                cut = peek(0) is None
-                raise StreamError(
-                    "truncated_stream" if cut else "corrupt_stream",
-                    Location(path, bit, 0, "block"),
-                    (
-                        "the last bz2 block has no end-of-stream marker after it (file truncated)"
-                        if cut
-                        else f"the bz2 block does not decompress: {error}"
-                    ),
-                )
-            yield _Chunk(data, bit, 0, "block", bit < end_bit)
-
-
-class StreamError(Exception):
-    def __init__(self, kind: str, location: Location, detail: str) -> None:
-        super().__init__(f"{location}: {detail}")
-        self.kind, self.location, self.detail = kind, location, detail
+# --------------------------------------------------------------------------- encoding
 
 
 class _Utf16ToUtf8:
@@ -371,7 +126,156 @@ def _sniff_encoding(data: bytes) -> str | None:
     return None
 
 
+class _Utf8Input:
+    """The decompressed chunks as UTF-8: a UTF-16 dump is re-encoded and a UTF-8 byte-order
+    mark dropped, both found on the first chunk when ``sniff`` (the range starts the file).
+    Offsets in a re-encoded UTF-16 dump therefore count UTF-8 bytes."""
+
+    def __init__(self, sniff: bool) -> None:
+        self._sniff = sniff
+        self._first = True
+        self._recode: _Utf16ToUtf8 | None = None
+
+    def __call__(self, data: bytes) -> bytes:
+        if self._first:
+            self._first = False
+            enc = _sniff_encoding(data) if self._sniff else None
+            if enc == "utf-16":
+                self._recode = _Utf16ToUtf8(enc)
+            elif enc == "utf-8-sig":
+                data = data[len(codecs.BOM_UTF8) :]
+        return self._recode(data) if self._recode is not None else data
+
+
 # --------------------------------------------------------------------------- pages
+
+
+class _PageBuffer:
+    """Decompressed bytes not yet cut into pages, and where each chunk of them came from.
+
+    ``marks`` holds, per chunk, ``(index in data, stream_offset, offset, kind, owned)``, so
+    that any index maps back to a :class:`Location` and to whether the range owns it.
+    """
+
+    def __init__(self, path: str, start: int) -> None:
+        self.path = path
+        self.start = start
+        self.data = bytearray()
+        self.marks: list[tuple[int, int, int, str, bool]] = []
+
+    def append(self, chunk: Chunk, data: bytes) -> None:
+        """Add ``data`` (``chunk``'s bytes, maybe re-encoded) at the end."""
+        self.marks.append(
+            (len(self.data), chunk.stream_offset, chunk.offset, chunk.kind, chunk.owned)
+        )
+        self.data += data
+
+    def _mark(self, i: int) -> tuple[int, int, int, str, bool]:
+        k = len(self.marks) - 1
+        while k > 0 and self.marks[k][0] > i:
+            k -= 1
+        return self.marks[k] if self.marks else (0, self.start, 0, "stream", True)
+
+    def where(self, i: int) -> Location:
+        """The location of byte ``i`` of the buffer."""
+        at, stream, off, kind, _ = self._mark(i)
+        return Location(self.path, stream, off + i - at, kind)
+
+    def owned(self, i: int) -> bool:
+        """Whether byte ``i`` comes from a block the range owns (always, outside block mode)."""
+        return self._mark(i)[4]
+
+    def drop_before(self, pos: int) -> None:
+        """Forget the bytes before ``pos``; the chunk holding ``pos`` now starts there."""
+        del self.data[:pos]
+        keep = [m for m in self.marks if m[0] > pos]
+        first_kept = [m for m in self.marks if m[0] <= pos][-1:]
+        if first_kept:
+            at, stream, off, kind, owned = first_kept[0]
+            keep.insert(0, (pos, stream, off + pos - at, kind, owned))
+        self.marks[:] = [(at - pos, *rest) for at, *rest in keep]
+
+
+def _read_header(buf: _PageBuffer) -> tuple[int, SiteInfo | Problem | None] | None:
+    """The dump's header once the buffer holds it: (where the pages start, the SiteInfo, a
+    Problem if it does not parse, or None without a ``<siteinfo>``); None while more bytes
+    are needed. Raises :class:`DumpError` for a file that is not a MediaWiki export."""
+    data = buf.data
+    i = data.find(_PAGE_OPEN)
+    m = _SITEINFO.search(data)
+    if m is None and i < 0:
+        if len(data) > _HEADER_LIMIT:
+            raise DumpError(f"{buf.path}: no <siteinfo> or <page> in the first 16 MiB")
+        return None
+    if not _ROOT.search(data[: i if i >= 0 else len(data)]):
+        raise DumpError(
+            f"{buf.path} is not a MediaWiki XML dump (no <mediawiki> root before the first <page>)"
+        )
+    header: SiteInfo | Problem | None = None
+    if m is not None:
+        try:
+            header = SiteInfo.parse(bytes(m.group(0)))
+        except ET.ParseError as exc:
+            header = Problem(
+                "malformed_xml", buf.where(m.start()), f"<siteinfo> does not parse: {exc}"
+            )
+    return (i if i >= 0 else (m.end() if m else 0)), header
+
+
+def _cut_pages(buf: _PageBuffer, pos: int) -> Iterator[tuple[bytes, Location] | Problem]:
+    """Yield the complete pages in the buffer from ``pos`` on (a ``<page>`` opened again
+    before its ``</page>`` is an ``unclosed_page`` problem).
+
+    Returns (as the generator's value) where to resume and whether the next range's first
+    page was reached (block mode: a ``<page>`` in a block the range does not own).
+    """
+    data = buf.data
+    while True:
+        i = data.find(_PAGE_OPEN, pos)
+        if i < 0:
+            return max(pos, len(data) - len(_PAGE_OPEN)), False
+        if not buf.owned(i):
+            return pos, True
+        j = data.find(_PAGE_CLOSE, i)
+        if j < 0:
+            return i, False
+        nxt = data.find(_PAGE_OPEN, i + len(_PAGE_OPEN), j)
+        loc = buf.where(i)
+        if nxt >= 0:
+            yield Problem(
+                "unclosed_page",
+                loc,
+                f"<page> is not closed before the next <page> "
+                f"(decompressed byte {buf.where(nxt).offset})",
+                page_id=_peek_id(data[i:nxt]),
+                title=_peek_title(data[i:nxt]),
+            )
+            pos = nxt
+            continue
+        yield bytes(data[i : j + len(_PAGE_CLOSE)]), loc
+        pos = j + len(_PAGE_CLOSE)
+
+
+def _past_range(buf: _PageBuffer, pos: int, chunk: Chunk) -> bool:
+    """Block mode: ``chunk`` is beyond the range and no page of the range is left open or
+    cut at the end of the buffer, so reading stops."""
+    if chunk.owned or buf.data.find(_PAGE_OPEN, pos) >= 0:
+        return False
+    # Done unless a "<page>" of ours is cut at the end of the buffer.
+    k = buf.data.find(b"<", max(pos, len(buf.data) - len(_PAGE_OPEN) + 1))
+    return k < 0 or not buf.owned(k)
+
+
+def _lost_page(buf: _PageBuffer, kind: str, location: Location, detail: str) -> Problem:
+    """A problem that ends the read; it names the incomplete page left in the buffer."""
+    i = buf.data.find(_PAGE_OPEN)
+    return Problem(
+        kind,
+        location,
+        detail,
+        page_id=_peek_id(buf.data[i:]) if i >= 0 else None,
+        title=_peek_title(buf.data[i:]) if i >= 0 else None,
+    )
 
 
 def iter_page_xml(
@@ -384,126 +288,40 @@ def iter_page_xml(
     nothing after a broken stream can be trusted).
 
     ``blocks``: ``path`` is a bz2 file read from the bz2 blocks that start in bytes
-    ``[start, end)`` (:func:`iter_bz2_blocks`). The range owns the pages whose ``<page>``
-    starts in those blocks: the bytes before its first ``<page>`` (the end of a page
-    owned by the range before) are skipped, and reading goes on into the next blocks
-    until its last page is closed.
+    ``[start, end)`` (:func:`~pipeline.wikipedia.bz2_blocks.iter_bz2_blocks`). The range
+    owns the pages whose ``<page>`` starts in those blocks: the bytes before its first
+    ``<page>`` (the end of a page owned by the range before) are skipped, and reading goes
+    on into the next blocks until its last page is closed.
     """
-    buf = bytearray()
-    # Where the bytes of buf come from, per chunk: (index in buf, stream_offset, offset,
-    # kind, owned).
-    marks: list[tuple[int, int, int, str, bool]] = []
-
-    def mark(i: int) -> tuple[int, int, int, str, bool]:
-        k = len(marks) - 1
-        while k > 0 and marks[k][0] > i:
-            k -= 1
-        return marks[k] if marks else (0, start, 0, "stream", True)
-
-    def where(i: int) -> Location:
-        at, stream, off, kind, _ = mark(i)
-        return Location(path, stream, off + i - at, kind)
-
+    buf = _PageBuffer(path, start)
     header_done = start > 0
-    recode = None
-    first = True
+    utf8 = _Utf8Input(sniff=not header_done)
     chunks = iter_bz2_blocks(path, start, end) if blocks else iter_decompressed(path, start, end)
     try:
         for chunk in chunks:
-            data = chunk.data
-            if first:
-                first = False
-                enc = _sniff_encoding(data) if not header_done else None
-                if enc:
-                    recode = _Utf16ToUtf8(enc) if enc == "utf-16" else None
-                    if enc == "utf-8-sig":
-                        data = data[len(codecs.BOM_UTF8) :]
-            if recode is not None:
-                data = recode(data)
-            # (Offsets in a re-encoded UTF-16 dump count UTF-8 bytes.)
-            marks.append((len(buf), chunk.stream_offset, chunk.offset, chunk.kind, chunk.owned))
-            buf += data
+            buf.append(chunk, utf8(chunk.data))
             pos = 0
             if not header_done:
-                i = buf.find(_PAGE_OPEN)
-                m = _SITEINFO.search(buf)
-                if m is not None or i >= 0:
-                    header_done = True
-                    if not _ROOT.search(buf[: i if i >= 0 else len(buf)]):
-                        raise DumpError(
-                            f"{path} is not a MediaWiki XML dump (no <mediawiki> root before "
-                            "the first <page>)"
-                        )
-                    if m is not None:
-                        try:
-                            yield SiteInfo.parse(bytes(m.group(0)))
-                        except ET.ParseError as exc:
-                            yield Problem(
-                                "malformed_xml",
-                                where(m.start()),
-                                f"<siteinfo> does not parse: {exc}",
-                            )
-                    pos = i if i >= 0 else (m.end() if m else 0)
-                elif len(buf) > 1 << 24:
-                    raise DumpError(f"{path}: no <siteinfo> or <page> in the first 16 MiB")
-                else:
+                header = _read_header(buf)
+                if header is None:
                     continue
-            while True:
-                i = buf.find(_PAGE_OPEN, pos)
-                if i < 0:
-                    pos = max(pos, len(buf) - len(_PAGE_OPEN))
-                    break
-                if not mark(i)[4]:
-                    return  # the next range's first page
-                j = buf.find(_PAGE_CLOSE, i)
-                if j < 0:
-                    pos = i
-                    break
-                nxt = buf.find(_PAGE_OPEN, i + len(_PAGE_OPEN), j)
-                loc = where(i)
-                if nxt >= 0:
-                    yield Problem(
-                        "unclosed_page",
-                        loc,
-                        f"<page> is not closed before the next <page> "
-                        f"(decompressed byte {where(nxt).offset})",
-                        page_id=_peek_id(buf[i:nxt]),
-                        title=_peek_title(buf[i:nxt]),
-                    )
-                    pos = nxt
-                    continue
-                yield bytes(buf[i : j + len(_PAGE_CLOSE)]), loc
-                pos = j + len(_PAGE_CLOSE)
-            if not chunk.owned and buf.find(_PAGE_OPEN, pos) < 0:
-                # Past the range: done unless a "<page>" of ours is cut at the end of buf.
-                k = buf.find(b"<", max(pos, len(buf) - len(_PAGE_OPEN) + 1))
-                if k < 0 or not mark(k)[4]:
-                    return
-            del buf[:pos]
-            keep = [m for m in marks if m[0] > pos]
-            first_kept = [m for m in marks if m[0] <= pos][-1:]
-            if first_kept:
-                at, stream, off, kind, owned = first_kept[0]
-                keep.insert(0, (pos, stream, off + pos - at, kind, owned))
-            marks[:] = [(at - pos, *rest) for at, *rest in keep]
+                header_done = True
+                pos, info = header
+                if info is not None:
+                    yield info
+            pos, next_range = yield from _cut_pages(buf, pos)
+            if next_range or _past_range(buf, pos, chunk):
+                return
+            buf.drop_before(pos)
     except StreamError as exc:
-        i = buf.find(_PAGE_OPEN)
-        yield Problem(
-            exc.kind,
-            exc.location,
-            exc.detail + ("; an incomplete <page> is lost" if i >= 0 else ""),
-            page_id=_peek_id(buf[i:]) if i >= 0 else None,
-            title=_peek_title(buf[i:]) if i >= 0 else None,
-        )
+        lost = buf.data.find(_PAGE_OPEN) >= 0
+        detail = exc.detail + ("; an incomplete <page> is lost" if lost else "")
+        yield _lost_page(buf, exc.kind, exc.location, detail)
         return
-    i = buf.find(_PAGE_OPEN)
+    i = buf.data.find(_PAGE_OPEN)
     if i >= 0:
-        yield Problem(
-            "unclosed_page",
-            where(i),
-            "<page> is not closed before the end of the input",
-            page_id=_peek_id(buf[i:]),
-            title=_peek_title(buf[i:]),
+        yield _lost_page(
+            buf, "unclosed_page", buf.where(i), "<page> is not closed before the end of the input"
         )
 
 
@@ -646,7 +464,7 @@ def read_siteinfo(path: str) -> SiteInfo:
             m = _SITEINFO.search(buf)
             if m is not None:
                 return SiteInfo.parse(bytes(m.group(0)))
-            if buf.find(_PAGE_OPEN) >= 0 or len(buf) > 1 << 24:
+            if buf.find(_PAGE_OPEN) >= 0 or len(buf) > _HEADER_LIMIT:
                 break
     except StreamError:
         # Truncated or corrupt before the header is complete: nothing to tell here; the
@@ -661,7 +479,7 @@ def read_siteinfo(path: str) -> SiteInfo:
 
 def read_index_offsets(index_path: str) -> list[int]:
     """Distinct stream offsets of a multistream index (``offset:page_id:title`` lines)."""
-    opener = bz2.open if _is_bz2(index_path) else open
+    opener = bz2.open if is_bz2(index_path) else open
     offsets: list[int] = []
     last = -1
     with opener(index_path, "rb") as f:

@@ -13,8 +13,8 @@ captions), categories and interlanguage links; keep the anchor text of wiki link
 external links, headings' text and list items; decode HTML entities; collapse white
 space. Interlanguage links are returned (``Cleaned.langlinks``) for old dumps whose
 concepts come from them. ``Cleaned.broken`` names unbalanced markup that was repaired
-best-effort. ``bench/bench_wikipedia.py`` measures both cleaners against gensim's and
-wikiextractor's on the same pages.
+best-effort. Both cleaners are compared with gensim's and wikiextractor's on the same
+pages in (bench/README.md, "Wikipedia ingestion").
 """
 
 from __future__ import annotations
