@@ -31,10 +31,10 @@ from pipeline.backends.local import LocalCorpusBackend
 from pipeline.backends.spark import (
     DetachedBackendError,
     SparkCorpusBackend,
-    _gram_partition,
     in_task_chunk,
     job_description,
 )
+from pipeline.backends.spark_passes import gram_partition
 from pipeline.errors import ConfigError, ConvergenceWarning, InputDataError
 from pipeline.io.datasets import read_dataset, write_dataset
 from pipeline.io.schemas import TFIDF
@@ -226,9 +226,17 @@ def test_local_and_spark_agree(backends, dtype):
 @pytest.mark.parametrize("tree_above", [0, 100])
 def test_spark_partials_merge_on_executors_or_driver(backends, dtype, monkeypatch, tree_above):
     """Both ways of summing the partials (executor tree vs. driver) give the local result."""
-    import pipeline.backends.spark as spark_backend
+    import pipeline.backends.spark_passes as spark_passes
 
-    monkeypatch.setattr(spark_backend, "TREE_REDUCE_ABOVE", tree_above)
+    monkeypatch.setattr(spark_passes, "TREE_REDUCE_ABOVE", tree_above)
+    by_row_range = spark_passes._sum_by_row_range
+    merged_on_executors = []
+
+    def spy(*args: object) -> list:
+        merged_on_executors.append(args)
+        return by_row_range(*args)
+
+    monkeypatch.setattr(spark_passes, "_sum_by_row_range", spy)
     loc, spk = backends["local", dtype], backends["spark", dtype]
     rng = np.random.default_rng(4)
     for lang in LANGS:
@@ -236,6 +244,8 @@ def test_spark_partials_merge_on_executors_or_driver(backends, dtype, monkeypatc
         p = rng.standard_normal((loc.n_concepts, 3))
         for method, arg in (("gram", v), ("xt_gather", p), ("x_scatter", v)):
             _close(getattr(spk, method)(lang, arg), getattr(loc, method)(lang, arg), TOL[dtype])
+    # every pass took the route the threshold asks for: 3 passes per language
+    assert len(merged_on_executors) == (3 * len(LANGS) if tree_above == 0 else 0)
 
 
 @pytest.mark.parametrize("fused", ["spark_fused1", "spark_fused2"])
@@ -474,7 +484,7 @@ def test_pickle_round_trip_keeps_sizes_and_drops_spark_handles(spark, backends):
     sc = spark.sparkContext
     bc = sc.broadcast(np.ones(3))
     try:
-        assert len(cloudpickle.dumps(functools.partial(_gram_partition, bc))) < 2_000
+        assert len(cloudpickle.dumps(functools.partial(gram_partition, bc))) < 2_000
     finally:
         # Pickling a broadcast outside a job registers it for this thread's next job.
         sc._pickled_broadcast_vars.clear()
