@@ -11,21 +11,22 @@ One pass = one Spark job
 Three ways to sum the partials (:func:`run_pass` picks one)
     - *driver*: up to :data:`TREE_REDUCE_ABOVE` blocks whose partials fit
       :data:`DRIVER_PARTIALS_MAX_BYTES`, the partials are collected and added straight into
-      the result (``out[ids] += values``), which is cheaper than merging them first;
+      the result (``out[ids] += values``), which is cheaper than merging them first
+      (bench/README.md, "Spark per-pass overhead");
     - *row ranges*: otherwise each partial is cut into row ranges summed on the executors
       (``reduceByKey``), so the driver receives every row of the result once;
     - *gathered*: a row-partitioned language small enough for the fused solves runs each pass
       as tasks that each gather all its blocks and sum a share of the columns, so no partial
       leaves a task and nothing is shuffled. Partials of row blocks are nearly dense over the
       vocabulary (a Zipfian block touches most frequent terms), so the row-range merge would
-      shuffle about partitions x p_l x b values per pass (bench/README.md, "Spark per-pass
-      overhead").
+      shuffle about partitions x p_l x b values per pass (bench/README.md, "The whole chain
+      at Wikipedia shape").
 
 Nearly all of a pass's cost on one machine is fixed per Spark job (scheduling, Python task
 launch, unpickling the cached block, the broadcast), so it amortises over wide blocks and large
-partitions. Task functions are module-level (a lambda defined in ``__main__`` is pickled by
-value into every job) and are shipped as ``functools.partial`` objects holding only broadcasts
-and plain values.
+partitions (bench/README.md, "Spark per-pass overhead"). Task functions are module-level (a
+lambda defined in ``__main__`` is pickled by value into every job) and are shipped as
+``functools.partial`` objects holding only broadcasts and plain values.
 """
 
 from __future__ import annotations
