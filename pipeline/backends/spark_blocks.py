@@ -136,7 +136,11 @@ class CsrBlock:
 
 
 def _record_stats(
-    error: str | None, rows: np.ndarray, concept_ids: np.ndarray, indices: np.ndarray, data
+    error: str | None,
+    rows: np.ndarray,
+    concept_ids: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
 ) -> dict[str, Any]:
     """Validation counters of one block's raw arrays (merged by :func:`merge_summaries`)."""
     r = rows.astype(np.uint64)

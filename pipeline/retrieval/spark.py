@@ -248,6 +248,7 @@ def _rank_partition(
 
 
 def _run_pass(candidates: DataFrame, fn: Callable, description: str) -> list[dict]:
+    """One ``mapInArrow`` job of ``fn`` under ``description``; the unpacked payloads."""
     sc = candidates.sparkSession.sparkContext
     sc.setJobDescription(description)
     try:
@@ -283,6 +284,7 @@ def _checked_blocks(block_q: int, block_c: int, dim: int) -> dict[str, int]:
 
 
 def _checked_targets(targets: np.ndarray, n_q: int) -> np.ndarray:
+    """``targets`` as int64 of shape (n_q,) (index values, -1 for a missing target)."""
     t = np.asarray(targets)
     if t.shape != (n_q,) or (t.size and not np.issubdtype(t.dtype, np.integer)):
         raise InputDataError(f"targets must be {n_q} integer index values; got {t.shape}")
