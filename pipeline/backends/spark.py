@@ -58,10 +58,12 @@ from pipeline.linalg.operator import BlockOperator
 
 __all__ = [
     "CLUSTER_SOLVE_IN_TASK_MAX_NNZ",
+    "DRIVER_PARTIALS_MAX_BYTES",
     "NNZ_PER_PARTITION",
     "SOLVE_IN_TASK_BYTES_PER_NNZ",
     "SOLVE_IN_TASK_MAX_NNZ",
     "SOLVE_IN_TASK_MEMORY_MB",
+    "TREE_REDUCE_ABOVE",
     "DetachedBackendError",
     "SparkCorpusBackend",
     "auto_solve_in_task_max_nnz",
@@ -79,6 +81,17 @@ SOLVE_IN_TASK_MAX_NNZ = _D.solve_in_task_max_nnz
 #: ``train.solve_in_task_memory_mb``: working memory of the CG vectors of one in-task solve;
 #: its columns run in chunks that fit it (:func:`in_task_chunk`).
 SOLVE_IN_TASK_MEMORY_MB = _D.solve_in_task_memory_mb
+
+
+#: Passes over more partitions than this merge their partials on the executors (the
+#: ``"row_ranges"`` route of :mod:`~pipeline.backends.spark_passes`); up to it the driver adds
+#: them into the result directly (``"driver"``).
+TREE_REDUCE_ABOVE = 8
+
+#: ... and so do passes whose partials would together exceed this many bytes on the driver:
+#: merged on the executors by row range, the driver receives each row of the result once, so
+#: its memory is bounded by the result, not by partitions x result.
+DRIVER_PARTIALS_MAX_BYTES = 256 * 2**20
 
 
 class DetachedBackendError(PipelineError, RuntimeError):
@@ -313,9 +326,10 @@ class SparkCorpusBackend(CorpusBackend):
         index: np.ndarray | None = None,
         compact: bool = False,
     ) -> np.ndarray:
-        """One pass over ``lang``'s blocks (:func:`~pipeline.backends.spark_passes.run_pass`);
-        a language within the fused-solve limit runs it in tasks that gather its blocks."""
+        """One pass over ``lang``'s blocks (:func:`~pipeline.backends.spark_passes.run_pass`)
+        by the route of :meth:`_pass_route`."""
         rdd = self._rdd(lang)
+        route = self._pass_route(lang, rdd.getNumPartitions(), n_rows * block.shape[1])
         return run_pass(
             self._sc,
             rdd,
@@ -323,10 +337,23 @@ class SparkCorpusBackend(CorpusBackend):
             block,
             n_rows,
             dtype=self.dtype,
+            route=route,
             index=index,
             compact=compact,
-            gather_tasks=self._gather_tasks() if self._fuses(lang) else None,
+            gather_tasks=self._gather_tasks() if route == "gathered" else 1,
         )
+
+    def _pass_route(self, lang: str, n_parts: int, result_size: int) -> str:
+        """How a pass over ``lang``'s ``n_parts`` blocks sums partials of ``result_size``
+        values each: ``"gathered"`` for a row-partitioned language within the fused-solve
+        limit, ``"row_ranges"`` above :data:`TREE_REDUCE_ABOVE` blocks or
+        :data:`DRIVER_PARTIALS_MAX_BYTES` of partials, else ``"driver"``."""
+        partial_bytes = result_size * np.dtype(self.dtype).itemsize
+        if n_parts > 1 and self._fuses(lang):
+            return "gathered"
+        if n_parts > TREE_REDUCE_ABOVE or n_parts * partial_bytes > DRIVER_PARTIALS_MAX_BYTES:
+            return "row_ranges"
+        return "driver"
 
     def solve_gram(
         self,

@@ -8,19 +8,20 @@ One pass = one Spark job
     of ``X_p V`` as ``(unique concept ids, sums)``, never a dense ``K x b`` — and the compact
     partials are added into a dense float64 result. The broadcast is destroyed after the job.
 
-Three ways to sum the partials (:func:`run_pass` picks one)
-    - *driver*: up to :data:`TREE_REDUCE_ABOVE` blocks whose partials fit
-      :data:`DRIVER_PARTIALS_MAX_BYTES`, the partials are collected and added straight into
-      the result (``out[ids] += values``), which is cheaper than merging them first
+Three routes for the partials (:data:`ROUTES`; the backend picks one per pass,
+:meth:`~pipeline.backends.spark.SparkCorpusBackend._pass_route`)
+    - ``"driver"``: the partials of a few blocks are collected and added straight into the
+      result (``out[ids] += values``), which is cheaper than merging them first
       (bench/README.md, "Spark per-pass overhead");
-    - *row ranges*: otherwise each partial is cut into row ranges summed on the executors
-      (``reduceByKey``), so the driver receives every row of the result once;
-    - *gathered*: a row-partitioned language small enough for the fused solves runs each pass
-      as tasks that each gather all its blocks and sum a share of the columns, so no partial
-      leaves a task and nothing is shuffled. Partials of row blocks are nearly dense over the
-      vocabulary (a Zipfian block touches most frequent terms), so the row-range merge would
-      shuffle about partitions x p_l x b values per pass (bench/README.md, "The whole chain
-      at Wikipedia shape").
+    - ``"row_ranges"``: each partial is cut into row ranges summed on the executors
+      (``reduceByKey``), so the driver receives every row of the result once and its memory
+      is bounded by the result, not by partitions x result;
+    - ``"gathered"``: a row-partitioned language small enough for the fused solves runs each
+      pass as tasks that each gather all its blocks and sum a share of the columns, so no
+      partial leaves a task and nothing is shuffled. Partials of row blocks are nearly dense
+      over the vocabulary (a Zipfian block touches most frequent terms), so the row-range
+      merge would shuffle about partitions x p_l x b values per pass (bench/README.md, "Spark
+      per-pass overhead").
 
 Nearly all of a pass's cost on one machine is fixed per Spark job (scheduling, Python task
 launch, unpickling the cached block, the broadcast), so it amortises over wide blocks and large
@@ -42,8 +43,7 @@ import numpy as np
 from pipeline.backends.spark_blocks import CsrBlock, merge_rows
 
 __all__ = [
-    "DRIVER_PARTIALS_MAX_BYTES",
-    "TREE_REDUCE_ABOVE",
+    "ROUTES",
     "gathered_column_tasks",
     "gram_partition",
     "run_pass",
@@ -52,14 +52,8 @@ __all__ = [
     "xt_gather_partition",
 ]
 
-#: Passes over more partitions than this merge their partials on the executors; up to it
-#: the driver adds them into the result directly.
-TREE_REDUCE_ABOVE = 8
-
-#: ... and so do passes whose partials would together exceed this many bytes on the driver:
-#: merged on the executors by row range (a keyed reduce), the driver receives each row of the
-#: result once, so its memory is bounded by the result, not by partitions x result.
-DRIVER_PARTIALS_MAX_BYTES = 256 * 2**20
+#: The ways a pass can sum its partials (see the module docstring).
+ROUTES = ("driver", "row_ranges", "gathered")
 
 #: Target size of one row range of the executor-side merge.
 _ROW_RANGE_BYTES = 32 * 2**20
@@ -177,7 +171,7 @@ def gathered_column_tasks(sc: Any, rdd: Any, b: int, tasks: int, task: Callable)
 def _gathered_pass(
     sc: Any, rdd: Any, fn: PassFunction, bc: Any, n_rows: int, b: int, *, compact: bool, tasks: int
 ) -> np.ndarray:
-    """The *gathered* route: ``tasks`` tasks each gather all blocks and sum the partials of a
+    """The ``"gathered"`` route: ``tasks`` tasks each gather all blocks and sum the partials of a
     share of the columns."""
     rows = bc.value[1] if compact else None
     out = np.zeros((n_rows if rows is None else rows.size, b), dtype=np.float64)
@@ -190,7 +184,7 @@ def _gathered_pass(
 
 
 def _sum_by_row_range(mapped: Any, n_rows: int, n_parts: int, partial_bytes: int) -> list:
-    """The *row ranges* route: partials cut into row ranges, each range summed on the
+    """The ``"row_ranges"`` route: partials cut into row ranges, each range summed on the
     executors; returns one compact partial per range."""
     ranges = max(2, min(n_parts, math.ceil(partial_bytes / _ROW_RANGE_BYTES)))
     edges = np.linspace(0, n_rows, ranges + 1).round().astype(np.int64)
@@ -202,17 +196,6 @@ def _sum_by_row_range(mapped: Any, n_rows: int, n_parts: int, partial_bytes: int
     )
 
 
-def _partials(rdd: Any, fn: PassFunction, bc: Any, n_rows: int, b: int, dtype: str) -> list:
-    """The compact partials of a pass over the blocks of ``rdd``: straight from the blocks
-    (the *driver* route) or summed by row range (the *row ranges* route)."""
-    n_parts = rdd.getNumPartitions()
-    partial_bytes = n_rows * b * np.dtype(dtype).itemsize
-    mapped = rdd.mapPartitions(functools.partial(fn, bc))
-    if n_parts > TREE_REDUCE_ABOVE or n_parts * partial_bytes > DRIVER_PARTIALS_MAX_BYTES:
-        return _sum_by_row_range(mapped, n_rows, n_parts, partial_bytes)
-    return mapped.collect()
-
-
 def run_pass(
     sc: Any,
     rdd: Any,
@@ -221,12 +204,13 @@ def run_pass(
     n_rows: int,
     *,
     dtype: str,
+    route: str,
     index: np.ndarray | None = None,
     compact: bool = False,
-    gather_tasks: int | None = None,
+    gather_tasks: int = 1,
 ) -> np.ndarray:
     """One pass: broadcast ``block`` (with ``index``, the pair), run ``fn`` on every cached
-    block of ``rdd``, sum the compact partials into a dense float64 array.
+    block of ``rdd``, sum the compact partials into a dense float64 array by ``route``.
 
     Parameters
     ----------
@@ -241,25 +225,33 @@ def run_pass(
         Rows of the full result.
     dtype : {"float32", "float64"}
         The pass dtype.
+    route : {"driver", "row_ranges", "gathered"}
+        How the partials are summed (module docstring).
     index : ndarray of int64, optional
         Sorted row ids broadcast with ``block``.
     compact : bool
         Return only the rows ``index``, shape (len(index), b).
-    gather_tasks : int, optional
-        The language is small enough to gather: a row-partitioned ``rdd`` runs the *gathered*
-        route with this many tasks. None: the *driver* or *row ranges* route.
+    gather_tasks : int
+        Tasks of the ``"gathered"`` route, each summing a share of the columns.
 
     Returns
     -------
     ndarray of float64, shape (n_rows, b), or (len(index), b) when ``compact``
     """
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}; got {route!r}")
     value = np.ascontiguousarray(block, dtype=dtype)
     bc = sc.broadcast(value if index is None else (value, index))
     b = block.shape[1]
     try:
-        if gather_tasks is not None and rdd.getNumPartitions() > 1:
+        if route == "gathered":
             return _gathered_pass(sc, rdd, fn, bc, n_rows, b, compact=compact, tasks=gather_tasks)
-        parts = _partials(rdd, fn, bc, n_rows, b, dtype)
+        mapped = rdd.mapPartitions(functools.partial(fn, bc))
+        if route == "row_ranges":
+            partial_bytes = n_rows * b * np.dtype(dtype).itemsize
+            parts = _sum_by_row_range(mapped, n_rows, rdd.getNumPartitions(), partial_bytes)
+        else:
+            parts = mapped.collect()
     finally:
         bc.destroy()
     rows = index if compact else None
