@@ -31,10 +31,10 @@ from pipeline.backends.local import LocalCorpusBackend
 from pipeline.backends.spark import (
     DetachedBackendError,
     SparkCorpusBackend,
-    _gram_partition,
     in_task_chunk,
     job_description,
 )
+from pipeline.backends.spark_passes import gram_partition
 from pipeline.errors import ConfigError, ConvergenceWarning, InputDataError
 from pipeline.io.datasets import read_dataset, write_dataset
 from pipeline.io.schemas import TFIDF
@@ -504,7 +504,7 @@ def test_pickle_round_trip_keeps_sizes_and_drops_spark_handles(spark, backends):
     sc = spark.sparkContext
     bc = sc.broadcast(np.ones(3))
     try:
-        assert len(cloudpickle.dumps(functools.partial(_gram_partition, bc))) < 2_000
+        assert len(cloudpickle.dumps(functools.partial(gram_partition, bc))) < 2_000
     finally:
         # Pickling a broadcast outside a job registers it for this thread's next job.
         sc._pickled_broadcast_vars.clear()

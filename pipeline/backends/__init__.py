@@ -4,7 +4,10 @@ The solvers of :mod:`pipeline.linalg` see only the :class:`~pipeline.linalg.back
 contract; its implementations live here, as siblings behind one factory, :func:`make_backend`:
 
 - :mod:`~pipeline.backends.local`: X as scipy CSR in this process (laptops, tests, the default);
-- :mod:`~pipeline.backends.spark`: X cached on the executors as CSR blocks;
+- :mod:`~pipeline.backends.spark`: X cached on the executors as CSR blocks; its parts are
+  :mod:`~pipeline.backends.spark_blocks` (building and checking the cached blocks),
+  :mod:`~pipeline.backends.spark_passes` (one pass as one Spark job) and
+  :mod:`~pipeline.backends.spark_solve` (a whole CG solve as one Spark job);
 - :mod:`~pipeline.backends.loader`: reading the ``tfidf`` dataset into either.
 
 Importing this package imports neither Spark nor a backend module; :func:`make_backend`

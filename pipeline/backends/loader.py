@@ -289,9 +289,9 @@ def _language_tables(
     """Each language's tfidf rows as one Arrow table, one language at a time.
 
     A local (or locally mounted) Parquet dataset is read with pyarrow directly: no Spark job,
-    and no ``spark.driver.maxResultSize`` limit (a 2M-document corpus's largest language is
-    over 1 GB of results; Spark's default limit is 1 GB). Delta tables and other stores are
-    collected through Spark (``toArrow()``); there the limit applies and the error says so.
+    and no ``spark.driver.maxResultSize`` limit (the largest language of a Wikipedia-size
+    corpus exceeds Spark's default limit). Delta tables and other stores are collected through
+    Spark (``toArrow()``); there the limit applies and the error says so.
     """
     from pyspark.sql import functions as F
 

@@ -9,10 +9,9 @@ order ``1e-6 * sqrt(terms)``, far below the paper's CG tolerance of 1e-2. Column
 
 Transposed products ``X_l^T Z``: option ``transpose``. ``"implicit"`` (default) uses
 ``X.T @ Z`` (scipy's CSC kernel on the same arrays, no extra memory); ``"csr"`` keeps a CSR
-copy of ``X_l^T``. Measured on this machine (scipy 1.17, 1 BLAS thread, Zipfian TF-IDF,
-80 nnz/row, float32): for a single vector the CSR copy is 1.0-1.4x faster, but for blocks the
-implicit path wins — b=120: 1.2-1.8x (n=p=3e4), b=120-400: 2.9-4x (n=1e5, p=5e4) — and
-every pass here carries a block.
+copy of ``X_l^T``. A CSR copy helps only single vectors; on blocks of columns, which every
+pass here carries, the implicit kernel is the faster one (bench/README.md, "Transposed
+products").
 """
 
 from __future__ import annotations

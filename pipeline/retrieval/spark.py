@@ -19,10 +19,14 @@ Passes over the candidates:
   set (the queries, or a source collection) -- local to each partition -- and returns
   them; the driver forms the target scores ``2 cos(q, t) − r_S(t)``; pass 2 ranks by
   ``2 cos − r_S`` (``r_S`` broadcast back) and yields the partial top cosines of ``r_T``.
+
+Task functions are module-level, shipped as ``functools.partial`` objects holding a broadcast
+and plain values.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 from collections.abc import Callable, Iterator
@@ -72,6 +76,14 @@ def _unpack(blob: bytes) -> dict[str, np.ndarray]:
         return {name: z[name] for name in z.files}
 
 
+def _payload_batch(**arrays: np.ndarray) -> pa.RecordBatch:
+    """A partition's one-record answer (:data:`_PAYLOAD_SCHEMA`)."""
+    return pa.RecordBatch.from_arrays([pa.array([_pack(**arrays)], pa.binary())], ["payload"])
+
+
+# --- executor side ----------------------------------------------------------------------------
+
+
 def _batch_arrays(batch: pa.RecordBatch, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """(indices (m,), vectors (m, dim)) of one Arrow batch, sorted by index."""
     idx = batch.column("index").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -86,9 +98,130 @@ def _batch_arrays(batch: pa.RecordBatch, dim: int) -> tuple[np.ndarray, np.ndarr
     return idx[order], vec[order]
 
 
-def _partition_fn(
-    kind: str,
+def _candidate_batches(
+    batches: Iterator[pa.RecordBatch], dim: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(indices, vectors, inverse norms)`` of each non-empty Arrow batch of a partition."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        idx, vec = _batch_arrays(batch, dim)
+        yield idx, vec, inverse_row_norms(vec, name="candidates")
+
+
+def _r_source_partition(
     bc: Any,
+    batches: Iterator[pa.RecordBatch],
+    *,
+    dim: int,
+    raw_k: int,
+    block_q: int,
+    block_c: int,
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of CSLS pass 1: ``r_S`` of the partition's candidates, the mean
+    of their ``raw_k`` best cosines against the broadcast source set."""
+    b = bc.value
+    idx_parts: list[np.ndarray] = []
+    rs_parts: list[np.ndarray] = []
+    for idx, vec, c_inv in _candidate_batches(batches, dim):
+        out = blocked_search(
+            vec,
+            c_inv,
+            b["source"],
+            b["source_inv"],
+            raw_k=raw_k,
+            block_q=block_q,
+            block_c=block_c,
+        )
+        idx_parts.append(idx)
+        rs_parts.append(mean_rows(out.raw_scores))
+    if idx_parts:
+        yield _payload_batch(index=np.concatenate(idx_parts), r_source=np.concatenate(rs_parts))
+
+
+class _PartialRanking:
+    """A partition's running answer for every query: its top-k (score desc, index asc), the
+    number of its candidates tying with or beating the target and, when ``raw_k > 0``, its top
+    ``raw_k`` cosines (CSLS's ``r_T``)."""
+
+    def __init__(self, n_q: int, k: int, raw_k: int) -> None:
+        self.k, self.raw_k = k, raw_k
+        self.scores = np.full((n_q, k), -np.inf, dtype=np.float32)
+        self.indices = np.full((n_q, k), np.iinfo(np.int64).max, dtype=np.int64)
+        self.counts = np.zeros(n_q, dtype=np.int64)
+        self.raw = np.full((n_q, raw_k), -np.inf, dtype=np.float32) if raw_k else None
+        self.seen = 0
+
+    def add_cosines(self, rows: slice, s: np.ndarray) -> None:
+        """Merge the cosines ``s`` (queries ``rows`` x a candidate block) into the top raw_k."""
+        raw_k = self.raw_k
+        if raw_k < s.shape[1]:
+            s = -np.partition(-s, raw_k - 1, axis=1)[:, :raw_k]
+        merged = np.concatenate([self.raw[rows], s], axis=1)
+        self.raw[rows] = -np.sort(-merged, axis=1)[:, :raw_k]
+
+    def add_scores(
+        self,
+        rows: slice,
+        s: np.ndarray,
+        c_idx: np.ndarray,
+        t_scores: np.ndarray,
+        local_t: np.ndarray,
+        tie_tol: float,
+    ) -> None:
+        """Merge the ranking scores ``s`` of the candidates ``c_idx`` into the top-k and count
+        those at or above each query's target score (``local_t``: the target's column in
+        ``s``, -1 when elsewhere)."""
+        ps, pi = topk_of_scores(s, self.k, 0)
+        pi = c_idx[pi]
+        ms, mi = merge_topk([(self.scores[rows], self.indices[rows]), (ps, pi)], self.k)
+        self.scores[rows, : ms.shape[1]] = ms
+        self.indices[rows, : mi.shape[1]] = mi
+        self.counts[rows] += count_at_or_above_target(s, t_scores, local_t, 0, tie_tol=tie_tol)
+
+    def payload(self) -> pa.RecordBatch:
+        arrays = {"scores": self.scores, "indices": self.indices, "counts": self.counts}
+        if self.raw is not None:
+            arrays["raw"] = self.raw
+        arrays["n"] = np.array([self.seen], dtype=np.int64)
+        return _payload_batch(**arrays)
+
+
+def _rank_block(
+    acc: _PartialRanking,
+    b: dict[str, np.ndarray],
+    c_idx: np.ndarray,
+    c_blk: np.ndarray,
+    *,
+    block_q: int,
+    tie_tol: float,
+) -> None:
+    """Score one block of normalised candidates ``c_blk`` (indices ``c_idx``) against every
+    query, ``block_q`` queries at a time: cosine, or ``2 cos − r_S`` when ``b`` carries r_S."""
+    q = b["queries"]
+    n_q = q.shape[0]
+    bias = None
+    if "r_source" in b:
+        pos = np.searchsorted(b["r_source_index"], c_idx)
+        bias = b["r_source"][pos][None, :]
+    # Where each query's target sits in this block (-1: elsewhere).
+    t_pos = np.searchsorted(c_idx, b["targets"])
+    t_pos = np.minimum(t_pos, c_idx.size - 1)
+    local_t = np.where(c_idx[t_pos] == b["targets"], t_pos, -1)
+    for q_lo in range(0, n_q, block_q):
+        rows = slice(q_lo, min(q_lo + block_q, n_q))
+        s = scaled_rows(q[rows], b["queries_inv"][rows]) @ c_blk.T
+        if acc.raw_k:
+            acc.add_cosines(rows, s)
+        if bias is not None:
+            s *= np.float32(2.0)
+            s -= bias
+        acc.add_scores(rows, s, c_idx, b["target_scores"][rows], local_t[rows], tie_tol)
+
+
+def _rank_partition(
+    bc: Any,
+    batches: Iterator[pa.RecordBatch],
     *,
     dim: int,
     k: int,
@@ -96,101 +229,26 @@ def _partition_fn(
     block_q: int,
     block_c: int,
     tie_tol: float,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one pass; ``bc`` is a broadcast dict of arrays.
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of the ranking pass: the partition's :class:`_PartialRanking`,
+    its candidates taken ``block_c`` rows at a time."""
+    b = bc.value
+    acc = _PartialRanking(b["queries"].shape[0], k, raw_k)
+    for idx, vec, c_inv in _candidate_batches(batches, dim):
+        acc.seen += idx.size
+        for c_lo in range(0, idx.size, block_c):
+            c_hi = min(c_lo + block_c, idx.size)
+            c_blk = scaled_rows(vec[c_lo:c_hi], c_inv[c_lo:c_hi])
+            _rank_block(acc, b, idx[c_lo:c_hi], c_blk, block_q=block_q, tie_tol=tie_tol)
+    if acc.seen:
+        yield acc.payload()
 
-    kind ``"r_source"``: pass 1 of CSLS (``r_S`` of this partition's candidates).
-    kind ``"rank"``: top-k, target counts and (``raw_k > 0``) top cosines for ``r_T``.
-    """
 
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        b = bc.value
-        idx_parts: list[np.ndarray] = []
-        rs_parts: list[np.ndarray] = []
-        q = b.get("queries")
-        top: tuple[np.ndarray, np.ndarray] | None = None
-        raw: np.ndarray | None = None
-        counts = None
-        seen = 0
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            idx, vec = _batch_arrays(batch, dim)
-            seen += idx.size
-            c_inv = inverse_row_norms(vec, name="candidates")
-            if kind == "r_source":
-                out = blocked_search(
-                    vec,
-                    c_inv,
-                    b["source"],
-                    b["source_inv"],
-                    raw_k=raw_k,
-                    block_q=block_q,
-                    block_c=block_c,
-                )
-                idx_parts.append(idx)
-                rs_parts.append(mean_rows(out.raw_scores))
-                continue
-            n_q = q.shape[0]
-            if counts is None:
-                counts = np.zeros(n_q, dtype=np.int64)
-            rs_all = b.get("r_source")
-            for c_lo in range(0, idx.size, block_c):
-                c_hi = min(c_lo + block_c, idx.size)
-                c_idx = idx[c_lo:c_hi]
-                c_blk = scaled_rows(vec[c_lo:c_hi], c_inv[c_lo:c_hi])
-                bias = None
-                if rs_all is not None:
-                    pos = np.searchsorted(b["r_source_index"], c_idx)
-                    bias = rs_all[pos][None, :]
-                # Where each query's target sits in this block (-1: elsewhere).
-                t_pos = np.searchsorted(c_idx, b["targets"])
-                t_pos = np.minimum(t_pos, c_idx.size - 1)
-                local_t = np.where(c_idx[t_pos] == b["targets"], t_pos, -1)
-                for q_lo in range(0, n_q, block_q):
-                    rows = slice(q_lo, min(q_lo + block_q, n_q))
-                    s = scaled_rows(q[rows], b["queries_inv"][rows]) @ c_blk.T
-                    if raw_k:
-                        if raw_k < s.shape[1]:
-                            part = -np.partition(-s, raw_k - 1, axis=1)[:, :raw_k]
-                        else:
-                            part = s.copy()
-                        if raw is None:
-                            raw = np.full((n_q, raw_k), -np.inf, dtype=np.float32)
-                        merged = np.concatenate([raw[rows], part], axis=1)
-                        raw[rows] = -np.sort(-merged, axis=1)[:, :raw_k]
-                    if bias is not None:
-                        s *= np.float32(2.0)
-                        s -= bias
-                    ps, pi = topk_of_scores(s, k, 0)
-                    pi = c_idx[pi]
-                    if top is None:
-                        top = (
-                            np.full((n_q, k), -np.inf, dtype=np.float32),
-                            np.full((n_q, k), np.iinfo(np.int64).max, dtype=np.int64),
-                        )
-                    ms, mi = merge_topk([(top[0][rows], top[1][rows]), (ps, pi)], k)
-                    top[0][rows, : ms.shape[1]] = ms
-                    top[1][rows, : mi.shape[1]] = mi
-                    counts[rows] += count_at_or_above_target(
-                        s, b["target_scores"][rows], local_t[rows], 0, tie_tol=tie_tol
-                    )
-        if seen == 0:
-            return
-        if kind == "r_source":
-            payload = _pack(index=np.concatenate(idx_parts), r_source=np.concatenate(rs_parts))
-        else:
-            arrays = {"scores": top[0], "indices": top[1], "counts": counts}
-            if raw is not None:
-                arrays["raw"] = raw
-            arrays["n"] = np.array([seen], dtype=np.int64)
-            payload = _pack(**arrays)
-        yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary())], names=["payload"])
-
-    return fn
+# --- driver side ------------------------------------------------------------------------------
 
 
 def _run_pass(candidates: DataFrame, fn: Callable, description: str) -> list[dict]:
+    """One ``mapInArrow`` job of ``fn`` under ``description``; the unpacked payloads."""
     sc = candidates.sparkSession.sparkContext
     sc.setJobDescription(description)
     try:
@@ -198,6 +256,165 @@ def _run_pass(candidates: DataFrame, fn: Callable, description: str) -> list[dic
     finally:
         sc.setJobDescription(None)
     return [_unpack(bytes(r["payload"])) for r in rows]
+
+
+def _broadcast_pass(
+    candidates: DataFrame,
+    value: dict[str, np.ndarray],
+    fn: Callable,
+    description: str,
+    **options: Any,
+) -> list[dict]:
+    """One pass: broadcast ``value``, run ``fn(broadcast, batches, **options)`` on every
+    partition of the candidates, unpersist the broadcast; the partitions' unpacked payloads."""
+    bc = candidates.sparkSession.sparkContext.broadcast(value)
+    try:
+        return _run_pass(candidates, functools.partial(fn, bc, **options), description)
+    finally:
+        bc.unpersist()
+
+
+def _checked_blocks(block_q: int, block_c: int, dim: int) -> dict[str, int]:
+    """The block sizes and embedding dimension every partition function takes."""
+    return {
+        "dim": dim,
+        "block_q": check_positive_int(block_q, "block_q"),
+        "block_c": check_positive_int(block_c, "block_c"),
+    }
+
+
+def _checked_targets(targets: np.ndarray, n_q: int) -> np.ndarray:
+    """``targets`` as int64 of shape (n_q,) (index values, -1 for a missing target)."""
+    t = np.asarray(targets)
+    if t.shape != (n_q,) or (t.size and not np.issubdtype(t.dtype, np.integer)):
+        raise InputDataError(f"targets must be {n_q} integer index values; got {t.shape}")
+    return t.astype(np.int64)
+
+
+def _csls_source_set(
+    queries: np.ndarray, source: str, source_embeddings: np.ndarray | None, dim: int
+) -> np.ndarray:
+    """The set ``r_S`` is computed against: the queries or a source collection."""
+    if source not in CSLS_SOURCES:
+        raise InputDataError(f"source must be one of {CSLS_SOURCES}; got {source!r}")
+    if source == "queries":
+        if source_embeddings is not None:
+            raise InputDataError("source='queries' takes no source_embeddings")
+        return queries
+    if source_embeddings is None:
+        raise InputDataError("source='collection' needs source_embeddings")
+    return check_embeddings(source_embeddings, "source_embeddings", dim)
+
+
+def _target_vectors(cands: DataFrame, t: np.ndarray, dim: int) -> np.ndarray:
+    """The vector of each query's target (zeros where ``t`` is -1), fetched by one filter
+    job; the target scores are computed from them exactly as locally."""
+    wanted = sorted(set(t[t >= 0].tolist()))
+    t_vec = np.zeros((t.shape[0], dim), dtype=np.float32)
+    if not wanted:
+        return t_vec
+    got = cands.filter(F.col("index").isin(wanted)).toArrow()
+    g_idx = got.column("index").to_numpy().astype(np.int64)
+    g_vec = (
+        got.column("vector")
+        .combine_chunks()
+        .flatten()
+        .to_numpy(zero_copy_only=False)
+        .astype(np.float32)
+        .reshape(-1, dim)
+    )
+    if np.unique(g_idx).size != g_idx.size:
+        raise InputDataError("candidate index values must be distinct")
+    missing = sorted(set(wanted) - set(g_idx.tolist()))
+    if missing:
+        raise InputDataError(
+            f"{len(missing)} target index value(s) are not among the candidates, e.g. "
+            f"{missing[:5]}; pass -1 for a target missing from the candidate set"
+        )
+    order = np.argsort(g_idx)
+    g_idx, g_vec = g_idx[order], g_vec[order]
+    valid = t >= 0
+    t_vec[valid] = g_vec[np.searchsorted(g_idx, t[valid])]
+    return t_vec
+
+
+def _target_cosines(
+    cands: DataFrame, q: np.ndarray, q_inv: np.ndarray, t: np.ndarray
+) -> np.ndarray:
+    """``cos(q, t)`` of each query with its target, from the target rows exactly as locally."""
+    t_vec = _target_vectors(cands, t, q.shape[1])
+    t_inv = inverse_row_norms(t_vec, name="candidates")
+    return target_scores(scaled_rows(q, q_inv), scaled_rows(t_vec, t_inv), t)
+
+
+def _r_source_pass(
+    cands: DataFrame, src: np.ndarray, *, k_s: int, blocks: dict[str, int], description: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSLS pass 1: ``r_S`` of every candidate, as (sorted candidate indices, r_S values)."""
+    value = {"source": src, "source_inv": inverse_row_norms(src, name="source")}
+    parts = _broadcast_pass(cands, value, _r_source_partition, description, raw_k=k_s, **blocks)
+    rs_index = np.concatenate([p["index"] for p in parts]) if parts else np.empty(0)
+    rs_values = np.concatenate([p["r_source"] for p in parts]) if parts else np.empty(0)
+    order = np.argsort(rs_index)
+    rs_index, rs_values = rs_index[order].astype(np.int64), rs_values[order]
+    if rs_index.size == 0:
+        raise InputDataError("candidates is empty; need at least one row")
+    return rs_index, rs_values
+
+
+def _csls_target_scores(
+    t: np.ndarray, t_cos: np.ndarray, rs_index: np.ndarray, rs_values: np.ndarray
+) -> np.ndarray:
+    """``2 cos(q, t) − r_S(t)`` of each query's target (NaN where ``t`` is -1)."""
+    valid = t >= 0
+    rs_t = np.full(t.shape, np.nan, dtype=np.float32)
+    rs_t[valid] = rs_values[np.searchsorted(rs_index, t[valid])]
+    return (np.float32(2.0) * t_cos - rs_t).astype(np.float32)
+
+
+def _merged_result(
+    similarity: str,
+    parts: list[dict],
+    *,
+    k: int,
+    t: np.ndarray,
+    t_scores: np.ndarray,
+    raw_k: int,
+    source: str,
+    csls_k: int,
+) -> RetrievalResult:
+    """The partitions' answers merged: top-k, ranks from the summed counts and, for CSLS,
+    scores and target scores less ``r_T`` (the mean of each query's ``raw_k`` best cosines
+    over all partitions). ``t_scores``: the targets' ranking scores."""
+    if not parts:
+        raise InputDataError("candidates is empty; need at least one row")
+    n_c = int(sum(int(p["n"][0]) for p in parts))
+    kk = min(k, n_c)
+    scores, indices = merge_topk([(p["scores"], p["indices"]) for p in parts], k)
+    scores, indices = scores[:, :kk], indices[:, :kk]
+    counts = np.sum([p["counts"] for p in parts], axis=0)
+    ranks = ranks_from_counts(counts, t)
+    if similarity == "cosine":
+        return RetrievalResult(
+            scores=scores,
+            indices=indices,
+            ranks=ranks,
+            target_scores=t_scores,
+            n_candidates=n_c,
+            similarity="cosine",
+        )
+    raw = np.concatenate([p["raw"] for p in parts], axis=1)
+    r_t = mean_rows(-np.sort(-raw, axis=1)[:, :raw_k])
+    return RetrievalResult(
+        scores=(scores - r_t[:, None]).astype(np.float32),
+        indices=indices,
+        ranks=ranks,
+        target_scores=(t_scores - r_t).astype(np.float32),
+        n_candidates=n_c,
+        similarity="csls",
+        csls_source=source,
+        csls_k=csls_k,
+    )
 
 
 def retrieve_spark(
@@ -247,148 +464,63 @@ def retrieve_spark(
     dim = q.shape[1]
     k = check_positive_int(k, "k")
     csls_k = check_positive_int(csls_k, "csls_k")
-    block_q = check_positive_int(block_q, "block_q")
-    block_c = check_positive_int(block_c, "block_c")
+    blocks = _checked_blocks(block_q, block_c, dim)
     tol = check_tie_tol(tie_tol)
-    t = np.asarray(targets)
-    if t.shape != (q.shape[0],) or (t.size and not np.issubdtype(t.dtype, np.integer)):
-        raise InputDataError(f"targets must be {q.shape[0]} integer index values; got {t.shape}")
-    t = t.astype(np.int64)
+    t = _checked_targets(targets, q.shape[0])
+    if similarity == "csls":
+        src = _csls_source_set(q, source, source_embeddings, dim)
+        k_s = effective_k(csls_k, src.shape[0], f"source set ({source})")
     cands = candidates.select(
         F.col(index_col).cast("long").alias("index"),
         F.col(vector_col).cast("array<float>").alias("vector"),
     )
-    spark = candidates.sparkSession
-    sc = spark.sparkContext
     q_inv = inverse_row_norms(q, name="queries")
-
-    # Target rows (small): their vectors give the target cosines, exactly as locally.
-    wanted = sorted(set(t[t >= 0].tolist()))
-    t_vec = np.zeros((q.shape[0], dim), dtype=np.float32)
-    if wanted:
-        got = cands.filter(F.col("index").isin(wanted)).toArrow()
-        g_idx = got.column("index").to_numpy().astype(np.int64)
-        g_vec = (
-            got.column("vector")
-            .combine_chunks()
-            .flatten()
-            .to_numpy(zero_copy_only=False)
-            .astype(np.float32)
-            .reshape(-1, dim)
-        )
-        if np.unique(g_idx).size != g_idx.size:
-            raise InputDataError("candidate index values must be distinct")
-        missing = sorted(set(wanted) - set(g_idx.tolist()))
-        if missing:
-            raise InputDataError(
-                f"{len(missing)} target index value(s) are not among the candidates, e.g. "
-                f"{missing[:5]}; pass -1 for a target missing from the candidate set"
-            )
-        order = np.argsort(g_idx)
-        g_idx, g_vec = g_idx[order], g_vec[order]
-        valid = t >= 0
-        t_vec[valid] = g_vec[np.searchsorted(g_idx, t[valid])]
-    t_inv = inverse_row_norms(t_vec, name="candidates")
-    t_cos = target_scores(scaled_rows(q, q_inv), scaled_rows(t_vec, t_inv), t)
-
-    persisted = False
-    if similarity == "csls" and not candidates.is_cached:
+    t_cos = _target_cosines(cands, q, q_inv, t)
+    rank_value = {"queries": q, "queries_inv": q_inv, "targets": t, "target_scores": t_cos}
+    raw_k = 0
+    persisted = similarity == "csls" and not candidates.is_cached
+    if persisted:
         cands = cands.persist()
-        persisted = True
     try:
-        common = {"dim": dim, "block_q": block_q, "block_c": block_c, "tie_tol": tol}
-        rs_index = rs_values = None
-        raw_k = 0
-        k_s = None
         if similarity == "csls":
-            if source not in CSLS_SOURCES:
-                raise InputDataError(f"source must be one of {CSLS_SOURCES}; got {source!r}")
-            if source == "queries":
-                if source_embeddings is not None:
-                    raise InputDataError("source='queries' takes no source_embeddings")
-                src = q
-            else:
-                if source_embeddings is None:
-                    raise InputDataError("source='collection' needs source_embeddings")
-                src = check_embeddings(source_embeddings, "source_embeddings", dim)
-            k_s = effective_k(csls_k, src.shape[0], f"source set ({source})")
-            bc1 = sc.broadcast({"source": src, "source_inv": inverse_row_norms(src, name="source")})
-            try:
-                parts = _run_pass(
-                    cands,
-                    _partition_fn("r_source", bc1, k=0, raw_k=k_s, **common),
-                    f"{description}: CSLS r_S",
-                )
-            finally:
-                bc1.unpersist()
-            rs_index = np.concatenate([p["index"] for p in parts]) if parts else np.empty(0)
-            rs_values = np.concatenate([p["r_source"] for p in parts]) if parts else np.empty(0)
-            order = np.argsort(rs_index)
-            rs_index, rs_values = rs_index[order].astype(np.int64), rs_values[order]
-            n_c = int(rs_index.size)
-            if n_c == 0:
-                raise InputDataError("candidates is empty; need at least one row")
-            raw_k = effective_k(csls_k, n_c, "candidate set")
-            valid = t >= 0
-            rs_t = np.full(t.shape, np.nan, dtype=np.float32)
-            rs_t[valid] = rs_values[np.searchsorted(rs_index, t[valid])]
-            t_adj = (np.float32(2.0) * t_cos - rs_t).astype(np.float32)
-        else:
-            t_adj = t_cos
-        payload: dict[str, np.ndarray] = {
-            "queries": q,
-            "queries_inv": q_inv,
-            "targets": t,
-            "target_scores": t_adj,
-        }
-        if rs_index is not None:
-            payload.update(r_source_index=rs_index, r_source=rs_values)
-        bc2 = sc.broadcast(payload)
-        try:
-            parts = _run_pass(
-                cands,
-                _partition_fn("rank", bc2, k=k, raw_k=raw_k, **common),
-                f"{description}: {similarity} top-{k}",
+            rs_index, rs_values = _r_source_pass(
+                cands, src, k_s=k_s, blocks=blocks, description=f"{description}: CSLS r_S"
             )
-        finally:
-            bc2.unpersist()
+            raw_k = effective_k(csls_k, int(rs_index.size), "candidate set")
+            rank_value.update(
+                target_scores=_csls_target_scores(t, t_cos, rs_index, rs_values),
+                r_source_index=rs_index,
+                r_source=rs_values,
+            )
+        parts = _broadcast_pass(
+            cands,
+            rank_value,
+            _rank_partition,
+            f"{description}: {similarity} top-{k}",
+            k=k,
+            raw_k=raw_k,
+            tie_tol=tol,
+            **blocks,
+        )
     finally:
         if persisted:
             cands.unpersist()
-    if not parts:
-        raise InputDataError("candidates is empty; need at least one row")
-    n_c = int(sum(int(p["n"][0]) for p in parts))
-    kk = min(k, n_c)
-    scores, indices = merge_topk([(p["scores"], p["indices"]) for p in parts], k)
-    scores, indices = scores[:, :kk], indices[:, :kk]
-    counts = np.sum([p["counts"] for p in parts], axis=0)
-    ranks = ranks_from_counts(counts, t)
+    result = _merged_result(
+        similarity,
+        parts,
+        k=k,
+        t=t,
+        t_scores=rank_value["target_scores"],
+        raw_k=raw_k,
+        source=source,
+        csls_k=csls_k,
+    )
     logger.info(
         "%s: %s retrieval over Spark, %d queries x %d candidates in %d partitions",
         description,
         similarity,
         q.shape[0],
-        n_c,
+        result.n_candidates,
         len(parts),
     )
-    if similarity == "cosine":
-        return RetrievalResult(
-            scores=scores,
-            indices=indices,
-            ranks=ranks,
-            target_scores=t_cos,
-            n_candidates=n_c,
-            similarity="cosine",
-        )
-    raw = np.concatenate([p["raw"] for p in parts], axis=1)
-    r_t = mean_rows(-np.sort(-raw, axis=1)[:, :raw_k])
-    return RetrievalResult(
-        scores=(scores - r_t[:, None]).astype(np.float32),
-        indices=indices,
-        ranks=ranks,
-        target_scores=(t_adj - r_t).astype(np.float32),
-        n_candidates=n_c,
-        similarity="csls",
-        csls_source=source,
-        csls_k=csls_k,
-    )
+    return result
