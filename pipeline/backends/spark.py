@@ -61,7 +61,7 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from pipeline.backends.loader import TfidfLayout, csr_arrays, read_tfidf_layout
-from pipeline.config import TRAIN_DEFAULTS as _D
+from pipeline.linalg.params import BACKEND_DEFAULTS as _D
 from pipeline.errors import ConvergenceWarning, InputDataError, PipelineError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
 from pipeline.linalg.block_cg import BlockCGResult, block_cg

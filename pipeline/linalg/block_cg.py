@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.backend import working_dtype
 from pipeline.linalg.operator import BlockOperator, as_block
+from pipeline.linalg.params import CR5_DEFAULTS as _D
 
 __all__ = ["BlockCGResult", "block_cg"]
 

@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg as sla
 
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.checkpoint import ColumnBlocks
 from pipeline.linalg.dense import tall_matmul, tall_matmul_blocks, tall_t_matmul
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.params import CR5_DEFAULTS as _D
 from pipeline.linalg.progress import ProgressClock, format_seconds
 
 __all__ = [

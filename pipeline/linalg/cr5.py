@@ -44,8 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import SOLVER_KEYS, TrainConfig
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConfigError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import (
@@ -59,8 +57,9 @@ from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
-from pipeline.params import check_params
+from pipeline.params import check_params, coerce, section_params
 
 __all__ = [
     "Cr5Result",
@@ -312,29 +311,28 @@ class Cr5Result:
 
 
 def _problem_fingerprint(
-    backend: CorpusBackend, mu: np.ndarray, nu: np.ndarray, params: dict
+    backend: CorpusBackend, mu: np.ndarray, nu: np.ndarray, params: Cr5Params
 ) -> dict:
-    keys = (
-        "lam",
-        "r",
-        "oversampling",
-        "seed",
-        "max_basis",
-        "block_size",
-        "cg_rtol",
-        "cg_maxiter",
-        "cg_dtype",
-        "precond_rank",
-        "w_rtol",
-        "start_steps",
-        "reuse_solves",
-    )
+    """What a checkpoint is bound to: the corpus, the data and the parameters that change the
+    iterates (role ``PROBLEM`` in :class:`~pipeline.linalg.params.Cr5Params`)."""
     return {
         "version": CHECKPOINT_VERSION,
         **backend.fingerprint(),
-        **{k: params[k] for k in keys},
+        **{k: getattr(params, k) for k in Cr5Params.names(PROBLEM)},
         "data_digest": array_digest(mu, nu),
     }
+
+
+def _normalised(params: Cr5Params, pass_dtype: Any) -> Cr5Params:
+    """``params`` with each value of its declared Python type (a numpy scalar becomes an int,
+    float or bool, for the JSON history and fingerprint) and ``cg_dtype`` resolved (None: the
+    pass dtype)."""
+    values = {
+        info.name: coerce(info.type, getattr(params, info.name), key=info.name)
+        for info in section_params(Cr5Params)
+    }
+    values["cg_dtype"] = np.dtype(pass_dtype if params.cg_dtype is None else params.cg_dtype).name
+    return Cr5Params(**values)
 
 
 def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
@@ -393,32 +391,14 @@ def resolve_block_size(
 
 def solve_cr5(
     backend: CorpusBackend,
+    params: Cr5Params | None = None,
     *,
-    lam: float,
-    r: int = _D.r,
-    oversampling: int = _D.oversampling,
-    cg_rtol: float = _D.cg_rtol,
-    cg_maxiter: int = _D.cg_maxiter,
-    cg_dtype: str | None = _D.cg_dtype,
-    precond_rank: int = _D.precond_rank,
-    w_rtol: float = _D.w_rtol,
-    eig_rtol: float = _D.eig_rtol,
-    eig_maxiter: int = _D.eig_maxiter,
-    seed: int = _D.seed,
-    max_basis: int | None = _D.max_basis,
-    block_size: int | None = _D.block_size,
-    start_steps: int = _D.start_steps,
-    reuse_solves: bool = _D.reuse_solves,
-    stop_rule: str = _D.stop_rule,
-    stop_patience: int = _D.stop_patience,
-    max_workers: int | None = _D.max_workers,
     checkpoint_dir: str | os.PathLike | None = None,
-    checkpoint_every: int = _D.checkpoint_every,
-    checkpoint_seconds: float = _D.checkpoint_seconds,
     callback: ProgressCallback | None = None,
     start: np.ndarray | PathStart | None = None,
     keep_start: bool = False,
     validation: ValidationSet | None = None,
+    **changes: Any,
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
 
@@ -442,30 +422,21 @@ def solve_cr5(
     the best iteration's solution is returned. The objective and σ are recorded either way
     (``history["stopping"]``).
     """
-    if validation is not None and not reuse_solves:
+    p = _normalised(Cr5Params.of(params, **changes), backend.dtype)
+    if validation is not None and not p.reuse_solves:
         raise ConfigError(
             "validation scoring during the eigensolver needs train.reuse_solves=true (it "
             "embeds with the Ritz vectors' own solves)"
         )
-    params = {
-        "lam": float(lam),
-        "r": int(r),
-        "oversampling": int(oversampling),
-        "cg_rtol": cg_rtol,
-        "cg_maxiter": cg_maxiter,
-        "cg_dtype": np.dtype(backend.dtype if cg_dtype is None else cg_dtype).name,
-        "precond_rank": int(precond_rank),
-        "w_rtol": w_rtol,
-        "eig_rtol": eig_rtol,
-        "eig_maxiter": eig_maxiter,
-        "seed": seed,
-        "max_basis": max_basis,
-        "block_size": block_size,
-        "start_steps": int(start_steps),
-        "reuse_solves": bool(reuse_solves),
-        "stop_rule": stop_rule,
-        "stop_patience": int(stop_patience),
-    }
+    (lam, r, oversampling, cg_rtol, cg_maxiter, precond_rank, w_rtol, eig_rtol, eig_maxiter,
+     seed, max_basis, block_size, start_steps, reuse_solves, stop_rule, stop_patience,
+     max_workers, checkpoint_every, checkpoint_seconds) = (
+        p.lam, p.r, p.oversampling, p.cg_rtol, p.cg_maxiter, p.precond_rank, p.w_rtol,
+        p.eig_rtol, p.eig_maxiter, p.seed, p.max_basis, p.block_size, p.start_steps,
+        p.reuse_solves, p.stop_rule, p.stop_patience, p.max_workers, p.checkpoint_every,
+        p.checkpoint_seconds)
+    # what the history records: the parameters that change the iterates or the stopping
+    params = {k: getattr(p, k) for k in Cr5Params.names(PROBLEM, STOPPING)}
     timings: dict[str, float] = {}
     passes0 = backend.pass_counts
     t_start = time.perf_counter()
@@ -502,7 +473,7 @@ def solve_cr5(
 
     store = None
     if checkpoint_dir is not None:
-        fingerprint = _problem_fingerprint(backend, mu, nu, params)
+        fingerprint = _problem_fingerprint(backend, mu, nu, p)
         if path is not None:  # a resume must start from the same block
             fingerprint["start_digest"] = array_digest(path.vectors)
         store = CheckpointStore(checkpoint_dir, fingerprint)
@@ -684,41 +655,28 @@ def solve_cr5(
 class Cr5Solver:
     """Cr5 (crosslingual reduced-rank ridge regression) estimator.
 
-    ``__init__`` only stores the keyword-only parameters. Their defaults, allowed ranges and
-    meanings are declared once, as the ``train.*`` keys of :class:`pipeline.config.TrainConfig`
-    (``python -m pipeline config-reference --section train``), and are checked at :meth:`fit`
-    with the same rules as a configuration file.
+    ``__init__`` only stores the parameters. They are declared once, with their defaults,
+    allowed ranges and meanings, by :class:`~pipeline.linalg.params.Cr5Params` (the
+    configuration keys ``train.<name>``: ``python -m pipeline config-reference --section
+    train``), and are checked at :meth:`fit` with the same rules as a configuration file.
 
     Parameters
     ----------
-    lam : float
-        Ridge parameter λ (> 0).
-    r : int, default ``train.r``
-        Embedding dimension (must be < number of concepts and <= number of terms).
-    oversampling, block_size, start_steps, reuse_solves : see ``train.*``
-        Eigensolver block and warm start (:func:`surrogate_warm_start`).
-    cg_rtol, cg_maxiter, cg_dtype, precond_rank, w_rtol : see ``train.*``
-        Per-language block CG tolerance and cap (paper's ε, T), the rank of its
-        preconditioner's deflated part (:mod:`~pipeline.linalg.preconditioner`); tolerance
-        of w = B⁻¹μ.
-    eig_rtol, eig_maxiter, seed, max_basis : see ``train.*``
-        Eigensolver tolerance (relative Ritz residual, see
-        :func:`~pipeline.linalg.block_lanczos.block_lanczos`), cap, seed and restart size.
-    stop_rule, stop_patience : see ``train.*``
-        ``"validation"`` stops the eigensolver when P@1 on the ``validation`` documents given
-        to :meth:`fit` stops improving (:mod:`~pipeline.linalg.monitor`).
-    max_workers : int or None
-        Concurrent language passes / solves (None: one per language).
+    params : Cr5Params, optional
+        The solver parameters (default: the declared defaults); any instance of a subclass,
+        such as the configuration's ``train`` section, gives its solver fields.
     checkpoint_dir : str or None, default None
         Directory for resumable checkpoints (see :mod:`~pipeline.linalg.checkpoint`).
-    checkpoint_every : int
-        Eigensolver iterations between checkpoints.
-    checkpoint_seconds : float
-        Least wall time between two checkpoints (0: every ``checkpoint_every`` iterations);
-        the state after the last iteration is always written.
+    **changes
+        Parameters that differ from ``params``, by name, e.g. ``Cr5Solver(lam=0.5, r=100)``:
+        λ, the dimension r, the eigensolver's block, warm start, tolerance and stopping rule,
+        the per-language CG's tolerance, precision and preconditioner, concurrency and the
+        checkpoint cadence (:class:`~pipeline.linalg.params.Cr5Params`).
 
     Attributes
     ----------
+    params : Cr5Params
+        The parameters used by :meth:`fit`.
     components_ : dict of str to ndarray of shape (p_l, r), float32
         ``Φ_lᵀ`` per language: embed with ``X_l @ components_[l]``.
     eigenvalues_ : ndarray of shape (r,)
@@ -734,57 +692,20 @@ class Cr5Solver:
 
     def __init__(
         self,
+        params: Cr5Params | None = None,
         *,
-        lam: float,
-        r: int = _D.r,
-        oversampling: int = _D.oversampling,
-        cg_rtol: float = _D.cg_rtol,
-        cg_maxiter: int = _D.cg_maxiter,
-        cg_dtype: str | None = _D.cg_dtype,
-        precond_rank: int = _D.precond_rank,
-        w_rtol: float = _D.w_rtol,
-        eig_rtol: float = _D.eig_rtol,
-        eig_maxiter: int = _D.eig_maxiter,
-        seed: int = _D.seed,
-        max_basis: int | None = _D.max_basis,
-        block_size: int | None = _D.block_size,
-        start_steps: int = _D.start_steps,
-        reuse_solves: bool = _D.reuse_solves,
-        stop_rule: str = _D.stop_rule,
-        stop_patience: int = _D.stop_patience,
-        max_workers: int | None = _D.max_workers,
         checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = _D.checkpoint_every,
-        checkpoint_seconds: float = _D.checkpoint_seconds,
+        **changes: Any,
     ) -> None:
-        self.lam = lam
-        self.r = r
-        self.oversampling = oversampling
-        self.cg_rtol = cg_rtol
-        self.cg_maxiter = cg_maxiter
-        self.cg_dtype = cg_dtype
-        self.precond_rank = precond_rank
-        self.w_rtol = w_rtol
-        self.eig_rtol = eig_rtol
-        self.eig_maxiter = eig_maxiter
-        self.seed = seed
-        self.max_basis = max_basis
-        self.block_size = block_size
-        self.start_steps = start_steps
-        self.reuse_solves = reuse_solves
-        self.stop_rule = stop_rule
-        self.stop_patience = stop_patience
-        self.max_workers = max_workers
+        self.params = Cr5Params.of(params, **changes)
         self.checkpoint_dir = checkpoint_dir
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_seconds = checkpoint_seconds
 
     def get_params(self) -> dict[str, Any]:
-        """The constructor parameters."""
-        return {name: getattr(self, name) for name in (*SOLVER_KEYS, "checkpoint_dir")}
+        """The solver parameters, by name."""
+        return self.params.solver_params()
 
     def _validate(self, backend: CorpusBackend) -> None:
-        check_params(TrainConfig, self.get_params(), owner="Cr5Solver", prefix="train.")
+        check_params(Cr5Params, self.get_params(), owner="Cr5Solver", prefix="train.")
         if self.checkpoint_dir is not None and not isinstance(
             self.checkpoint_dir, str | os.PathLike
         ):
@@ -792,20 +713,21 @@ class Cr5Solver:
                 f"Cr5Solver parameter 'checkpoint_dir' must be None or a path; "
                 f"got {self.checkpoint_dir!r}"
             )
+        p = self.params
         k = backend.n_concepts
-        p = sum(backend.n_terms(lang) for lang in backend.languages)
-        if self.r > max_rank(k, p):
+        n_terms = sum(backend.n_terms(lang) for lang in backend.languages)
+        if p.r > max_rank(k, n_terms):
             raise ConfigError(
                 f"Cr5Solver parameter 'r' must be <= min(n_concepts - 1, n_terms) = "
-                f"{max_rank(k, p)} for this corpus (K={k}, p={p}); got {self.r}: "
+                f"{max_rank(k, n_terms)} for this corpus (K={k}, p={n_terms}); got {p.r}: "
                 f"set a smaller train.r"
             )
-        b = min(self.r + self.oversampling, k)
-        if self.max_basis is not None and self.max_basis < max(self.r, b) + 2 * b:
+        b = min(p.r + p.oversampling, k)
+        if p.max_basis is not None and p.max_basis < max(p.r, b) + 2 * b:
             raise ConfigError(
                 f"Cr5Solver parameter 'max_basis' (train.max_basis) must be None or >= "
-                f"max(r, b) + 2*b = {max(self.r, b) + 2 * b} (b = min(r + oversampling, K)); "
-                f"got {self.max_basis}"
+                f"max(r, b) + 2*b = {max(p.r, b) + 2 * b} (b = min(r + oversampling, K)); "
+                f"got {p.max_basis}"
             )
 
     def fit(
@@ -826,11 +748,12 @@ class Cr5Solver:
         self._validate(backend)
         result = solve_cr5(
             backend,
+            self.params,
+            checkpoint_dir=self.checkpoint_dir,
             callback=callback,
             start=start,
             keep_start=keep_start,
             validation=validation,
-            **self.get_params(),
         )
         self.path_start_ = result.path_start
         self.components_ = result.components
@@ -851,6 +774,8 @@ class Cr5Solver:
         return np.asarray(x @ self.components_[lang])
 
     def __repr__(self) -> str:
-        defaults = {k: getattr(_D, k) for k in SOLVER_KEYS}
-        changed = {k: v for k, v in self.get_params().items() if v != defaults.get(k)}
+        defaults = CR5_DEFAULTS.solver_params()
+        changed = {k: v for k, v in self.get_params().items() if v != defaults[k]}
+        if self.checkpoint_dir is not None:
+            changed["checkpoint_dir"] = self.checkpoint_dir
         return "Cr5Solver(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")"

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, working_dtype
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.dense import subtract_outer
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.params import CR5_DEFAULTS as _D
 from pipeline.linalg.preconditioner import SpectralJacobi, spectral_jacobi
 
 __all__ = ["GramOperator", "SolveRecord", "WoodburyInverse", "global_mean"]

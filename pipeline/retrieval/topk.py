@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.config import EVALUATE_DEFAULTS as _E
 from pipeline.errors import InputDataError
+from pipeline.retrieval.params import RETRIEVAL_DEFAULTS as _E
 
 __all__ = [
     "DEFAULT_BLOCK_C",
