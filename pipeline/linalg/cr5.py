@@ -36,7 +36,6 @@ iteration.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -393,7 +392,7 @@ def solve_cr5(
     backend: CorpusBackend,
     params: Cr5Params | None = None,
     *,
-    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint: CheckpointStore | None = None,
     callback: ProgressCallback | None = None,
     start: np.ndarray | PathStart | None = None,
     keep_start: bool = False,
@@ -472,11 +471,11 @@ def solve_cr5(
     )
 
     store = None
-    if checkpoint_dir is not None:
+    if checkpoint is not None:
         fingerprint = _problem_fingerprint(backend, mu, nu, p)
         if path is not None:  # a resume must start from the same block
             fingerprint["start_digest"] = array_digest(path.vectors)
-        store = CheckpointStore(checkpoint_dir, fingerprint)
+        store = checkpoint.bind(fingerprint)
 
     # --- w = B⁻¹μ, once per λ -------------------------------------------------------------------
     t0 = time.perf_counter()
@@ -665,8 +664,9 @@ class Cr5Solver:
     params : Cr5Params, optional
         The solver parameters (default: the declared defaults); any instance of a subclass,
         such as the configuration's ``train`` section, gives its solver fields.
-    checkpoint_dir : str or None, default None
-        Directory for resumable checkpoints (see :mod:`~pipeline.linalg.checkpoint`).
+    checkpoint : CheckpointStore, optional
+        Where resumable states go (:mod:`~pipeline.linalg.checkpoint`); :meth:`fit` binds it
+        to the problem, and resumes from the state it holds for that problem.
     **changes
         Parameters that differ from ``params``, by name, e.g. ``Cr5Solver(lam=0.5, r=100)``:
         λ, the dimension r, the eigensolver's block, warm start, tolerance and stopping rule,
@@ -694,11 +694,11 @@ class Cr5Solver:
         self,
         params: Cr5Params | None = None,
         *,
-        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint: CheckpointStore | None = None,
         **changes: Any,
     ) -> None:
         self.params = Cr5Params.of(params, **changes)
-        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint = checkpoint
 
     def get_params(self) -> dict[str, Any]:
         """The solver parameters, by name."""
@@ -706,12 +706,10 @@ class Cr5Solver:
 
     def _validate(self, backend: CorpusBackend) -> None:
         check_params(Cr5Params, self.get_params(), owner="Cr5Solver", prefix="train.")
-        if self.checkpoint_dir is not None and not isinstance(
-            self.checkpoint_dir, str | os.PathLike
-        ):
+        if self.checkpoint is not None and not isinstance(self.checkpoint, CheckpointStore):
             raise ConfigError(
-                f"Cr5Solver parameter 'checkpoint_dir' must be None or a path; "
-                f"got {self.checkpoint_dir!r}"
+                f"Cr5Solver parameter 'checkpoint' must be None or a CheckpointStore; "
+                f"got {self.checkpoint!r}"
             )
         p = self.params
         k = backend.n_concepts
@@ -749,7 +747,7 @@ class Cr5Solver:
         result = solve_cr5(
             backend,
             self.params,
-            checkpoint_dir=self.checkpoint_dir,
+            checkpoint=self.checkpoint,
             callback=callback,
             start=start,
             keep_start=keep_start,
@@ -776,6 +774,6 @@ class Cr5Solver:
     def __repr__(self) -> str:
         defaults = CR5_DEFAULTS.solver_params()
         changed = {k: v for k, v in self.get_params().items() if v != defaults[k]}
-        if self.checkpoint_dir is not None:
-            changed["checkpoint_dir"] = self.checkpoint_dir
+        if self.checkpoint is not None:
+            changed["checkpoint"] = str(self.checkpoint.directory)
         return "Cr5Solver(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")"

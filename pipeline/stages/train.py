@@ -319,6 +319,7 @@ def _fit_path_to(t: TrainConfig, backend: Any) -> tuple[Any, list[dict[str, Any]
 
 
 def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
+    from pipeline.linalg.checkpoint import CheckpointStore
     from pipeline.linalg.cr5 import Cr5Solver
 
     t = cfg.train
@@ -353,7 +354,7 @@ def _train(cfg: Config, data: TrainingData) -> dict[str, Any]:
         start = data.path_start if data.chain_starts else None
         if start is None and t.path_factors:
             start, path_fits = _fit_path_to(t, backend)
-        solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
+        solver = Cr5Solver(t, checkpoint=CheckpointStore(ckpt) if ckpt else None)
         solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
         if data.chain_starts:
             data.path_start = solver.path_start_
