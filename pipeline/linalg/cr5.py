@@ -401,15 +401,23 @@ def solve_cr5(
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
 
+    ``params`` (default: the declared defaults) with ``changes`` by name, e.g.
+    ``solve_cr5(backend, lam=0.3, r=100)`` (:class:`~pipeline.linalg.params.Cr5Params`).
+
+    ``checkpoint``: a :class:`~pipeline.linalg.checkpoint.CheckpointStore`, bound here to the
+    problem's fingerprint (corpus, data, the parameters that change the iterates, the start
+    block). The eigensolver's state is saved in it at most every ``checkpoint_seconds`` and
+    after the last iteration; a fit given a store that holds a state of the same problem
+    resumes from it (and one whose last state is final reuses it without iterating).
+
     ``start``: a :class:`PathStart` (the ``path_start`` of a fit at a neighbouring λ), or
     K x c columns: start the eigensolver from (up to r + oversampling of) these columns
     instead of the surrogate warm start; with fewer than b columns the block is completed
     with random ones. A start wider than b is applied b columns at a time with every
     residual direction kept, and the fit runs to the same residual rule as any fit.
     ``keep_start``: return the leading r + oversampling Ritz vectors, their B⁻¹C solves and
-    w as ``Cr5Result.path_start``. A λ grid fitted this way
-    from the largest λ down (a regularisation path,
-    :mod:`~pipeline.evaluation.lambda_selection`) is measured in bench/README.md ("λ path").
+    w as ``Cr5Result.path_start``, to start the fit at the next λ of a regularisation path
+    (:mod:`~pipeline.evaluation.lambda_selection`; bench/README.md, "λ path").
 
     ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
     ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
@@ -421,231 +429,315 @@ def solve_cr5(
     the best iteration's solution is returned. The objective and σ are recorded either way
     (``history["stopping"]``).
     """
-    p = _normalised(Cr5Params.of(params, **changes), backend.dtype)
-    if validation is not None and not p.reuse_solves:
-        raise ConfigError(
-            "validation scoring during the eigensolver needs train.reuse_solves=true (it "
-            "embeds with the Ritz vectors' own solves)"
-        )
-    (lam, r, oversampling, cg_rtol, cg_maxiter, precond_rank, w_rtol, eig_rtol, eig_maxiter,
-     seed, max_basis, block_size, start_steps, reuse_solves, stop_rule, stop_patience,
-     max_workers, checkpoint_every, checkpoint_seconds) = (
-        p.lam, p.r, p.oversampling, p.cg_rtol, p.cg_maxiter, p.precond_rank, p.w_rtol,
-        p.eig_rtol, p.eig_maxiter, p.seed, p.max_basis, p.block_size, p.start_steps,
-        p.reuse_solves, p.stop_rule, p.stop_patience, p.max_workers, p.checkpoint_every,
-        p.checkpoint_seconds)
-    # what the history records: the parameters that change the iterates or the stopping
-    params = {k: getattr(p, k) for k in Cr5Params.names(PROBLEM, STOPPING)}
-    timings: dict[str, float] = {}
-    passes0 = backend.pass_counts
-    t_start = time.perf_counter()
-    k = backend.n_concepts
-    layout = TermLayout.of(backend)
-    b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
-    path = None
-    if start is not None:
-        if not isinstance(start, PathStart):
-            start = PathStart(0.0, np.asarray(start, dtype=np.float64), None)
-        path = start.checked(k, layout.n_terms)
-    # a given start: up to r + oversampling of its columns, at least b wide (random
-    # completion); applied b columns at a time (block_lanczos)
-    width = b if path is None else max(b, min(path.vectors.shape[1], r + oversampling))
-    basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
-    if width > b:  # room for the start's columns waiting behind the applied ones
-        basis_cap = max(basis_cap, max(r, b) + width + 2 * b)
-
-    t0 = time.perf_counter()
-    backend.describe("cr5/mean", None)
-    mu = global_mean(backend)
-    nu = concept_frequencies(backend)
-    timings["mean"] = time.perf_counter() - t0
-
-    # checks stop_rule against validation before any solve
-    monitor = IterationMonitor(
-        y_norm_sq=backend.n_total_docs() * (1.0 - float(nu @ nu)),
-        split=layout.split,
-        r=r,
+    fit = _Cr5Fit(
+        backend,
+        _normalised(Cr5Params.of(params, **changes), backend.dtype),
+        start=start,
         validation=validation,
-        stop_rule=stop_rule,
-        patience=stop_patience,
     )
+    return fit.run(checkpoint, callback=callback, keep_start=keep_start)
 
-    store = None
-    if checkpoint is not None:
-        fingerprint = _problem_fingerprint(backend, mu, nu, p)
-        if path is not None:  # a resume must start from the same block
-            fingerprint["start_digest"] = array_digest(path.vectors)
-        store = checkpoint.bind(fingerprint)
+
+class _Cr5Fit:
+    """One run of :func:`solve_cr5`, phase by phase (each method one step of the module
+    docstring's recipe); the state shared by the phases lives on the instance.
+
+    Sizes are fixed at construction: K concepts, the block width b, the width of the start
+    block and the eigensolver's basis cap. Then :meth:`run`: the means μ and ν, the
+    checkpoint store bound to the problem, the Woodbury operator Â⁻¹ (w solved in the
+    background), the eigensolver on M (from a saved state, a given start or the surrogate
+    warm start), Φ from its result, and the history.
+    """
+
+    # set by the phases of run(), in this order
+    mu: np.ndarray
+    nu: np.ndarray
+    monitor: IterationMonitor
+    ainv: WoodburyInverse
+    w_saved: bool
+    cmat: CrossCovariance
+    last_saved: float
+
+    def __init__(
+        self,
+        backend: CorpusBackend,
+        params: Cr5Params,
+        *,
+        start: np.ndarray | PathStart | None,
+        validation: ValidationSet | None,
+    ) -> None:
+        p = params
+        if validation is not None and not p.reuse_solves:
+            raise ConfigError(
+                "validation scoring during the eigensolver needs train.reuse_solves=true (it "
+                "embeds with the Ritz vectors' own solves)"
+            )
+        self.backend, self.p, self.validation = backend, p, validation
+        self.timings: dict[str, float] = {}
+        self.passes0 = backend.pass_counts
+        self.t_start = time.perf_counter()
+        self.k = backend.n_concepts
+        self.layout = TermLayout.of(backend)
+        self.b = resolve_block_size(
+            p.r, p.oversampling, p.block_size, self.k, warm=p.start_steps > 0
+        )
+        b = self.b  # the block width
+        self.path: PathStart | None = None
+        if start is not None:
+            if not isinstance(start, PathStart):
+                start = PathStart(0.0, np.asarray(start, dtype=np.float64), None)
+            self.path = start.checked(self.k, self.layout.n_terms)
+        # a given start: up to r + oversampling of its columns, at least b wide (random
+        # completion); applied b columns at a time (block_lanczos)
+        self.width = (
+            b
+            if self.path is None
+            else max(b, min(self.path.vectors.shape[1], p.r + p.oversampling))
+        )
+        self.basis_cap = default_max_basis(p.r, b) if p.max_basis is None else p.max_basis
+        if self.width > b:  # room for the start's columns waiting behind the applied ones
+            self.basis_cap = max(self.basis_cap, max(p.r, b) + self.width + 2 * b)
+        self.store: CheckpointStore | None = None
+        self.callback: ProgressCallback | None = None
+
+    def run(
+        self,
+        checkpoint: CheckpointStore | None,
+        *,
+        callback: ProgressCallback | None,
+        keep_start: bool,
+    ) -> Cr5Result:
+        """Fit: the phases below in order, then the result."""
+        self.callback = callback
+        self._centre()
+        if checkpoint is not None:
+            self._bind(checkpoint)
+        self._woodbury()
+        eig, resumed_from = self._eigensolver(keep_start)
+        phi_t, lam_g, q, eigenvalues, returned_iteration = self._phi(eig)
+        history = self._history(eig, resumed_from, returned_iteration)
+        parts = self.layout.split(phi_t)
+        return Cr5Result(
+            components={
+                lang: np.ascontiguousarray(v, dtype=np.float32) for lang, v in parts.items()
+            },
+            eigenvalues=eigenvalues,
+            mean={lang: v.copy() for lang, v in self.layout.split(self.mu).items()},
+            history=history,
+            gram_eigenvalues=lam_g.copy(),
+            gram_eigenvectors=np.ascontiguousarray(q),
+            path_start=self._path_start(eig) if keep_start else None,
+        )
+
+    # --- μ, ν and the stopping monitor ------------------------------------------------------------
+    def _centre(self) -> None:
+        t0 = time.perf_counter()
+        self.backend.describe("cr5/mean", None)
+        self.mu = global_mean(self.backend)
+        self.nu = concept_frequencies(self.backend)
+        self.timings["mean"] = time.perf_counter() - t0
+        # checks stop_rule against validation before any solve
+        self.monitor = IterationMonitor(
+            y_norm_sq=self.backend.n_total_docs() * (1.0 - float(self.nu @ self.nu)),
+            split=self.layout.split,
+            r=self.p.r,
+            validation=self.validation,
+            stop_rule=self.p.stop_rule,
+            patience=self.p.stop_patience,
+        )
+
+    def _bind(self, checkpoint: CheckpointStore) -> None:
+        fingerprint = _problem_fingerprint(self.backend, self.mu, self.nu, self.p)
+        if self.path is not None:  # a resume must start from the same block
+            fingerprint["start_digest"] = array_digest(self.path.vectors)
+        self.store = checkpoint.bind(fingerprint)
 
     # --- w = B⁻¹μ, once per λ -------------------------------------------------------------------
-    t0 = time.perf_counter()
-    saved_w = store.load("woodbury") if store else None
-    ainv = WoodburyInverse(
-        backend,
-        lam,
-        rtol=cg_rtol,
-        maxiter=cg_maxiter,
-        w_rtol=w_rtol,
-        max_workers=max_workers,
-        mu=mu,
-        precond_rank=precond_rank,
-        seed=seed,
-        w=None if saved_w is None else saved_w[0]["w"],
-        w0=None if path is None else path.w,
-        cg_dtype=params["cg_dtype"],
-    )
-    ainv.stage = "cr5"
-    # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
-    # first eigensolver solve, which needs w only after its own B⁻¹ solve
-    ainv.prepare(background=True)
-    w_saved = saved_w is not None
+    def _woodbury(self) -> None:
+        p, store = self.p, self.store
+        t0 = time.perf_counter()
+        saved_w = store.load("woodbury") if store else None
+        self.ainv = WoodburyInverse(
+            self.backend,
+            p.lam,
+            rtol=p.cg_rtol,
+            maxiter=p.cg_maxiter,
+            w_rtol=p.w_rtol,
+            max_workers=p.max_workers,
+            mu=self.mu,
+            precond_rank=p.precond_rank,
+            seed=p.seed,
+            w=None if saved_w is None else saved_w[0]["w"],
+            w0=None if self.path is None else self.path.w,
+            cg_dtype=p.cg_dtype,
+        )
+        self.ainv.stage = "cr5"
+        # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
+        # first eigensolver solve, which needs w only after its own B⁻¹ solve
+        self.ainv.prepare(background=True)
+        self.w_saved = saved_w is not None
+        self.timings["woodbury_setup"] = time.perf_counter() - t0
 
-    def save_woodbury() -> None:
-        nonlocal w_saved
-        if store and not w_saved:
-            ainv.wait()
-            store.save("woodbury", {"w": ainv.w}, {"c": ainv.c})
-            w_saved = True
-
-    timings["woodbury_setup"] = time.perf_counter() - t0
+    def _save_woodbury(self) -> None:
+        if self.store and not self.w_saved:
+            self.ainv.wait()
+            self.store.save("woodbury", {"w": self.ainv.w}, {"c": self.ainv.c})
+            self.w_saved = True
 
     # --- top-r eigenvectors of M = Cᵀ Â⁻¹ C ------------------------------------------------------
-    t0 = time.perf_counter()
-    cmat = CrossCovariance(backend, mu, nu, max_workers=max_workers)
-    m_op = CrossSolve(cmat, ainv)
-    saved = store.load("lanczos") if store else None
-    if saved is None:
+    def _eigensolver(self, keep_start: bool) -> tuple[Any, int | None]:
+        """Run block Lanczos on M; returns its result and the iteration resumed from."""
+        p, b = self.p, self.b
+        t0 = time.perf_counter()
+        self.cmat = CrossCovariance(self.backend, self.mu, self.nu, max_workers=p.max_workers)
+        m_op = CrossSolve(self.cmat, self.ainv)
+        state, resumed_from = self._start_state(m_op, t0)
+        self.last_saved = time.perf_counter()
+        self._label(state.n_iter + 1)
+        eig = block_lanczos(
+            m_op,
+            p.r,
+            block_size=b,
+            rtol=p.eig_rtol,
+            maxiter=p.eig_maxiter,
+            seed=p.seed,
+            max_basis=self.basis_cap,
+            state=state,
+            checkpoint=self._save_state if self.store else None,
+            checkpoint_every=p.checkpoint_every,
+            callback=self._on_iteration,
+            track_images=p.reuse_solves,
+            n_vectors=max(p.r + p.oversampling, b) if keep_start else None,
+            monitor=self._on_ritz,
+            name="cr5/eigensolver",
+        )
+        self.ainv.wait()
+        if self.store:
+            self._save_state(state, due=True)
+        self.timings["eigensolver"] = time.perf_counter() - t0
+        return eig, resumed_from
+
+    def _start_state(self, m_op: CrossSolve, t0: float) -> tuple[LanczosState, int | None]:
+        """The eigensolver's state: a checkpoint's, else a start block from the given start
+        (its solves as the CG's first guesses) or from the surrogate warm start."""
+        p, path = self.p, self.path
+        saved = self.store.load("lanczos") if self.store else None
+        if saved is not None:
+            state = LanczosState.from_parts(*saved)
+            logger.info("cr5: resuming the eigensolver from iteration %d", state.n_iter)
+            return state, state.n_iter
         if path is not None:
-            c = min(path.vectors.shape[1], width)
-            state = initial_state(k, width, seed, start=path.vectors[:, :c])
+            c = min(path.vectors.shape[1], self.width)
+            state = initial_state(self.k, self.width, p.seed, start=path.vectors[:, :c])
             if path.solves is not None:
                 # the start as initial_state orthonormalised it (float32 is plenty for a guess)
                 m_op.guess = (state.basis[:, :c].astype(np.float32), path.solves[:, :c])
         else:
-            warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps) if start_steps else None
-            state = initial_state(k, width, seed, warm=warm)
-        timings["warm_start"] = time.perf_counter() - t0
-    else:
-        state = LanczosState.from_parts(*saved)
-    resumed_from = None if saved is None else state.n_iter
-    if resumed_from is not None:
-        logger.info("cr5: resuming the eigensolver from iteration %d", resumed_from)
+            warm = (
+                surrogate_warm_start(self.cmat, self.ainv.jacobi(), p.start_steps)
+                if p.start_steps
+                else None
+            )
+            state = initial_state(self.k, self.width, p.seed, warm=warm)
+        self.timings["warm_start"] = time.perf_counter() - t0
+        return state, None
 
-    def on_ritz(st: LanczosState, theta: np.ndarray, s: np.ndarray) -> bool:
+    def _on_ritz(self, st: LanczosState, theta: np.ndarray, s: np.ndarray) -> bool:
+        r = self.p.r
         rr = min(r, st.n_applied)
-        return monitor.observe(
+        return self.monitor.observe(
             st.n_iter, theta[:rr], (lambda: ritz_images(st, s[:, :r])) if rr == r else None
         )
 
-    def label(iteration: int) -> None:
-        ainv.stage = cmat.stage = f"cr5/eig{iteration}"
+    def _label(self, iteration: int) -> None:
+        self.ainv.stage = self.cmat.stage = f"cr5/eig{iteration}"
 
-    last_saved = time.perf_counter()
-
-    def save_state(st: LanczosState, *, due: bool = False) -> None:
+    def _save_state(self, st: LanczosState, *, due: bool = False) -> None:
         # at most one checkpoint per checkpoint_seconds: each writes the whole basis and
-        # images (100k wikishape corpus, Spark: ~0.5-0.9 s an iteration, 8-13 % of the fit)
-        nonlocal last_saved
-        if not due and time.perf_counter() - last_saved < checkpoint_seconds:
+        # images, too much to write after every iteration of a large fit
+        if not due and time.perf_counter() - self.last_saved < self.p.checkpoint_seconds:
             return
-        save_woodbury()
-        store.save("lanczos", st.arrays(), st.meta())
-        last_saved = time.perf_counter()
+        self._save_woodbury()
+        self.store.save("lanczos", st.arrays(), st.meta())
+        self.last_saved = time.perf_counter()
 
-    def on_iteration(it: int, ritz: np.ndarray, res: np.ndarray) -> None:
-        label(it + 1)
-        if callback is not None:
-            callback("eigensolver", it, {"ritz_values": ritz, "residuals": res})
-
-    label(state.n_iter + 1)
-    eig = block_lanczos(
-        m_op,
-        r,
-        block_size=b,
-        rtol=eig_rtol,
-        maxiter=eig_maxiter,
-        seed=seed,
-        max_basis=basis_cap,
-        state=state,
-        checkpoint=save_state if store else None,
-        checkpoint_every=checkpoint_every,
-        callback=on_iteration,
-        track_images=reuse_solves,
-        n_vectors=max(r + oversampling, b) if keep_start else None,
-        monitor=on_ritz,
-        name="cr5/eigensolver",
-    )
-    ainv.wait()
-    if store:
-        save_state(state, due=True)
-    timings["eigensolver"] = time.perf_counter() - t0
+    def _on_iteration(self, it: int, ritz: np.ndarray, res: np.ndarray) -> None:
+        self._label(it + 1)
+        if self.callback is not None:
+            self.callback("eigensolver", it, {"ritz_values": ritz, "residuals": res})
 
     # --- Φ*ᵀ = Â⁻¹ C P, then orthonormal rows (Eq. 15) -------------------------------------------
-    t0 = time.perf_counter()
-    ainv.stage = cmat.stage = "cr5/phi"
-    eigenvalues, returned_iteration = eig.eigenvalues, eig.n_iter
-    best = monitor.best
-    if stop_rule == "validation" and best is not None and best.iteration != eig.n_iter:
-        # the validation rule returns its best iteration, not the last one it looked past
-        phi_star_t, eigenvalues, returned_iteration = best.images, best.eigenvalues, best.iteration
-    elif reuse_solves:
-        # in the pass dtype (float32 by default): Φᵀ is stored in float32 anyway, and p x r
-        # float64 copies were the driver's peak with narrow blocks (docs/scaling.md)
-        phi_star_t = eig.images
-    else:
-        phi_star_t = ainv.matmat(cmat.matmat(eig.eigenvectors))
-    phi_t, lam_g, q = orthonormal_rows(phi_star_t)
-    if not lam_g[-1] > 1e-12 * lam_g[0]:
-        raise BreakdownError(
-            f"cr5: Φ*Φ*ᵀ (r={r}) is numerically singular (eigenvalues {lam_g[0]:.3e} .. "
-            f"{lam_g[-1]:.3e}); r exceeds the rank of C ({k} concepts, {layout.n_terms} terms)"
-        )
-    timings["phi"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_start
+    def _phi(self, eig: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """``(Φᵀ, Λ, Q, eigenvalues, iteration)`` of the returned iteration's solution."""
+        p = self.p
+        t0 = time.perf_counter()
+        self.ainv.stage = self.cmat.stage = "cr5/phi"
+        eigenvalues, returned_iteration = eig.eigenvalues, eig.n_iter
+        best = self.monitor.best
+        if p.stop_rule == "validation" and best is not None and best.iteration != eig.n_iter:
+            # the validation rule returns its best iteration, not the last one it looked past
+            phi_star_t, eigenvalues, returned_iteration = (
+                best.images,
+                best.eigenvalues,
+                best.iteration,
+            )
+        elif p.reuse_solves:
+            # in the pass dtype (float32 by default): Φᵀ is stored in float32 anyway, and
+            # p x r float64 copies would be the driver's peak with narrow blocks
+            # (docs/scaling.md)
+            phi_star_t = eig.images
+        else:
+            phi_star_t = self.ainv.matmat(self.cmat.matmat(eig.eigenvectors))
+        phi_t, lam_g, q = orthonormal_rows(phi_star_t)
+        if not lam_g[-1] > 1e-12 * lam_g[0]:
+            raise BreakdownError(
+                f"cr5: Φ*Φ*ᵀ (r={p.r}) is numerically singular (eigenvalues {lam_g[0]:.3e} .. "
+                f"{lam_g[-1]:.3e}); r exceeds the rank of C ({self.k} concepts, "
+                f"{self.layout.n_terms} terms)"
+            )
+        self.timings["phi"] = time.perf_counter() - t0
+        self.timings["total"] = time.perf_counter() - self.t_start
+        return phi_t, lam_g, q, eigenvalues, returned_iteration
 
-    passes1 = backend.pass_counts
-    history = {
-        "params": params,
-        "n_docs": backend.n_total_docs(),
-        "n_concepts": k,
-        "languages": list(layout.languages),
-        "n_terms": list(layout.sizes),
-        "block_size": b,
-        "max_basis": basis_cap,
-        "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(mu @ ainv.w)},
-        "eigensolver": {**eig.to_history(), "resumed_from_iteration": resumed_from},
-        "stopping": {
-            **monitor.to_history(eig.stopped_by),
-            "returned_iteration": returned_iteration,
-        },
-        "solves": [rec.to_dict() for rec in ainv.records],
-        "passes": pass_delta(passes0, passes1),
-        "timings": {key: round(v, 4) for key, v in timings.items()},
-    }
-    logger.info(
-        "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X",
-        timings["total"],
-        eig.n_iter,
-        eig.converged,
-        sum(history["passes"]["passes"].values()),
-    )
-    parts = layout.split(phi_t)
-    return Cr5Result(
-        components={lang: np.ascontiguousarray(v, dtype=np.float32) for lang, v in parts.items()},
-        eigenvalues=eigenvalues,
-        mean={lang: v.copy() for lang, v in layout.split(mu).items()},
-        history=history,
-        gram_eigenvalues=lam_g.copy(),
-        gram_eigenvectors=np.ascontiguousarray(q),
-        path_start=PathStart(
-            lam=float(lam),
-            vectors=eig.leading_block,
-            solves=_b_part(cmat, ainv, eig) if reuse_solves else None,
-            w=ainv.w,
+    # --- provenance -------------------------------------------------------------------------------
+    def _history(self, eig: Any, resumed_from: int | None, returned_iteration: int) -> dict:
+        ainv, layout, timings = self.ainv, self.layout, self.timings
+        passes1 = self.backend.pass_counts
+        history = {
+            # the parameters that change the iterates or the stopping
+            "params": {k: getattr(self.p, k) for k in Cr5Params.names(PROBLEM, STOPPING)},
+            "n_docs": self.backend.n_total_docs(),
+            "n_concepts": self.k,
+            "languages": list(layout.languages),
+            "n_terms": list(layout.sizes),
+            "block_size": self.b,
+            "max_basis": self.basis_cap,
+            "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(self.mu @ ainv.w)},
+            "eigensolver": {**eig.to_history(), "resumed_from_iteration": resumed_from},
+            "stopping": {
+                **self.monitor.to_history(eig.stopped_by),
+                "returned_iteration": returned_iteration,
+            },
+            "solves": [rec.to_dict() for rec in ainv.records],
+            "passes": pass_delta(self.passes0, passes1),
+            "timings": {key: round(v, 4) for key, v in timings.items()},
+        }
+        logger.info(
+            "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X",
+            timings["total"],
+            eig.n_iter,
+            eig.converged,
+            sum(history["passes"]["passes"].values()),
         )
-        if keep_start
-        else None,
-    )
+        return history
+
+    def _path_start(self, eig: Any) -> PathStart:
+        return PathStart(
+            lam=float(self.p.lam),
+            vectors=eig.leading_block,
+            solves=_b_part(self.cmat, self.ainv, eig) if self.p.reuse_solves else None,
+            w=self.ainv.w,
+        )
 
 
 # --- estimator wrapper ----------------------------------------------------------------------------
