@@ -61,11 +61,11 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from pipeline.backends.loader import TfidfLayout, csr_arrays, read_tfidf_layout
-from pipeline.linalg.params import BACKEND_DEFAULTS as _D
 from pipeline.errors import ConvergenceWarning, InputDataError, PipelineError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.params import BACKEND_DEFAULTS as _D
 
 __all__ = [
     "NNZ_PER_PARTITION",

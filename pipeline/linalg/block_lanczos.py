@@ -15,9 +15,9 @@ vectors) is applied b columns at a time, in order, and every residual direction 
 application joins the basis behind the columns still waiting. So ``A V_applied ⊂ span(V)``
 holds exactly at every step, the Rayleigh quotient and the residual estimates below stay
 exact, and after the start the solver continues b columns at a time. (Keeping only b of a
-wide block's residual directions instead breaks that relation: the residual estimates then
-miss the dropped part and stop early — measured on DDTP, r = 100: estimated 0.085, true
-0.14 — and the symmetrised ``T`` is no longer a Rayleigh quotient.)
+wide block's residual directions would break that relation: the residual estimates would
+miss the dropped part and stop early, and the symmetrised ``T`` would no longer be a
+Rayleigh quotient.)
 
 Tracked images. When the operator factors as ``A = Gᵀ F`` and ``F`` of the eigenvectors is
 wanted too (Cr5: ``F = Â⁻¹C``, whose image of the eigenvectors is Φ*ᵀ), an operator with
@@ -99,7 +99,8 @@ class LanczosState:
     def arrays(self) -> dict[str, np.ndarray | ColumnBlocks]:
         """The array part (for ``.npy`` files). The images are :class:`ColumnBlocks` of the
         kept blocks: a checkpoint streams them into one file instead of stacking a copy of
-        them all (which was the driver's peak when the last iteration was saved)."""
+        them all (a copy that would be the driver's peak memory when the last iteration is
+        saved)."""
         r = len(self.ritz_history[0]) if self.ritz_history else 0
         out = {
             "basis": self.basis,
@@ -199,13 +200,13 @@ ORTHONORMAL_TOL = 1e-12
 
 def orthonormal_columns(q: np.ndarray) -> np.ndarray:
     """An orthonormal basis of span(q) (shape of q, full column rank assumed); q itself when
-    its columns are orthonormal to :data:`ORTHONORMAL_TOL` (a λ path's start: 1 s of a
-    DDTP r = 300 fit went to re-orthonormalising its 320 Ritz vectors).
+    its columns are orthonormal to :data:`ORTHONORMAL_TOL` (a λ path's start: its Ritz
+    vectors need no second orthonormalisation).
 
     CholeskyQR2 (two passes of ``Q ← Q L⁻ᵀ`` with ``L Lᵀ = QᵀQ``): two GEMMs and two
-    triangular solves, 4-8x faster than Householder QR on tall blocks (95k × 120: 0.8 s for
-    ``np.linalg.qr`` on this machine), and as accurate when QᵀQ is not near-singular; falls
-    back to Householder QR when Cholesky fails or the block is ill-conditioned.
+    triangular solves, several times faster than Householder QR on tall blocks, and as
+    accurate when QᵀQ is not near-singular; falls back to Householder QR when Cholesky fails
+    or the block is ill-conditioned.
     """
     for attempt in range(2):
         g = q.T @ q
@@ -239,9 +240,9 @@ def initial_state(
     The block is random; ``warm(Q)`` (shape-preserving, e.g. a few steps of subspace
     iteration on a cheap approximation of the operator) is applied to it before the final
     orthonormalisation. ``start`` (n x c, c <= block_size; not with ``warm``): its columns
-    come first, completed with random ones (none drawn when c = block_size: orthonormalising
-    a K x 120 random block cost a λ path's fit 0.1 s on DDTP). The generator state after
-    drawing is kept in the state.
+    come first, completed with random ones (none drawn when c = block_size, which spares a
+    λ path's fit orthonormalising a random block it would not use). The generator state
+    after drawing is kept in the state.
     """
     rng = np.random.default_rng(seed)
     if start is not None:
@@ -707,8 +708,8 @@ def _most_wanted_first(
     The residual of Ritz pair i is ``V_w G[:, i]`` with ``G = H_wa S / θ`` (waiting rows);
     the b leading left singular vectors U_b of G's unconverged columns are the waiting
     directions that reduce those residuals most. Applying the waiting columns in their
-    order of arrival instead expands the start's whole residual space breadth-first, like
-    one very wide block (DDTP, r = 100, λ = 1 after λ = 3: 17 iterations instead of 10).
+    order of arrival instead would expand the start's whole residual space breadth-first,
+    like one very wide block, and take many more iterations.
     The rotation is the block reflector whose first b columns are U_b
     (:func:`_block_reflector`): 4 K u b flops for u waiting columns instead of 2 K u² for
     the full singular basis. Any orthogonal rotation of the waiting columns keeps every
@@ -758,9 +759,8 @@ def _thick_restart(
     start leaves r + oversampling of them, applied b at a time, so they never drain) they
     are rotated onto E's left singular vectors and cut to ``max(keep, b)``. Exact: the
     directions cut are orthogonal to every kept residual. Without the cut, a path fit's
-    restarts kept only r Ritz vectors (its basis full of waiting directions) and converged
-    slowly at tight tolerances (r = 6, b = 3, rtol 1e-9: 241 iterations against 30 for a
-    fit from scratch; 32 with the cut).
+    restarts could keep only r Ritz vectors (its basis full of waiting directions) and would
+    converge slowly at tight tolerances.
     """
     m = state.n_applied
     keep = min(keep, m)

@@ -12,13 +12,18 @@ Given the backend's X (block-diagonal by language) and concept labels Y, with gl
    :func:`~pipeline.linalg.block_lanczos.block_lanczos` with block width
    :func:`default_block_size`, started from a **warm block**: ``start_steps`` steps of
    subspace iteration on the surrogate ``M₀ = Cᵀ D⁻¹ C`` (D = diag(B), the CG's Jacobi
-   diagonal), two cheap passes per step instead of ~15 CG passes per application of M;
+   diagonal), two cheap passes per step instead of a whole CG solve per application of M;
 3. ``Φ*ᵀ = Â⁻¹ C P``: with ``reuse_solves`` (default) the eigensolver keeps ``Â⁻¹ C V`` of its
    basis V, which it computes anyway, and P = V S gives ``Φ*ᵀ = (Â⁻¹ C V) S`` for free;
    otherwise one more solve with r right-hand sides;
 4. Eq. 15: ``Φ*Φ*ᵀ = QΛQᵀ``, ``Φ = Λ^{-1/2} Qᵀ Φ*`` — orthonormal rows spanning the same space.
    Λ and Q (global, r × r) are kept (:attr:`Cr5Result.gram_eigenvalues`,
    :attr:`Cr5Result.gram_eigenvectors`), so ``Φ*ᵀ = Φᵀ Λ^{1/2} Qᵀ`` can be rebuilt per language.
+
+Parameters: :class:`~pipeline.linalg.params.Cr5Params`, declared once (defaults, ranges,
+meanings; the configuration's ``train.*`` keys). Checkpoints: a
+:class:`~pipeline.linalg.checkpoint.CheckpointStore` made by the caller and bound here to the
+problem (:func:`solve_cr5`).
 
 Storage convention: the per-language map is returned **transposed**, ``components[l]`` =
 ``Φ_lᵀ`` of shape ``(p_l, r)``, float32, so a TF-IDF row block ``X_l`` embeds as
@@ -129,7 +134,7 @@ class CrossCovariance(BlockOperator):
             return self.backend.x_scatter_rows(lang, parts[lang])
 
         # Each language returns only its concepts' rows (K_l x b, not K x b): with many
-        # languages the K x b results held until summed were the driver's largest term.
+        # languages, K x b results held until summed would be the driver's largest term.
         res = self._map(one)
         out = np.zeros((self.shape[1], u.shape[1]))
         for lang in self.layout.languages:
@@ -148,12 +153,10 @@ class CrossSolve(BlockOperator):
     ``guess = (S, G)``: S (K x c, orthonormal columns) with G ≈ ``B⁻¹ C S`` (p x c), e.g.
     a λ path's previous Ritz vectors and their solves at the previous λ. A block V then
     starts its CG from ``G (Sᵀ V)``, exact up to the change of λ for the part of V in
-    span(S): the start block's solves take 2-4 CG iterations instead of 8-10 (DDTP,
-    r = 100). Dropped once a block has less than a tenth of its weight in span(S).
-    (Not corrected for the change of λ: one free preconditioned Richardson step with the
-    known residual ``(λ₀ − λ) G`` cut the start's passes by ~11 %, but on the synthetic
-    200k corpus the path's P@1 at λ = 0.3 then fell from 0.747 to 0.629 and its grid cost
-    rose from 1.25x to 1.53x one fit; bench/README.md, "λ path".)
+    span(S), so the start block's solves need a fraction of their CG iterations. Dropped
+    once a block has less than a tenth of its weight in span(S). The guess is not
+    corrected for the change of λ: such a correction made the path's models worse
+    (bench/README.md, "λ path").
     """
 
     def __init__(
@@ -175,7 +178,7 @@ class CrossSolve(BlockOperator):
         if self.guess is not None:
             basis, images = self.guess
             # in the guess's dtype and on threads: `basis.T @ v` would first copy the
-            # float32 K x c basis to float64 (DDTP r = 300: ~80 ms a block, 1 s a fit)
+            # float32 K x c basis to float64, for every block
             coef = tall_t_matmul(basis, v.astype(basis.dtype))  # (c, b)
             if float(np.sum(coef**2)) < 0.1 * float(np.sum(v**2)):
                 self.guess = None  # V has left span(S): nothing more to gain
@@ -201,12 +204,10 @@ def surrogate_warm_start(
 
     ``steps`` steps of subspace iteration ``Q ← orth(Cᵀ D⁻¹ C Q)`` on the surrogate of M with
     ``Â⁻¹`` replaced by ``D⁻¹ = jacobi`` (shape (p,)): each step is one C- and one Cᵀ-product
-    (a pass per language each), against ~15 CG passes for one application of M. The
-    surrogate shares M's cross-covariance structure, so its leading subspace is a far better
-    start than a random block. Measured on the synthetic 200k-document corpus (r = 50, b = 70,
-    bench/README.md): 2 eigensolver iterations instead of 5 and higher held-out P@1
-    (0.719 vs 0.679 at b = 32 from a random block). 2 steps: same 2 iterations and P@1
-    (0.722) as 3, 5 or 8; 1 step: 3 iterations.
+    (a pass per language each), against a whole CG solve's passes for one application of
+    M. The surrogate shares M's cross-covariance structure, so its leading subspace is a far
+    better start than a random block: the eigensolver needs fewer iterations, and two steps
+    are enough (``train.start_steps``; bench/README.md, "Solver knobs").
     """
     d = np.asarray(jacobi, dtype=np.float64)[:, None]
     stage = cmat.stage
@@ -343,13 +344,9 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     needed.
 
     Warm start (:func:`surrogate_warm_start`): ``min(r + oversampling, max(24, r // 12))``.
-    On the real DDTP corpus (57k documents, 4 languages) a narrow block applies M to fewer
-    columns in all: r = 100: b = 24 took 13 iterations and 312 columns against 4 and 480 at
-    b = 120 (1.6-2.6x faster, P@1 within a point; b = 16: 18 iterations, no faster in
-    wall time and 0.6 point lower); r = 300: b = 24 1.3x faster than b = 50. On the
-    synthetic 200k corpus, whose spectrum decays faster, b = r + oversampling converges in
-    two iterations and is 1.0-1.1x faster than b = 24. Measurements: bench/README.md
-    ("Block width", bench_knobs).
+    From a good start a narrow block applies M to fewer columns in all: more iterations, but
+    each on fewer columns, at the same held-out P@1 on a real corpus; on a corpus whose
+    spectrum decays fast a wide block is about as fast (bench/README.md, "Block width").
     """
     wide = r + oversampling
     if warm:
@@ -368,7 +365,7 @@ def default_max_basis(r: int, b: int) -> int:
 
     Bounds the eigensolver's driver memory independently of its iteration count: the basis
     is ``K x max_basis`` float64 and the tracked images ``p x max_basis`` float32. Four
-    blocks beyond the wanted space leave the usual warm-started solves (2-5 iterations)
+    blocks beyond the wanted space leave the usual warm-started solves (a few iterations)
     unrestarted; longer ones restart from the leading ``max(r, min(max_basis // 2, room))``
     Ritz vectors (Krylov-Schur), ``room = max(max_basis - waiting - 2 b, (max_basis - 2 b)
     // 2)`` (``waiting``: the columns not yet applied, b, or more after a λ path's wide
