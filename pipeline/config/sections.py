@@ -562,7 +562,8 @@ class Config:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-#: Defaults of each section, for keyword defaults elsewhere (one source of every value).
+#: Section defaults, for keyword defaults outside the maths (the tokenizer, the benchmarks);
+#: the maths packages use their own (e.g. :data:`pipeline.linalg.params.CR5_DEFAULTS`).
 TRAIN_DEFAULTS = TrainConfig()
 TEXT_DEFAULTS = TextConfig()
 EVALUATE_DEFAULTS = EvaluateConfig()

@@ -122,17 +122,7 @@ def block_cg(
     BreakdownError
         On NaN/Inf, or ``p_j^T A p_j <= 0`` (A not positive definite to working precision).
     """
-    if rtol < 0 or atol < 0:
-        raise ValueError(f"rtol and atol must be >= 0; got rtol={rtol}, atol={atol}")
-    if maxiter < 0:
-        raise ValueError(f"maxiter must be >= 0; got {maxiter}")
-    n = a.shape[0]
-    if a.shape != (n, n):
-        raise ValueError(f"operator must be square; got shape {a.shape}")
-    dtype = working_dtype(dtype)
-    if isinstance(m, np.ndarray):
-        m = m.astype(dtype, copy=False)
-    b = np.asarray(as_block(b, n, name="B"), dtype=dtype)
+    b, m, dtype = _checked(a, b, m, dtype, rtol=rtol, atol=atol, maxiter=maxiter)
     nrhs = b.shape[1]
     b_norm = np.linalg.norm(b, axis=0)
     threshold = np.maximum(rtol * b_norm, atol)
@@ -187,6 +177,31 @@ def block_cg(
         residual_norms=np.array(history),
         n_column_passes=n_passes,
     )
+
+
+def _checked(
+    a: BlockOperator,
+    b: np.ndarray,
+    m: BlockOperator | np.ndarray | None,
+    dtype: np.dtype | type,
+    *,
+    rtol: float,
+    atol: float,
+    maxiter: int,
+) -> tuple[np.ndarray, BlockOperator | np.ndarray | None, np.dtype]:
+    """``(B, M, dtype)`` in the working dtype, after checking the arguments of
+    :func:`block_cg`."""
+    if rtol < 0 or atol < 0:
+        raise ValueError(f"rtol and atol must be >= 0; got rtol={rtol}, atol={atol}")
+    if maxiter < 0:
+        raise ValueError(f"maxiter must be >= 0; got {maxiter}")
+    n = a.shape[0]
+    if a.shape != (n, n):
+        raise ValueError(f"operator must be square; got shape {a.shape}")
+    dtype = working_dtype(dtype)
+    if isinstance(m, np.ndarray):
+        m = m.astype(dtype, copy=False)
+    return np.asarray(as_block(b, n, name="B"), dtype=dtype), m, dtype
 
 
 def _initial_residual(

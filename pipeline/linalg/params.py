@@ -179,8 +179,8 @@ class Cr5Params:
         extra=_role(EXECUTION),
     )
 
-    @classmethod
-    def of(cls, source: Cr5Params | None = None, /, **changes: Any) -> Cr5Params:
+    @staticmethod
+    def of(source: Cr5Params | None = None, /, **changes: Any) -> Cr5Params:
         """The solver parameters of ``source`` (default: the declared defaults), with
         ``changes``, as a plain :class:`Cr5Params`.
 
