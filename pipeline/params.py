@@ -1,10 +1,14 @@
 """Declared parameters: one typed field carries a parameter's default, range and help text.
 
-Like ``pyspark.ml``'s ``Param`` (which carries its doc and converter), a configuration field is
-declared once with :func:`param` and everything else is derived from that declaration: the
-YAML loader's type and range checks (:mod:`pipeline.config`), the solvers' keyword defaults and
-their checks at ``fit`` (:func:`check_params`), ``--help-config`` and the configuration
-reference (:func:`describe_section`), and the Airflow DAG's params.
+Like ``pyspark.ml``'s ``Param`` (which carries its doc and converter), a parameter is declared
+once with :func:`param`, as a field of a frozen dataclass, and everything else is derived from
+that declaration: the YAML loader's type and range checks (:mod:`pipeline.config`), the
+solvers' keyword defaults and their checks at ``fit`` (:func:`check_params`), ``--help-config``
+and the configuration reference (:func:`describe_section`), and the Airflow DAG's params.
+
+The maths packages declare their own parameters this way (``pipeline/linalg/params.py``,
+``pipeline/retrieval/params.py``, ``pipeline/baselines/params.py``) and the configuration
+sections embed those classes, so each key is declared once, by the code that uses it.
 
 This module is a leaf: it imports nothing of the pipeline but :mod:`pipeline.errors`, and
 nothing outside the standard library (the Airflow DAG imports it without numpy or Spark).
@@ -73,6 +77,7 @@ def param(
     lo_open: bool = False,
     hi_open: bool = False,
     default_factory: Any = MISSING,
+    extra: Mapping[str, Any] | None = None,
 ) -> Any:
     """A dataclass field declaring one parameter: default, allowed range and help text.
 
@@ -84,9 +89,12 @@ def param(
         One or two sentences for ``--help-config``, the reference and error messages.
     lo, hi : float, optional
         Inclusive bounds (exclusive with ``lo_open``/``hi_open``); for lists, per element.
+    extra : mapping, optional
+        Further field metadata for the declaring package (e.g. whether a solver parameter
+        binds a checkpoint, :mod:`pipeline.linalg.params`).
     """
     rng = None if lo is None and hi is None else Range(lo, hi, lo_open, hi_open)
-    meta = {"doc": " ".join(doc.split()), "range": rng}
+    meta = {**(extra or {}), "doc": " ".join(doc.split()), "range": rng}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -309,6 +317,28 @@ def _plain(text: str) -> str:
     return text.replace("``", "`")
 
 
+def _reference_order(cls: type) -> list[ParamInfo]:
+    """The fields of ``cls`` for the reference: those it declares itself first, then those of
+    each parameter class it embeds (its dataclass bases, in method resolution order)."""
+    infos = {info.name: info for info in section_params(cls)}
+    order: list[str] = []
+    for klass in cls.__mro__:
+        if not dataclasses.is_dataclass(klass):
+            continue
+        inherited = {
+            f.name
+            for base in klass.__bases__
+            if dataclasses.is_dataclass(base)
+            for f in dataclasses.fields(base)
+        }
+        order += [
+            f.name
+            for f in dataclasses.fields(klass)
+            if f.name not in inherited and f.name not in order
+        ]
+    return [infos[name] for name in order]
+
+
 def describe_section(name: str, cls: type) -> list[str]:
     """Markdown lines documenting every key of section ``name`` (for the reference/--help)."""
     lines = []
@@ -317,7 +347,7 @@ def describe_section(name: str, cls: type) -> list[str]:
     lines.append("")
     lines.append("| key | allowed | default | meaning |")
     lines.append("|---|---|---|---|")
-    for info in section_params(cls):
+    for info in _reference_order(cls):
         if dataclasses.is_dataclass(info.type):
             continue
         default = (

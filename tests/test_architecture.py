@@ -43,7 +43,9 @@ def _fresh_import(module: str) -> set[str]:
 
 
 def test_model_api_loads_no_spark_backend_or_evaluation():
-    loaded = _fresh_import("pipeline.model")
+    # the configuration (through the tokenizer's defaults) brings the numpy-free declaration
+    # of the retrieval parameters, and with it the retrieval package's lazy namespace only
+    loaded = _fresh_import("pipeline.model") - {"pipeline.retrieval", "pipeline.retrieval.params"}
     assert not {m for m in loaded if m.startswith("pyspark")}
     forbidden = (
         "pipeline.backends",
@@ -55,18 +57,33 @@ def test_model_api_loads_no_spark_backend_or_evaluation():
 
 
 def test_config_is_a_leaf():
-    allowed = {"pipeline.errors", "pipeline.params", "pipeline.wikipedia.config"}
-    for path in (PKG / "config.py", PKG / "params.py", PKG / "wikipedia" / "config.py"):
-        inner = {m for m in _imports(path) if m.startswith("pipeline")}
+    # the bottom layer, and the numpy-free parameter modules of the maths that config embeds
+    allowed = {
+        "pipeline.errors",
+        "pipeline.params",
+        "pipeline.wikipedia.config",
+        "pipeline.linalg.params",
+        "pipeline.retrieval.params",
+        "pipeline.baselines.params",
+    }
+    leaves = [PKG / "params.py", PKG / "wikipedia" / "config.py"]
+    leaves += [PKG / pkg / "params.py" for pkg in ("linalg", "retrieval", "baselines")]
+    for path in _modules("config") + leaves:
+        inner = {
+            m
+            for m in _imports(path)
+            if m.startswith("pipeline") and not m.startswith("pipeline.config")
+        }
         assert {m.rsplit(".", 1)[0] if m not in allowed else m for m in inner} <= allowed | {
             "pipeline"
         }, (path, inner)
-    # And it loads without numpy, pyarrow or Spark (the Airflow DAG imports it).
+    # And it loads without numpy, pyarrow or Spark (the Airflow DAG imports it): the maths
+    # packages' names load lazily (pipeline.lazy), so only their params modules come along.
     loaded = _fresh_import("pipeline.config")
-    assert loaded <= {"pipeline", "pipeline.errors", "pipeline.params", "pipeline.config"} | {
-        "pipeline.wikipedia",
-        "pipeline.wikipedia.config",
+    packages = {"pipeline", "pipeline.lazy", "pipeline.wikipedia"} | {
+        f"pipeline.{pkg}" for pkg in ("linalg", "retrieval", "baselines")
     }
+    assert loaded - {m for m in loaded if m.startswith("pipeline.config")} <= allowed | packages
 
 
 @pytest.mark.parametrize("path", _modules("linalg"), ids=lambda p: p.name)
@@ -78,6 +95,7 @@ def test_linalg_is_maths_only(path):
             ("pyspark", "pyarrow", "pipeline.io", "pipeline.backends", "pipeline.stages")
         )
         or m.startswith(("pipeline.evaluation", "pipeline.retrieval", "pipeline.model"))
+        or m.startswith("pipeline.config")  # the maths owns its parameters
     }
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
@@ -88,7 +106,8 @@ def test_linalg_is_maths_only(path):
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_retrieval_and_baselines_need_no_spark(path):
-    bad = {m for m in _imports(path) if m.startswith(("pyspark", "pipeline.stages", "pipeline.io"))}
+    app = ("pyspark", "pipeline.stages", "pipeline.io", "pipeline.config")
+    bad = {m for m in _imports(path) if m.startswith(app)}
     assert not bad, f"{path} imports {sorted(bad)}"
 
 

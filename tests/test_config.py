@@ -108,28 +108,27 @@ def test_fingerprint_is_stable_and_sensitive():
     )
 
 
-def test_every_solver_parameter_has_a_train_key():
-    import inspect
+def test_maths_parameters_are_the_sections_keys():
+    """train.* and evaluate.* embed the maths' own declarations (one Field per key, no copy)."""
+    import dataclasses
 
-    from pipeline.linalg.cr5 import Cr5Solver, solve_cr5
+    from pipeline.baselines.params import BaselineParams
+    from pipeline.config import EvaluateConfig, TrainConfig
+    from pipeline.linalg.cr5 import Cr5Solver
+    from pipeline.linalg.params import BackendParams, Cr5Params
+    from pipeline.retrieval.params import RetrievalParams
 
-    cfg = load_config([])
-    params = cfg.train.solver_params()
-    for fn in (Cr5Solver, solve_cr5):
-        sig = inspect.signature(fn).parameters
-        keywords = {k for k, v in sig.items() if v.kind is inspect.Parameter.KEYWORD_ONLY}
-        # not configuration: where checkpoints go, progress hooks, a λ grid's chained start
-        assert set(params) == keywords - {
-            "checkpoint_dir",
-            "callback",
-            "start",
-            "keep_start",
-            "validation",
-        }, fn
-        for name in params:
-            if sig[name].default is not inspect.Parameter.empty:
-                # The solver's default is the configuration's default (declared once).
-                assert sig[name].default == getattr(cfg.train, name), name
+    for section, declared in [
+        (TrainConfig, (Cr5Params, BackendParams, BaselineParams)),
+        (EvaluateConfig, (RetrievalParams,)),
+    ]:
+        keys = {f.name: f for f in dataclasses.fields(section)}
+        for cls in declared:
+            for f in dataclasses.fields(cls):
+                assert keys[f.name] is f, f"{section.__name__}.{f.name} redeclares {cls.__name__}"
+    train = load_config([]).train
+    assert Cr5Solver(train).get_params() == train.solver_params()
+    assert set(train.solver_params()) == {f.name for f in dataclasses.fields(Cr5Params)}
 
 
 def test_configuration_reference_is_current_and_complete():

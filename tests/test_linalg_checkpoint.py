@@ -58,6 +58,20 @@ def test_store_round_trip_and_atomic_layout(tmp_path):
     assert store.load("bad") is None
 
 
+def test_store_made_without_a_problem_is_bound_by_the_solver(tmp_path):
+    """The caller makes the store; it touches nothing until bound to a problem (which the
+    solver does with its fingerprint), and then refuses another problem."""
+    ck = tmp_path / "ck"
+    store = CheckpointStore(ck)
+    assert not ck.exists()
+    with pytest.raises(RuntimeError, match="not bound"):
+        store.load("lanczos")
+    solve_cr5(_backend(), checkpoint=store, **PARAMS)
+    assert store.load("lanczos") is not None and (ck / "manifest.json").exists()
+    with pytest.raises(CheckpointMismatchError, match="differs in .*seed"):
+        CheckpointStore(ck).bind({**store.fingerprint, "seed": 4})
+
+
 def test_interrupted_solve_resumes_to_same_phi(tmp_path):
     ref = solve_cr5(_backend(), **PARAMS)
     n_ref = ref.history["eigensolver"]["n_iter"]
@@ -73,12 +87,12 @@ def test_interrupted_solve_resumes_to_same_phi(tmp_path):
     ck = tmp_path / "ck"
     with pytest.raises(Interrupt):
         solve_cr5(
-            _backend(), checkpoint_dir=ck, checkpoint_every=1, checkpoint_seconds=0,
+            _backend(), checkpoint=CheckpointStore(ck), checkpoint_every=1, checkpoint_seconds=0,
             callback=stop_at(3), **PARAMS,
         )  # fmt: skip
     assert json.loads((ck / "lanczos.json").read_text())["meta"]["n_iter"] == 3
     be = _backend()
-    resumed = solve_cr5(be, checkpoint_dir=ck, **PARAMS)
+    resumed = solve_cr5(be, checkpoint=CheckpointStore(ck), **PARAMS)
     h = resumed.history
     assert h["eigensolver"]["resumed_from_iteration"] == 3
     assert h["eigensolver"]["n_iter"] == n_ref
@@ -91,7 +105,7 @@ def test_interrupted_solve_resumes_to_same_phi(tmp_path):
         rtol=1e-10,
     )
     # a finished checkpoint is reused without eigensolver iterations over X
-    again = solve_cr5(_backend(), checkpoint_dir=ck, **PARAMS)
+    again = solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **PARAMS)
     assert all(not s["stage"].startswith("cr5/eig") for s in again.history["solves"])
     np.testing.assert_allclose(again.eigenvalues, ref.eigenvalues, rtol=1e-12)
 
@@ -109,7 +123,7 @@ def test_checkpoint_every_n(tmp_path):
 
     with pytest.raises(Interrupt):
         solve_cr5(
-            _backend(), checkpoint_dir=ck, checkpoint_every=2, checkpoint_seconds=0,
+            _backend(), checkpoint=CheckpointStore(ck), checkpoint_every=2, checkpoint_seconds=0,
             callback=cb, **PARAMS,
         )  # fmt: skip
     assert saved[-1] == 4 and 2 in saved
@@ -121,16 +135,16 @@ def test_checkpoint_every_n(tmp_path):
 )
 def test_mismatched_checkpoint_is_refused(tmp_path, change, key):
     ck = tmp_path / "ck"
-    solve_cr5(_backend(), checkpoint_dir=ck, **{**PARAMS, "eig_maxiter": 50})
+    solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **{**PARAMS, "eig_maxiter": 50})
     with pytest.raises(CheckpointMismatchError, match=f"differs in .*{key}"):
-        solve_cr5(_backend(), checkpoint_dir=ck, **{**PARAMS, **change})
+        solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **{**PARAMS, **change})
 
 
 def test_checkpoint_of_other_data_is_refused(tmp_path):
     ck = tmp_path / "ck"
-    solve_cr5(_backend("steep_zipf"), checkpoint_dir=ck, **PARAMS)
+    solve_cr5(_backend("steep_zipf"), checkpoint=CheckpointStore(ck), **PARAMS)
     with pytest.raises(CheckpointMismatchError, match="different problem"):
-        solve_cr5(_backend("three_uneven"), checkpoint_dir=ck, **PARAMS)
+        solve_cr5(_backend("three_uneven"), checkpoint=CheckpointStore(ck), **PARAMS)
 
 
 def test_checkpoint_seconds_spaces_the_checkpoints_but_keeps_the_last_state(tmp_path):
@@ -142,11 +156,13 @@ def test_checkpoint_seconds_spaces_the_checkpoints_but_keeps_the_last_state(tmp_
     def cb(stage, it, info):
         seen.append((ck / "lanczos.json").exists())
 
-    res = solve_cr5(_backend(), checkpoint_dir=ck, checkpoint_seconds=1e9, callback=cb, **PARAMS)
+    res = solve_cr5(
+        _backend(), checkpoint=CheckpointStore(ck), checkpoint_seconds=1e9, callback=cb, **PARAMS
+    )
     n_iter = res.history["eigensolver"]["n_iter"]
     assert len(seen) == n_iter >= 4 and not any(seen)
     assert json.loads((ck / "lanczos.json").read_text())["meta"]["n_iter"] == n_iter
-    again = solve_cr5(_backend(), checkpoint_dir=ck, **PARAMS)
+    again = solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **PARAMS)
     assert again.history["eigensolver"]["resumed_from_iteration"] == n_iter
     np.testing.assert_allclose(again.eigenvalues, res.eigenvalues, rtol=1e-12)
 

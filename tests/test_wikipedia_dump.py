@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import _build
+from pipeline.config.loader import build_section as _build
 from pipeline.errors import ConfigError
 from pipeline.wikipedia import bz2_blocks, dump
 from pipeline.wikipedia.config import WikipediaConfig

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import ConfigError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
+from pipeline.linalg.params import BACKEND_DEFAULTS as _D
 
 __all__ = ["BACKEND_KINDS", "DEFAULTS", "make_backend"]
 

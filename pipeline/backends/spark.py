@@ -50,11 +50,11 @@ from pipeline.backends.spark_solve import (
     fused_solve,
     in_task_chunk,
 )
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import ConvergenceWarning, PipelineError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
 from pipeline.linalg.block_cg import BlockCGResult
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.params import BACKEND_DEFAULTS as _D
 
 __all__ = [
     "CLUSTER_SOLVE_IN_TASK_MAX_NNZ",

@@ -55,10 +55,11 @@ from pipeline.baselines.common import (
     per_language,
     stacked_components,
 )
-from pipeline.config import TRAIN_DEFAULTS as _D
+from pipeline.baselines.params import BASELINE_DEFAULTS as _B
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import CallableOperator
+from pipeline.linalg.params import CR5_DEFAULTS as _D
 
 __all__ = ["ConceptViews", "fit_cca"]
 
@@ -232,7 +233,7 @@ def fit_cca(
     backend: CorpusBackend,
     *,
     r: int = _D.r,
-    gamma: float = 1e-3,
+    gamma: float = _B.gamma,
     min_languages: int | None = None,
     oversampling: int = _D.oversampling,
     block_size: int | None = None,

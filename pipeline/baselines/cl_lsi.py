@@ -37,12 +37,12 @@ from pipeline.baselines.common import (
     pass_delta,
     stacked_components,
 )
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_lanczos import block_lanczos
 from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies, resolve_block_size
 from pipeline.linalg.operator import CallableOperator
+from pipeline.linalg.params import CR5_DEFAULTS as _D
 from pipeline.linalg.woodbury import global_mean
 
 __all__ = ["SIDES", "fit_cl_lsi"]

@@ -39,12 +39,13 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
-from pipeline.config import TRAIN_DEFAULTS as _D
-from pipeline.config import TrainConfig
+from pipeline.baselines.params import BaselineParams
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import LanczosResult
 from pipeline.linalg.cr5 import resolve_block_size
+from pipeline.linalg.params import CR5_DEFAULTS as _D
+from pipeline.linalg.params import Cr5Params
 from pipeline.params import check_params as check_declared
 
 __all__ = [
@@ -89,10 +90,12 @@ class BaselineResult:
 def check_params(
     method: str, params: dict, rules: dict[str, tuple[str, Callable]] | None = None
 ) -> None:
-    """Validate ``params``: the keys shared with ``train.*`` against their one declaration
-    (:class:`pipeline.config.TrainConfig`), then the method's own ``rules``
+    """Validate ``params``: the keys declared as ``train.*`` against their one declaration
+    (:class:`~pipeline.linalg.params.Cr5Params`,
+    :class:`~pipeline.baselines.params.BaselineParams`), then the method's own ``rules``
     (``{name: (description, predicate)}``); raise ValueError (a ConfigError)."""
-    check_declared(TrainConfig, params, owner=method, prefix="train.")
+    for declared in (Cr5Params, BaselineParams):
+        check_declared(declared, params, owner=method, prefix="train.")
     for name, (desc, ok) in (rules or {}).items():
         if not ok(params[name]):
             raise ValueError(f"{method}: {name} must be {desc}; got {params[name]!r}")

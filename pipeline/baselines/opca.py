@@ -53,10 +53,11 @@ from pipeline.baselines.common import (
     per_language,
     stacked_components,
 )
-from pipeline.config import TRAIN_DEFAULTS as _D
+from pipeline.baselines.params import BASELINE_DEFAULTS as _B
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import block_cg
 from pipeline.linalg.operator import CallableOperator
+from pipeline.linalg.params import CR5_DEFAULTS as _D
 from pipeline.linalg.woodbury import global_mean
 
 __all__ = ["fit_opca"]
@@ -166,7 +167,7 @@ def fit_opca(
     backend: CorpusBackend,
     *,
     r: int = _D.r,
-    gamma: float = 1e-3,
+    gamma: float = _B.gamma,
     oversampling: int = _D.oversampling,
     block_size: int | None = None,
     cg_rtol: float = _D.cg_rtol,

@@ -180,7 +180,7 @@ class CorpusBackend(ABC):
     def x_scatter_rows(self, lang: str, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`x_scatter` on the rows that can be nonzero: the concepts with a document in
         ``lang``. What the Cᵀ product adds up over languages: K_l x b per language instead of
-        K x b (a language of 200k documents among 6M concepts: 3 %).
+        K x b, a small fraction of it when a language covers few of the concepts.
 
         Returns
         -------
@@ -342,12 +342,11 @@ _pools = threading.local()
 
 def _language_pool(workers: int, thread_name: str) -> ThreadPoolExecutor:
     """The calling thread's pool of ``workers`` threads for ``thread_name``, kept between
-    calls: a pool per call started its threads for every C-product, solve and Cᵀ-product
-    (py-spy: ~7 % of the main thread's time in a DDTP λ path at r = 100 went to starting
-    and joining them; kept pools: that path and four independent fits 3-5 % faster, three
-    alternating runs). Per calling thread, so a task that maps languages itself, or a
-    solve in the background (w = B⁻¹μ), never waits for a worker another caller holds; a
-    finished thread's pools go with it."""
+    calls, so that a C-product, solve or Cᵀ-product does not start and join threads of its
+    own each time (a noticeable share of the driver's time in a fit of many short passes).
+    Per calling thread, so a task that maps languages itself, or a solve in the background
+    (w = B⁻¹μ), never waits for a worker another caller holds; a finished thread's pools go
+    with it."""
     pools = getattr(_pools, "pools", None)
     if pools is None:
         pools = _pools.pools = {}

@@ -13,7 +13,9 @@ with ``allow_pickle=False``; nothing is pickled. An array given as :class:`Colum
 eigensolver's tracked images, kept as a list of p x b blocks) is written as the one array
 they form side by side, row step by row step, without forming it in memory.
 
-Opening a directory whose manifest describes another problem raises
+A store is bound to one problem by its fingerprint, given when it is made or later with
+:meth:`CheckpointStore.bind` (a solver binds the store its caller made to the problem it is
+about to solve). Binding a directory whose manifest describes another problem raises
 :class:`CheckpointMismatchError` naming the differing keys.
 """
 
@@ -126,10 +128,10 @@ class CheckpointStore:
     Parameters
     ----------
     directory : str or Path
-        Created if missing.
-    fingerprint : dict
-        JSON-serialisable description of the problem. An existing directory must have been
-        created with an identical fingerprint.
+        Created (when the store is bound) if missing.
+    fingerprint : dict, optional
+        JSON-serialisable description of the problem: binds the store at once
+        (:meth:`bind`). Without it the store touches nothing until it is bound.
 
     Raises
     ------
@@ -137,41 +139,64 @@ class CheckpointStore:
         If the directory holds checkpoints of a different problem.
     """
 
-    def __init__(self, directory: str | os.PathLike, fingerprint: dict) -> None:
+    def __init__(self, directory: str | os.PathLike, fingerprint: dict | None = None) -> None:
         self.directory = Path(directory)
-        self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
-        self.hash = fingerprint_hash(self.fingerprint)
+        self.fingerprint: dict | None = None
+        self.hash: str | None = None
+        if fingerprint is not None:
+            self.bind(fingerprint)
+
+    def bind(self, fingerprint: dict) -> CheckpointStore:
+        """Bind the store to the problem ``fingerprint``; return it.
+
+        Creates the directory and its manifest, or checks that an existing manifest names the
+        same problem (an identical fingerprint).
+
+        Raises
+        ------
+        CheckpointMismatchError
+            If the directory holds checkpoints of a different problem (the store stays
+            unbound).
+        """
+        canonical = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+        problem = fingerprint_hash(canonical)
         self.directory.mkdir(parents=True, exist_ok=True)
         manifest = self.directory / "manifest.json"
         if manifest.exists():
-            try:
-                stored = json.loads(manifest.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise CheckpointMismatchError(
-                    f"checkpoint manifest {manifest} is unreadable ({exc}); remove the directory"
-                ) from exc
-            if stored.get("hash") != self.hash:
-                old = stored.get("fingerprint", {})
-                keys = sorted(
-                    k
-                    for k in set(old) | set(self.fingerprint)
-                    if old.get(k) != self.fingerprint.get(k)
-                )
-                diffs = ", ".join(
-                    f"{k}: {old.get(k)!r} -> {self.fingerprint.get(k)!r}" for k in keys[:8]
-                )
-                raise CheckpointMismatchError(
-                    f"checkpoint directory {self.directory} belongs to a different problem "
-                    f"(differs in {diffs}); use another checkpoint directory or delete it"
-                )
+            self._check_manifest(manifest, canonical, problem)
         else:
             _write_json_atomic(
-                manifest,
-                {"version": FORMAT_VERSION, "hash": self.hash, "fingerprint": self.fingerprint},
+                manifest, {"version": FORMAT_VERSION, "hash": problem, "fingerprint": canonical}
             )
+        self.fingerprint, self.hash = canonical, problem
+        return self
+
+    def _check_manifest(self, manifest: Path, fingerprint: dict, problem: str) -> None:
+        try:
+            stored = json.loads(manifest.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CheckpointMismatchError(
+                f"checkpoint manifest {manifest} is unreadable ({exc}); remove the directory"
+            ) from exc
+        if stored.get("hash") != problem:
+            old = stored.get("fingerprint", {})
+            keys = sorted(
+                k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k)
+            )
+            diffs = ", ".join(f"{k}: {old.get(k)!r} -> {fingerprint.get(k)!r}" for k in keys[:8])
+            raise CheckpointMismatchError(
+                f"checkpoint directory {self.directory} belongs to a different problem "
+                f"(differs in {diffs}); use another checkpoint directory or delete it"
+            )
+
+    def _bound(self) -> str:
+        if self.hash is None:
+            raise RuntimeError(f"checkpoint store {self.directory} is not bound to a problem")
+        return self.hash
 
     def save(self, name: str, arrays: dict[str, np.ndarray | ColumnBlocks], meta: dict) -> None:
         """Atomically replace state ``name`` by ``arrays`` (.npy each) and ``meta`` (JSON)."""
+        problem = self._bound()
         pointer = self.directory / f"{name}.json"
         seq = 0
         if pointer.exists():
@@ -200,7 +225,7 @@ class CheckpointStore:
                 "dir": final.name,
                 "arrays": sorted(arrays),
                 "meta": meta,
-                "hash": self.hash,
+                "hash": problem,
             },
         )
         for old in self.directory.glob(f"{name}-*"):
@@ -210,11 +235,12 @@ class CheckpointStore:
 
     def load(self, name: str) -> tuple[dict[str, np.ndarray], dict] | None:
         """The latest state ``name`` as ``(arrays, meta)``, or None if there is none."""
+        problem = self._bound()
         pointer = self.directory / f"{name}.json"
         if not pointer.exists():
             return None
         info = json.loads(pointer.read_text())
-        if info.get("hash") != self.hash:
+        if info.get("hash") != problem:
             raise CheckpointMismatchError(f"{pointer} was written for a different problem")
         folder = self.directory / info["dir"]
         try:

@@ -12,13 +12,18 @@ Given the backend's X (block-diagonal by language) and concept labels Y, with gl
    :func:`~pipeline.linalg.block_lanczos.block_lanczos` with block width
    :func:`default_block_size`, started from a **warm block**: ``start_steps`` steps of
    subspace iteration on the surrogate ``M₀ = Cᵀ D⁻¹ C`` (D = diag(B), the CG's Jacobi
-   diagonal), two cheap passes per step instead of ~15 CG passes per application of M;
+   diagonal), two cheap passes per step instead of a whole CG solve per application of M;
 3. ``Φ*ᵀ = Â⁻¹ C P``: with ``reuse_solves`` (default) the eigensolver keeps ``Â⁻¹ C V`` of its
    basis V, which it computes anyway, and P = V S gives ``Φ*ᵀ = (Â⁻¹ C V) S`` for free;
    otherwise one more solve with r right-hand sides;
 4. Eq. 15: ``Φ*Φ*ᵀ = QΛQᵀ``, ``Φ = Λ^{-1/2} Qᵀ Φ*`` — orthonormal rows spanning the same space.
    Λ and Q (global, r × r) are kept (:attr:`Cr5Result.gram_eigenvalues`,
    :attr:`Cr5Result.gram_eigenvectors`), so ``Φ*ᵀ = Φᵀ Λ^{1/2} Qᵀ`` can be rebuilt per language.
+
+Parameters: :class:`~pipeline.linalg.params.Cr5Params`, declared once (defaults, ranges,
+meanings; the configuration's ``train.*`` keys). Checkpoints: a
+:class:`~pipeline.linalg.checkpoint.CheckpointStore` made by the caller and bound here to the
+problem (:func:`solve_cr5`).
 
 Storage convention: the per-language map is returned **transposed**, ``components[l]`` =
 ``Φ_lᵀ`` of shape ``(p_l, r)``, float32, so a TF-IDF row block ``X_l`` embeds as
@@ -36,7 +41,6 @@ iteration.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,8 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import SOLVER_KEYS, TrainConfig
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError, ConfigError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import (
@@ -59,8 +61,9 @@ from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
-from pipeline.params import check_params
+from pipeline.params import check_params, coerce, section_params
 
 __all__ = [
     "Cr5Result",
@@ -131,7 +134,7 @@ class CrossCovariance(BlockOperator):
             return self.backend.x_scatter_rows(lang, parts[lang])
 
         # Each language returns only its concepts' rows (K_l x b, not K x b): with many
-        # languages the K x b results held until summed were the driver's largest term.
+        # languages, K x b results held until summed would be the driver's largest term.
         res = self._map(one)
         out = np.zeros((self.shape[1], u.shape[1]))
         for lang in self.layout.languages:
@@ -150,12 +153,10 @@ class CrossSolve(BlockOperator):
     ``guess = (S, G)``: S (K x c, orthonormal columns) with G ≈ ``B⁻¹ C S`` (p x c), e.g.
     a λ path's previous Ritz vectors and their solves at the previous λ. A block V then
     starts its CG from ``G (Sᵀ V)``, exact up to the change of λ for the part of V in
-    span(S): the start block's solves take 2-4 CG iterations instead of 8-10 (DDTP,
-    r = 100). Dropped once a block has less than a tenth of its weight in span(S).
-    (Not corrected for the change of λ: one free preconditioned Richardson step with the
-    known residual ``(λ₀ − λ) G`` cut the start's passes by ~11 %, but on the synthetic
-    200k corpus the path's P@1 at λ = 0.3 then fell from 0.747 to 0.629 and its grid cost
-    rose from 1.25x to 1.53x one fit; bench/README.md, "λ path".)
+    span(S), so the start block's solves need a fraction of their CG iterations. Dropped
+    once a block has less than a tenth of its weight in span(S). The guess is not
+    corrected for the change of λ: such a correction made the path's models worse
+    (bench/README.md, "λ path").
     """
 
     def __init__(
@@ -177,7 +178,7 @@ class CrossSolve(BlockOperator):
         if self.guess is not None:
             basis, images = self.guess
             # in the guess's dtype and on threads: `basis.T @ v` would first copy the
-            # float32 K x c basis to float64 (DDTP r = 300: ~80 ms a block, 1 s a fit)
+            # float32 K x c basis to float64, for every block
             coef = tall_t_matmul(basis, v.astype(basis.dtype))  # (c, b)
             if float(np.sum(coef**2)) < 0.1 * float(np.sum(v**2)):
                 self.guess = None  # V has left span(S): nothing more to gain
@@ -203,12 +204,10 @@ def surrogate_warm_start(
 
     ``steps`` steps of subspace iteration ``Q ← orth(Cᵀ D⁻¹ C Q)`` on the surrogate of M with
     ``Â⁻¹`` replaced by ``D⁻¹ = jacobi`` (shape (p,)): each step is one C- and one Cᵀ-product
-    (a pass per language each), against ~15 CG passes for one application of M. The
-    surrogate shares M's cross-covariance structure, so its leading subspace is a far better
-    start than a random block. Measured on the synthetic 200k-document corpus (r = 50, b = 70,
-    bench/README.md): 2 eigensolver iterations instead of 5 and higher held-out P@1
-    (0.719 vs 0.679 at b = 32 from a random block). 2 steps: same 2 iterations and P@1
-    (0.722) as 3, 5 or 8; 1 step: 3 iterations.
+    (a pass per language each), against a whole CG solve's passes for one application of
+    M. The surrogate shares M's cross-covariance structure, so its leading subspace is a far
+    better start than a random block: the eigensolver needs fewer iterations, and two steps
+    are enough (``train.start_steps``; bench/README.md, "Solver knobs").
     """
     d = np.asarray(jacobi, dtype=np.float64)[:, None]
     stage = cmat.stage
@@ -312,29 +311,28 @@ class Cr5Result:
 
 
 def _problem_fingerprint(
-    backend: CorpusBackend, mu: np.ndarray, nu: np.ndarray, params: dict
+    backend: CorpusBackend, mu: np.ndarray, nu: np.ndarray, params: Cr5Params
 ) -> dict:
-    keys = (
-        "lam",
-        "r",
-        "oversampling",
-        "seed",
-        "max_basis",
-        "block_size",
-        "cg_rtol",
-        "cg_maxiter",
-        "cg_dtype",
-        "precond_rank",
-        "w_rtol",
-        "start_steps",
-        "reuse_solves",
-    )
+    """What a checkpoint is bound to: the corpus, the data and the parameters that change the
+    iterates (role ``PROBLEM`` in :class:`~pipeline.linalg.params.Cr5Params`)."""
     return {
         "version": CHECKPOINT_VERSION,
         **backend.fingerprint(),
-        **{k: params[k] for k in keys},
+        **{k: getattr(params, k) for k in Cr5Params.names(PROBLEM)},
         "data_digest": array_digest(mu, nu),
     }
+
+
+def _normalised(params: Cr5Params, pass_dtype: Any) -> Cr5Params:
+    """``params`` with each value of its declared Python type (a numpy scalar becomes an int,
+    float or bool, for the JSON history and fingerprint) and ``cg_dtype`` resolved (None: the
+    pass dtype)."""
+    values = {
+        info.name: coerce(info.type, getattr(params, info.name), key=info.name)
+        for info in section_params(Cr5Params)
+    }
+    values["cg_dtype"] = np.dtype(pass_dtype if params.cg_dtype is None else params.cg_dtype).name
+    return Cr5Params(**values)
 
 
 def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
@@ -346,13 +344,9 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     needed.
 
     Warm start (:func:`surrogate_warm_start`): ``min(r + oversampling, max(24, r // 12))``.
-    On the real DDTP corpus (57k documents, 4 languages) a narrow block applies M to fewer
-    columns in all: r = 100: b = 24 took 13 iterations and 312 columns against 4 and 480 at
-    b = 120 (1.6-2.6x faster, P@1 within a point; b = 16: 18 iterations, no faster in
-    wall time and 0.6 point lower); r = 300: b = 24 1.3x faster than b = 50. On the
-    synthetic 200k corpus, whose spectrum decays faster, b = r + oversampling converges in
-    two iterations and is 1.0-1.1x faster than b = 24. Measurements: bench/README.md
-    ("Block width", bench_knobs).
+    From a good start a narrow block applies M to fewer columns in all: more iterations, but
+    each on fewer columns, at the same held-out P@1 on a real corpus; on a corpus whose
+    spectrum decays fast a wide block is about as fast (bench/README.md, "Block width").
     """
     wide = r + oversampling
     if warm:
@@ -371,7 +365,7 @@ def default_max_basis(r: int, b: int) -> int:
 
     Bounds the eigensolver's driver memory independently of its iteration count: the basis
     is ``K x max_basis`` float64 and the tracked images ``p x max_basis`` float32. Four
-    blocks beyond the wanted space leave the usual warm-started solves (2-5 iterations)
+    blocks beyond the wanted space leave the usual warm-started solves (a few iterations)
     unrestarted; longer ones restart from the leading ``max(r, min(max_basis // 2, room))``
     Ritz vectors (Krylov-Schur), ``room = max(max_basis - waiting - 2 b, (max_basis - 2 b)
     // 2)`` (``waiting``: the columns not yet applied, b, or more after a λ path's wide
@@ -393,34 +387,25 @@ def resolve_block_size(
 
 def solve_cr5(
     backend: CorpusBackend,
+    params: Cr5Params | None = None,
     *,
-    lam: float,
-    r: int = _D.r,
-    oversampling: int = _D.oversampling,
-    cg_rtol: float = _D.cg_rtol,
-    cg_maxiter: int = _D.cg_maxiter,
-    cg_dtype: str | None = _D.cg_dtype,
-    precond_rank: int = _D.precond_rank,
-    w_rtol: float = _D.w_rtol,
-    eig_rtol: float = _D.eig_rtol,
-    eig_maxiter: int = _D.eig_maxiter,
-    seed: int = _D.seed,
-    max_basis: int | None = _D.max_basis,
-    block_size: int | None = _D.block_size,
-    start_steps: int = _D.start_steps,
-    reuse_solves: bool = _D.reuse_solves,
-    stop_rule: str = _D.stop_rule,
-    stop_patience: int = _D.stop_patience,
-    max_workers: int | None = _D.max_workers,
-    checkpoint_dir: str | os.PathLike | None = None,
-    checkpoint_every: int = _D.checkpoint_every,
-    checkpoint_seconds: float = _D.checkpoint_seconds,
+    checkpoint: CheckpointStore | None = None,
     callback: ProgressCallback | None = None,
     start: np.ndarray | PathStart | None = None,
     keep_start: bool = False,
     validation: ValidationSet | None = None,
+    **changes: Any,
 ) -> Cr5Result:
     """Fit Cr5 on ``backend``; see :class:`Cr5Solver` for the parameters (validated there).
+
+    ``params`` (default: the declared defaults) with ``changes`` by name, e.g.
+    ``solve_cr5(backend, lam=0.3, r=100)`` (:class:`~pipeline.linalg.params.Cr5Params`).
+
+    ``checkpoint``: a :class:`~pipeline.linalg.checkpoint.CheckpointStore`, bound here to the
+    problem's fingerprint (corpus, data, the parameters that change the iterates, the start
+    block). The eigensolver's state is saved in it at most every ``checkpoint_seconds`` and
+    after the last iteration; a fit given a store that holds a state of the same problem
+    resumes from it (and one whose last state is final reuses it without iterating).
 
     ``start``: a :class:`PathStart` (the ``path_start`` of a fit at a neighbouring λ), or
     K x c columns: start the eigensolver from (up to r + oversampling of) these columns
@@ -428,9 +413,8 @@ def solve_cr5(
     with random ones. A start wider than b is applied b columns at a time with every
     residual direction kept, and the fit runs to the same residual rule as any fit.
     ``keep_start``: return the leading r + oversampling Ritz vectors, their B⁻¹C solves and
-    w as ``Cr5Result.path_start``. A λ grid fitted this way
-    from the largest λ down (a regularisation path,
-    :mod:`~pipeline.evaluation.lambda_selection`) is measured in bench/README.md ("λ path").
+    w as ``Cr5Result.path_start``, to start the fit at the next λ of a regularisation path
+    (:mod:`~pipeline.evaluation.lambda_selection`; bench/README.md, "λ path").
 
     ``callback(stage, iteration, info)`` is called after each eigensolver iteration with
     ``stage="eigensolver"`` and ``info = {"ritz_values": (r,), "residuals": (r,)}``; it may
@@ -442,240 +426,315 @@ def solve_cr5(
     the best iteration's solution is returned. The objective and σ are recorded either way
     (``history["stopping"]``).
     """
-    if validation is not None and not reuse_solves:
-        raise ConfigError(
-            "validation scoring during the eigensolver needs train.reuse_solves=true (it "
-            "embeds with the Ritz vectors' own solves)"
-        )
-    params = {
-        "lam": float(lam),
-        "r": int(r),
-        "oversampling": int(oversampling),
-        "cg_rtol": cg_rtol,
-        "cg_maxiter": cg_maxiter,
-        "cg_dtype": np.dtype(backend.dtype if cg_dtype is None else cg_dtype).name,
-        "precond_rank": int(precond_rank),
-        "w_rtol": w_rtol,
-        "eig_rtol": eig_rtol,
-        "eig_maxiter": eig_maxiter,
-        "seed": seed,
-        "max_basis": max_basis,
-        "block_size": block_size,
-        "start_steps": int(start_steps),
-        "reuse_solves": bool(reuse_solves),
-        "stop_rule": stop_rule,
-        "stop_patience": int(stop_patience),
-    }
-    timings: dict[str, float] = {}
-    passes0 = backend.pass_counts
-    t_start = time.perf_counter()
-    k = backend.n_concepts
-    layout = TermLayout.of(backend)
-    b = resolve_block_size(r, oversampling, block_size, k, warm=start_steps > 0)
-    path = None
-    if start is not None:
-        if not isinstance(start, PathStart):
-            start = PathStart(0.0, np.asarray(start, dtype=np.float64), None)
-        path = start.checked(k, layout.n_terms)
-    # a given start: up to r + oversampling of its columns, at least b wide (random
-    # completion); applied b columns at a time (block_lanczos)
-    width = b if path is None else max(b, min(path.vectors.shape[1], r + oversampling))
-    basis_cap = default_max_basis(r, b) if max_basis is None else max_basis
-    if width > b:  # room for the start's columns waiting behind the applied ones
-        basis_cap = max(basis_cap, max(r, b) + width + 2 * b)
-
-    t0 = time.perf_counter()
-    backend.describe("cr5/mean", None)
-    mu = global_mean(backend)
-    nu = concept_frequencies(backend)
-    timings["mean"] = time.perf_counter() - t0
-
-    # checks stop_rule against validation before any solve
-    monitor = IterationMonitor(
-        y_norm_sq=backend.n_total_docs() * (1.0 - float(nu @ nu)),
-        split=layout.split,
-        r=r,
+    fit = _Cr5Fit(
+        backend,
+        _normalised(Cr5Params.of(params, **changes), backend.dtype),
+        start=start,
         validation=validation,
-        stop_rule=stop_rule,
-        patience=stop_patience,
     )
+    return fit.run(checkpoint, callback=callback, keep_start=keep_start)
 
-    store = None
-    if checkpoint_dir is not None:
-        fingerprint = _problem_fingerprint(backend, mu, nu, params)
-        if path is not None:  # a resume must start from the same block
-            fingerprint["start_digest"] = array_digest(path.vectors)
-        store = CheckpointStore(checkpoint_dir, fingerprint)
+
+class _Cr5Fit:
+    """One run of :func:`solve_cr5`, phase by phase (each method one step of the module
+    docstring's recipe); the state shared by the phases lives on the instance.
+
+    Sizes are fixed at construction: K concepts, the block width b, the width of the start
+    block and the eigensolver's basis cap. Then :meth:`run`: the means μ and ν, the
+    checkpoint store bound to the problem, the Woodbury operator Â⁻¹ (w solved in the
+    background), the eigensolver on M (from a saved state, a given start or the surrogate
+    warm start), Φ from its result, and the history.
+    """
+
+    # set by the phases of run(), in this order
+    mu: np.ndarray
+    nu: np.ndarray
+    monitor: IterationMonitor
+    ainv: WoodburyInverse
+    w_saved: bool
+    cmat: CrossCovariance
+    last_saved: float
+
+    def __init__(
+        self,
+        backend: CorpusBackend,
+        params: Cr5Params,
+        *,
+        start: np.ndarray | PathStart | None,
+        validation: ValidationSet | None,
+    ) -> None:
+        p = params
+        if validation is not None and not p.reuse_solves:
+            raise ConfigError(
+                "validation scoring during the eigensolver needs train.reuse_solves=true (it "
+                "embeds with the Ritz vectors' own solves)"
+            )
+        self.backend, self.p, self.validation = backend, p, validation
+        self.timings: dict[str, float] = {}
+        self.passes0 = backend.pass_counts
+        self.t_start = time.perf_counter()
+        self.k = backend.n_concepts
+        self.layout = TermLayout.of(backend)
+        self.b = resolve_block_size(
+            p.r, p.oversampling, p.block_size, self.k, warm=p.start_steps > 0
+        )
+        b = self.b  # the block width
+        self.path: PathStart | None = None
+        if start is not None:
+            if not isinstance(start, PathStart):
+                start = PathStart(0.0, np.asarray(start, dtype=np.float64), None)
+            self.path = start.checked(self.k, self.layout.n_terms)
+        # a given start: up to r + oversampling of its columns, at least b wide (random
+        # completion); applied b columns at a time (block_lanczos)
+        self.width = (
+            b
+            if self.path is None
+            else max(b, min(self.path.vectors.shape[1], p.r + p.oversampling))
+        )
+        self.basis_cap = default_max_basis(p.r, b) if p.max_basis is None else p.max_basis
+        if self.width > b:  # room for the start's columns waiting behind the applied ones
+            self.basis_cap = max(self.basis_cap, max(p.r, b) + self.width + 2 * b)
+        self.store: CheckpointStore | None = None
+        self.callback: ProgressCallback | None = None
+
+    def run(
+        self,
+        checkpoint: CheckpointStore | None,
+        *,
+        callback: ProgressCallback | None,
+        keep_start: bool,
+    ) -> Cr5Result:
+        """Fit: the phases below in order, then the result."""
+        self.callback = callback
+        self._centre()
+        if checkpoint is not None:
+            self._bind(checkpoint)
+        self._woodbury()
+        eig, resumed_from = self._eigensolver(keep_start)
+        phi_t, lam_g, q, eigenvalues, returned_iteration = self._phi(eig)
+        history = self._history(eig, resumed_from, returned_iteration)
+        parts = self.layout.split(phi_t)
+        return Cr5Result(
+            components={
+                lang: np.ascontiguousarray(v, dtype=np.float32) for lang, v in parts.items()
+            },
+            eigenvalues=eigenvalues,
+            mean={lang: v.copy() for lang, v in self.layout.split(self.mu).items()},
+            history=history,
+            gram_eigenvalues=lam_g.copy(),
+            gram_eigenvectors=np.ascontiguousarray(q),
+            path_start=self._path_start(eig) if keep_start else None,
+        )
+
+    # --- μ, ν and the stopping monitor ------------------------------------------------------------
+    def _centre(self) -> None:
+        t0 = time.perf_counter()
+        self.backend.describe("cr5/mean", None)
+        self.mu = global_mean(self.backend)
+        self.nu = concept_frequencies(self.backend)
+        self.timings["mean"] = time.perf_counter() - t0
+        # checks stop_rule against validation before any solve
+        self.monitor = IterationMonitor(
+            y_norm_sq=self.backend.n_total_docs() * (1.0 - float(self.nu @ self.nu)),
+            split=self.layout.split,
+            r=self.p.r,
+            validation=self.validation,
+            stop_rule=self.p.stop_rule,
+            patience=self.p.stop_patience,
+        )
+
+    def _bind(self, checkpoint: CheckpointStore) -> None:
+        fingerprint = _problem_fingerprint(self.backend, self.mu, self.nu, self.p)
+        if self.path is not None:  # a resume must start from the same block
+            fingerprint["start_digest"] = array_digest(self.path.vectors)
+        self.store = checkpoint.bind(fingerprint)
 
     # --- w = B⁻¹μ, once per λ -------------------------------------------------------------------
-    t0 = time.perf_counter()
-    saved_w = store.load("woodbury") if store else None
-    ainv = WoodburyInverse(
-        backend,
-        lam,
-        rtol=cg_rtol,
-        maxiter=cg_maxiter,
-        w_rtol=w_rtol,
-        max_workers=max_workers,
-        mu=mu,
-        precond_rank=precond_rank,
-        seed=seed,
-        w=None if saved_w is None else saved_w[0]["w"],
-        w0=None if path is None else path.w,
-        cg_dtype=params["cg_dtype"],
-    )
-    ainv.stage = "cr5"
-    # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
-    # first eigensolver solve, which needs w only after its own B⁻¹ solve
-    ainv.prepare(background=True)
-    w_saved = saved_w is not None
+    def _woodbury(self) -> None:
+        p, store = self.p, self.store
+        t0 = time.perf_counter()
+        saved_w = store.load("woodbury") if store else None
+        self.ainv = WoodburyInverse(
+            self.backend,
+            p.lam,
+            rtol=p.cg_rtol,
+            maxiter=p.cg_maxiter,
+            w_rtol=p.w_rtol,
+            max_workers=p.max_workers,
+            mu=self.mu,
+            precond_rank=p.precond_rank,
+            seed=p.seed,
+            w=None if saved_w is None else saved_w[0]["w"],
+            w0=None if self.path is None else self.path.w,
+            cg_dtype=p.cg_dtype,
+        )
+        self.ainv.stage = "cr5"
+        # w = B⁻¹μ in the background: its single-column passes overlap the warm start and the
+        # first eigensolver solve, which needs w only after its own B⁻¹ solve
+        self.ainv.prepare(background=True)
+        self.w_saved = saved_w is not None
+        self.timings["woodbury_setup"] = time.perf_counter() - t0
 
-    def save_woodbury() -> None:
-        nonlocal w_saved
-        if store and not w_saved:
-            ainv.wait()
-            store.save("woodbury", {"w": ainv.w}, {"c": ainv.c})
-            w_saved = True
-
-    timings["woodbury_setup"] = time.perf_counter() - t0
+    def _save_woodbury(self) -> None:
+        if self.store and not self.w_saved:
+            self.ainv.wait()
+            self.store.save("woodbury", {"w": self.ainv.w}, {"c": self.ainv.c})
+            self.w_saved = True
 
     # --- top-r eigenvectors of M = Cᵀ Â⁻¹ C ------------------------------------------------------
-    t0 = time.perf_counter()
-    cmat = CrossCovariance(backend, mu, nu, max_workers=max_workers)
-    m_op = CrossSolve(cmat, ainv)
-    saved = store.load("lanczos") if store else None
-    if saved is None:
+    def _eigensolver(self, keep_start: bool) -> tuple[Any, int | None]:
+        """Run block Lanczos on M; returns its result and the iteration resumed from."""
+        p, b = self.p, self.b
+        t0 = time.perf_counter()
+        self.cmat = CrossCovariance(self.backend, self.mu, self.nu, max_workers=p.max_workers)
+        m_op = CrossSolve(self.cmat, self.ainv)
+        state, resumed_from = self._start_state(m_op, t0)
+        self.last_saved = time.perf_counter()
+        self._label(state.n_iter + 1)
+        eig = block_lanczos(
+            m_op,
+            p.r,
+            block_size=b,
+            rtol=p.eig_rtol,
+            maxiter=p.eig_maxiter,
+            seed=p.seed,
+            max_basis=self.basis_cap,
+            state=state,
+            checkpoint=self._save_state if self.store else None,
+            checkpoint_every=p.checkpoint_every,
+            callback=self._on_iteration,
+            track_images=p.reuse_solves,
+            n_vectors=max(p.r + p.oversampling, b) if keep_start else None,
+            monitor=self._on_ritz,
+            name="cr5/eigensolver",
+        )
+        self.ainv.wait()
+        if self.store:
+            self._save_state(state, due=True)
+        self.timings["eigensolver"] = time.perf_counter() - t0
+        return eig, resumed_from
+
+    def _start_state(self, m_op: CrossSolve, t0: float) -> tuple[LanczosState, int | None]:
+        """The eigensolver's state: a checkpoint's, else a start block from the given start
+        (its solves as the CG's first guesses) or from the surrogate warm start."""
+        p, path = self.p, self.path
+        saved = self.store.load("lanczos") if self.store else None
+        if saved is not None:
+            state = LanczosState.from_parts(*saved)
+            logger.info("cr5: resuming the eigensolver from iteration %d", state.n_iter)
+            return state, state.n_iter
         if path is not None:
-            c = min(path.vectors.shape[1], width)
-            state = initial_state(k, width, seed, start=path.vectors[:, :c])
+            c = min(path.vectors.shape[1], self.width)
+            state = initial_state(self.k, self.width, p.seed, start=path.vectors[:, :c])
             if path.solves is not None:
                 # the start as initial_state orthonormalised it (float32 is plenty for a guess)
                 m_op.guess = (state.basis[:, :c].astype(np.float32), path.solves[:, :c])
         else:
-            warm = surrogate_warm_start(cmat, ainv.jacobi(), start_steps) if start_steps else None
-            state = initial_state(k, width, seed, warm=warm)
-        timings["warm_start"] = time.perf_counter() - t0
-    else:
-        state = LanczosState.from_parts(*saved)
-    resumed_from = None if saved is None else state.n_iter
-    if resumed_from is not None:
-        logger.info("cr5: resuming the eigensolver from iteration %d", resumed_from)
+            warm = (
+                surrogate_warm_start(self.cmat, self.ainv.jacobi(), p.start_steps)
+                if p.start_steps
+                else None
+            )
+            state = initial_state(self.k, self.width, p.seed, warm=warm)
+        self.timings["warm_start"] = time.perf_counter() - t0
+        return state, None
 
-    def on_ritz(st: LanczosState, theta: np.ndarray, s: np.ndarray) -> bool:
+    def _on_ritz(self, st: LanczosState, theta: np.ndarray, s: np.ndarray) -> bool:
+        r = self.p.r
         rr = min(r, st.n_applied)
-        return monitor.observe(
+        return self.monitor.observe(
             st.n_iter, theta[:rr], (lambda: ritz_images(st, s[:, :r])) if rr == r else None
         )
 
-    def label(iteration: int) -> None:
-        ainv.stage = cmat.stage = f"cr5/eig{iteration}"
+    def _label(self, iteration: int) -> None:
+        self.ainv.stage = self.cmat.stage = f"cr5/eig{iteration}"
 
-    last_saved = time.perf_counter()
-
-    def save_state(st: LanczosState, *, due: bool = False) -> None:
+    def _save_state(self, st: LanczosState, *, due: bool = False) -> None:
         # at most one checkpoint per checkpoint_seconds: each writes the whole basis and
-        # images (100k wikishape corpus, Spark: ~0.5-0.9 s an iteration, 8-13 % of the fit)
-        nonlocal last_saved
-        if not due and time.perf_counter() - last_saved < checkpoint_seconds:
+        # images, too much to write after every iteration of a large fit
+        if not due and time.perf_counter() - self.last_saved < self.p.checkpoint_seconds:
             return
-        save_woodbury()
-        store.save("lanczos", st.arrays(), st.meta())
-        last_saved = time.perf_counter()
+        self._save_woodbury()
+        self.store.save("lanczos", st.arrays(), st.meta())
+        self.last_saved = time.perf_counter()
 
-    def on_iteration(it: int, ritz: np.ndarray, res: np.ndarray) -> None:
-        label(it + 1)
-        if callback is not None:
-            callback("eigensolver", it, {"ritz_values": ritz, "residuals": res})
-
-    label(state.n_iter + 1)
-    eig = block_lanczos(
-        m_op,
-        r,
-        block_size=b,
-        rtol=eig_rtol,
-        maxiter=eig_maxiter,
-        seed=seed,
-        max_basis=basis_cap,
-        state=state,
-        checkpoint=save_state if store else None,
-        checkpoint_every=checkpoint_every,
-        callback=on_iteration,
-        track_images=reuse_solves,
-        n_vectors=max(r + oversampling, b) if keep_start else None,
-        monitor=on_ritz,
-        name="cr5/eigensolver",
-    )
-    ainv.wait()
-    if store:
-        save_state(state, due=True)
-    timings["eigensolver"] = time.perf_counter() - t0
+    def _on_iteration(self, it: int, ritz: np.ndarray, res: np.ndarray) -> None:
+        self._label(it + 1)
+        if self.callback is not None:
+            self.callback("eigensolver", it, {"ritz_values": ritz, "residuals": res})
 
     # --- Φ*ᵀ = Â⁻¹ C P, then orthonormal rows (Eq. 15) -------------------------------------------
-    t0 = time.perf_counter()
-    ainv.stage = cmat.stage = "cr5/phi"
-    eigenvalues, returned_iteration = eig.eigenvalues, eig.n_iter
-    best = monitor.best
-    if stop_rule == "validation" and best is not None and best.iteration != eig.n_iter:
-        # the validation rule returns its best iteration, not the last one it looked past
-        phi_star_t, eigenvalues, returned_iteration = best.images, best.eigenvalues, best.iteration
-    elif reuse_solves:
-        # in the pass dtype (float32 by default): Φᵀ is stored in float32 anyway, and p x r
-        # float64 copies were the driver's peak with narrow blocks (docs/scaling.md)
-        phi_star_t = eig.images
-    else:
-        phi_star_t = ainv.matmat(cmat.matmat(eig.eigenvectors))
-    phi_t, lam_g, q = orthonormal_rows(phi_star_t)
-    if not lam_g[-1] > 1e-12 * lam_g[0]:
-        raise BreakdownError(
-            f"cr5: Φ*Φ*ᵀ (r={r}) is numerically singular (eigenvalues {lam_g[0]:.3e} .. "
-            f"{lam_g[-1]:.3e}); r exceeds the rank of C ({k} concepts, {layout.n_terms} terms)"
-        )
-    timings["phi"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_start
+    def _phi(self, eig: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """``(Φᵀ, Λ, Q, eigenvalues, iteration)`` of the returned iteration's solution."""
+        p = self.p
+        t0 = time.perf_counter()
+        self.ainv.stage = self.cmat.stage = "cr5/phi"
+        eigenvalues, returned_iteration = eig.eigenvalues, eig.n_iter
+        best = self.monitor.best
+        if p.stop_rule == "validation" and best is not None and best.iteration != eig.n_iter:
+            # the validation rule returns its best iteration, not the last one it looked past
+            phi_star_t, eigenvalues, returned_iteration = (
+                best.images,
+                best.eigenvalues,
+                best.iteration,
+            )
+        elif p.reuse_solves:
+            # in the pass dtype (float32 by default): Φᵀ is stored in float32 anyway, and
+            # p x r float64 copies would be the driver's peak with narrow blocks
+            # (docs/scaling.md)
+            phi_star_t = eig.images
+        else:
+            phi_star_t = self.ainv.matmat(self.cmat.matmat(eig.eigenvectors))
+        phi_t, lam_g, q = orthonormal_rows(phi_star_t)
+        if not lam_g[-1] > 1e-12 * lam_g[0]:
+            raise BreakdownError(
+                f"cr5: Φ*Φ*ᵀ (r={p.r}) is numerically singular (eigenvalues {lam_g[0]:.3e} .. "
+                f"{lam_g[-1]:.3e}); r exceeds the rank of C ({self.k} concepts, "
+                f"{self.layout.n_terms} terms)"
+            )
+        self.timings["phi"] = time.perf_counter() - t0
+        self.timings["total"] = time.perf_counter() - self.t_start
+        return phi_t, lam_g, q, eigenvalues, returned_iteration
 
-    passes1 = backend.pass_counts
-    history = {
-        "params": params,
-        "n_docs": backend.n_total_docs(),
-        "n_concepts": k,
-        "languages": list(layout.languages),
-        "n_terms": list(layout.sizes),
-        "block_size": b,
-        "max_basis": basis_cap,
-        "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(mu @ ainv.w)},
-        "eigensolver": {**eig.to_history(), "resumed_from_iteration": resumed_from},
-        "stopping": {
-            **monitor.to_history(eig.stopped_by),
-            "returned_iteration": returned_iteration,
-        },
-        "solves": [rec.to_dict() for rec in ainv.records],
-        "passes": pass_delta(passes0, passes1),
-        "timings": {key: round(v, 4) for key, v in timings.items()},
-    }
-    logger.info(
-        "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X",
-        timings["total"],
-        eig.n_iter,
-        eig.converged,
-        sum(history["passes"]["passes"].values()),
-    )
-    parts = layout.split(phi_t)
-    return Cr5Result(
-        components={lang: np.ascontiguousarray(v, dtype=np.float32) for lang, v in parts.items()},
-        eigenvalues=eigenvalues,
-        mean={lang: v.copy() for lang, v in layout.split(mu).items()},
-        history=history,
-        gram_eigenvalues=lam_g.copy(),
-        gram_eigenvectors=np.ascontiguousarray(q),
-        path_start=PathStart(
-            lam=float(lam),
-            vectors=eig.leading_block,
-            solves=_b_part(cmat, ainv, eig) if reuse_solves else None,
-            w=ainv.w,
+    # --- provenance -------------------------------------------------------------------------------
+    def _history(self, eig: Any, resumed_from: int | None, returned_iteration: int) -> dict:
+        ainv, layout, timings = self.ainv, self.layout, self.timings
+        passes1 = self.backend.pass_counts
+        history = {
+            # the parameters that change the iterates or the stopping
+            "params": {k: getattr(self.p, k) for k in Cr5Params.names(PROBLEM, STOPPING)},
+            "n_docs": self.backend.n_total_docs(),
+            "n_concepts": self.k,
+            "languages": list(layout.languages),
+            "n_terms": list(layout.sizes),
+            "block_size": self.b,
+            "max_basis": self.basis_cap,
+            "woodbury": {"c": ainv.c, "one_minus_n_mu_w": 1.0 - ainv.n * float(self.mu @ ainv.w)},
+            "eigensolver": {**eig.to_history(), "resumed_from_iteration": resumed_from},
+            "stopping": {
+                **self.monitor.to_history(eig.stopped_by),
+                "returned_iteration": returned_iteration,
+            },
+            "solves": [rec.to_dict() for rec in ainv.records],
+            "passes": pass_delta(self.passes0, passes1),
+            "timings": {key: round(v, 4) for key, v in timings.items()},
+        }
+        logger.info(
+            "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X",
+            timings["total"],
+            eig.n_iter,
+            eig.converged,
+            sum(history["passes"]["passes"].values()),
         )
-        if keep_start
-        else None,
-    )
+        return history
+
+    def _path_start(self, eig: Any) -> PathStart:
+        return PathStart(
+            lam=float(self.p.lam),
+            vectors=eig.leading_block,
+            solves=_b_part(self.cmat, self.ainv, eig) if self.p.reuse_solves else None,
+            w=self.ainv.w,
+        )
 
 
 # --- estimator wrapper ----------------------------------------------------------------------------
@@ -684,41 +743,29 @@ def solve_cr5(
 class Cr5Solver:
     """Cr5 (crosslingual reduced-rank ridge regression) estimator.
 
-    ``__init__`` only stores the keyword-only parameters. Their defaults, allowed ranges and
-    meanings are declared once, as the ``train.*`` keys of :class:`pipeline.config.TrainConfig`
-    (``python -m pipeline config-reference --section train``), and are checked at :meth:`fit`
-    with the same rules as a configuration file.
+    ``__init__`` only stores the parameters. They are declared once, with their defaults,
+    allowed ranges and meanings, by :class:`~pipeline.linalg.params.Cr5Params` (the
+    configuration keys ``train.<name>``: ``python -m pipeline config-reference --section
+    train``), and are checked at :meth:`fit` with the same rules as a configuration file.
 
     Parameters
     ----------
-    lam : float
-        Ridge parameter λ (> 0).
-    r : int, default ``train.r``
-        Embedding dimension (must be < number of concepts and <= number of terms).
-    oversampling, block_size, start_steps, reuse_solves : see ``train.*``
-        Eigensolver block and warm start (:func:`surrogate_warm_start`).
-    cg_rtol, cg_maxiter, cg_dtype, precond_rank, w_rtol : see ``train.*``
-        Per-language block CG tolerance and cap (paper's ε, T), the rank of its
-        preconditioner's deflated part (:mod:`~pipeline.linalg.preconditioner`); tolerance
-        of w = B⁻¹μ.
-    eig_rtol, eig_maxiter, seed, max_basis : see ``train.*``
-        Eigensolver tolerance (relative Ritz residual, see
-        :func:`~pipeline.linalg.block_lanczos.block_lanczos`), cap, seed and restart size.
-    stop_rule, stop_patience : see ``train.*``
-        ``"validation"`` stops the eigensolver when P@1 on the ``validation`` documents given
-        to :meth:`fit` stops improving (:mod:`~pipeline.linalg.monitor`).
-    max_workers : int or None
-        Concurrent language passes / solves (None: one per language).
-    checkpoint_dir : str or None, default None
-        Directory for resumable checkpoints (see :mod:`~pipeline.linalg.checkpoint`).
-    checkpoint_every : int
-        Eigensolver iterations between checkpoints.
-    checkpoint_seconds : float
-        Least wall time between two checkpoints (0: every ``checkpoint_every`` iterations);
-        the state after the last iteration is always written.
+    params : Cr5Params, optional
+        The solver parameters (default: the declared defaults); any instance of a subclass,
+        such as the configuration's ``train`` section, gives its solver fields.
+    checkpoint : CheckpointStore, optional
+        Where resumable states go (:mod:`~pipeline.linalg.checkpoint`); :meth:`fit` binds it
+        to the problem, and resumes from the state it holds for that problem.
+    **changes
+        Parameters that differ from ``params``, by name, e.g. ``Cr5Solver(lam=0.5, r=100)``:
+        λ, the dimension r, the eigensolver's block, warm start, tolerance and stopping rule,
+        the per-language CG's tolerance, precision and preconditioner, concurrency and the
+        checkpoint cadence (:class:`~pipeline.linalg.params.Cr5Params`).
 
     Attributes
     ----------
+    params : Cr5Params
+        The parameters used by :meth:`fit`.
     components_ : dict of str to ndarray of shape (p_l, r), float32
         ``Φ_lᵀ`` per language: embed with ``X_l @ components_[l]``.
     eigenvalues_ : ndarray of shape (r,)
@@ -734,78 +781,40 @@ class Cr5Solver:
 
     def __init__(
         self,
+        params: Cr5Params | None = None,
         *,
-        lam: float,
-        r: int = _D.r,
-        oversampling: int = _D.oversampling,
-        cg_rtol: float = _D.cg_rtol,
-        cg_maxiter: int = _D.cg_maxiter,
-        cg_dtype: str | None = _D.cg_dtype,
-        precond_rank: int = _D.precond_rank,
-        w_rtol: float = _D.w_rtol,
-        eig_rtol: float = _D.eig_rtol,
-        eig_maxiter: int = _D.eig_maxiter,
-        seed: int = _D.seed,
-        max_basis: int | None = _D.max_basis,
-        block_size: int | None = _D.block_size,
-        start_steps: int = _D.start_steps,
-        reuse_solves: bool = _D.reuse_solves,
-        stop_rule: str = _D.stop_rule,
-        stop_patience: int = _D.stop_patience,
-        max_workers: int | None = _D.max_workers,
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = _D.checkpoint_every,
-        checkpoint_seconds: float = _D.checkpoint_seconds,
+        checkpoint: CheckpointStore | None = None,
+        **changes: Any,
     ) -> None:
-        self.lam = lam
-        self.r = r
-        self.oversampling = oversampling
-        self.cg_rtol = cg_rtol
-        self.cg_maxiter = cg_maxiter
-        self.cg_dtype = cg_dtype
-        self.precond_rank = precond_rank
-        self.w_rtol = w_rtol
-        self.eig_rtol = eig_rtol
-        self.eig_maxiter = eig_maxiter
-        self.seed = seed
-        self.max_basis = max_basis
-        self.block_size = block_size
-        self.start_steps = start_steps
-        self.reuse_solves = reuse_solves
-        self.stop_rule = stop_rule
-        self.stop_patience = stop_patience
-        self.max_workers = max_workers
-        self.checkpoint_dir = checkpoint_dir
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_seconds = checkpoint_seconds
+        self.params = Cr5Params.of(params, **changes)
+        self.checkpoint = checkpoint
 
     def get_params(self) -> dict[str, Any]:
-        """The constructor parameters."""
-        return {name: getattr(self, name) for name in (*SOLVER_KEYS, "checkpoint_dir")}
+        """The solver parameters, by name."""
+        return self.params.solver_params()
 
     def _validate(self, backend: CorpusBackend) -> None:
-        check_params(TrainConfig, self.get_params(), owner="Cr5Solver", prefix="train.")
-        if self.checkpoint_dir is not None and not isinstance(
-            self.checkpoint_dir, str | os.PathLike
-        ):
+        check_params(Cr5Params, self.get_params(), owner="Cr5Solver", prefix="train.")
+        if self.checkpoint is not None and not isinstance(self.checkpoint, CheckpointStore):
             raise ConfigError(
-                f"Cr5Solver parameter 'checkpoint_dir' must be None or a path; "
-                f"got {self.checkpoint_dir!r}"
+                f"Cr5Solver parameter 'checkpoint' must be None or a CheckpointStore; "
+                f"got {self.checkpoint!r}"
             )
+        p = self.params
         k = backend.n_concepts
-        p = sum(backend.n_terms(lang) for lang in backend.languages)
-        if self.r > max_rank(k, p):
+        n_terms = sum(backend.n_terms(lang) for lang in backend.languages)
+        if p.r > max_rank(k, n_terms):
             raise ConfigError(
                 f"Cr5Solver parameter 'r' must be <= min(n_concepts - 1, n_terms) = "
-                f"{max_rank(k, p)} for this corpus (K={k}, p={p}); got {self.r}: "
+                f"{max_rank(k, n_terms)} for this corpus (K={k}, p={n_terms}); got {p.r}: "
                 f"set a smaller train.r"
             )
-        b = min(self.r + self.oversampling, k)
-        if self.max_basis is not None and self.max_basis < max(self.r, b) + 2 * b:
+        b = min(p.r + p.oversampling, k)
+        if p.max_basis is not None and p.max_basis < max(p.r, b) + 2 * b:
             raise ConfigError(
                 f"Cr5Solver parameter 'max_basis' (train.max_basis) must be None or >= "
-                f"max(r, b) + 2*b = {max(self.r, b) + 2 * b} (b = min(r + oversampling, K)); "
-                f"got {self.max_basis}"
+                f"max(r, b) + 2*b = {max(p.r, b) + 2 * b} (b = min(r + oversampling, K)); "
+                f"got {p.max_basis}"
             )
 
     def fit(
@@ -826,11 +835,12 @@ class Cr5Solver:
         self._validate(backend)
         result = solve_cr5(
             backend,
+            self.params,
+            checkpoint=self.checkpoint,
             callback=callback,
             start=start,
             keep_start=keep_start,
             validation=validation,
-            **self.get_params(),
         )
         self.path_start_ = result.path_start
         self.components_ = result.components
@@ -851,6 +861,8 @@ class Cr5Solver:
         return np.asarray(x @ self.components_[lang])
 
     def __repr__(self) -> str:
-        defaults = {k: getattr(_D, k) for k in SOLVER_KEYS}
-        changed = {k: v for k, v in self.get_params().items() if v != defaults.get(k)}
+        defaults = CR5_DEFAULTS.solver_params()
+        changed = {k: v for k, v in self.get_params().items() if v != defaults[k]}
+        if self.checkpoint is not None:
+            changed["checkpoint"] = str(self.checkpoint.directory)
         return "Cr5Solver(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")"

@@ -4,16 +4,16 @@ The eigensolver's driver-side work is tall-and-skinny: K x m bases and p x m ima
 small m x k coefficient blocks (restarts, Ritz vectors, Φ) and K x m transposed products
 (re-orthogonalisation). numpy's ``matmul`` releases the GIL, so row chunks of such a product
 run in parallel on threads even when BLAS itself is pinned to one thread — which this project
-recommends (``OPENBLAS_NUM_THREADS=1``: multi-threaded BLAS ran 5-8x slower on a small shared
-machine). This work happens between the passes over X, when the language threads are idle, so
-the cores would otherwise wait.
+recommends (``OPENBLAS_NUM_THREADS=1``: BLAS threads of their own would compete with the
+language threads and Spark's workers for the same cores). This work happens between the
+passes over X, when the language threads are idle, so the cores would otherwise wait.
 
 Chunks are at least :data:`MIN_ROWS` rows (smaller products run in one call) and there are at
 most ``os.cpu_count()`` (capped at :data:`MAX_THREADS`) of them. Each chunk works through its
 rows :data:`STEP_ROWS` at a time, so the temporaries of a step (a product before it is
 written or subtracted, a float64 cast, blocks stacked side by side) stay a few MB whatever
-the chunk's height: temporaries of a whole chunk (up to 65,536 x m) were fresh pages on
-every call, and looping over separate blocks added a chunk-sized temporary per block.
+the chunk's height: temporaries of a whole chunk (up to 65,536 x m) would be fresh pages on
+every call, and looping over separate blocks would add a chunk-sized temporary per block.
 Results equal the one-call product up to the summation order of :func:`tall_t_matmul`'s
 partial sums.
 """
@@ -109,8 +109,7 @@ def tall_matmul_blocks(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray
     blocks' dtype (``coef`` is cast to it).
 
     Each step stacks its rows of all blocks (STEP_ROWS x m) and makes one product with the
-    whole ``coef``: 4-5x faster than a product per block summed into the result (DDTP,
-    r = 300: 74k x 670 by 670 x 400 float32, 0.18 s against 0.8-1.0 s).
+    whole ``coef``: several times faster than a product per block summed into the result.
     """
     n = blocks[0].shape[0]
     dtype = blocks[0].dtype

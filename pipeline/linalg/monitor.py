@@ -143,9 +143,8 @@ class ValidationSet:
             raise ValueError("the validation set has no pair of languages sharing a concept")
         emb = {}
         for lang, x in self.rows.items():
-            # in float64 as before the r x r map was split off (a float32 map is cast per
-            # language, p_l x r', not the p x r Φᵀ): float32 embeddings could move near-ties,
-            # and with them a validation stop
+            # in float64 (a float32 map is cast per language, p_l x r', not the p x r Φᵀ):
+            # float32 embeddings could move near-ties, and with them a validation stop
             e = np.asarray(x @ np.asarray(phi_t[lang], dtype=np.float64))
             if transform is not None:
                 e = e @ transform

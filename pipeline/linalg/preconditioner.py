@@ -2,10 +2,10 @@ r"""The preconditioner of the per-language CG solves: Jacobi with the top of the
 
 ``B_l = X_lᵀX_l + λI`` is solved for many right-hand sides in every eigensolver iteration.
 Jacobi scaling (``D = diag(B_l)``) evens out the term frequencies, but the scaled matrix
-``S B_l S`` (``S = D^{-1/2}``) keeps a few large eigenvalues (on DDTP ~30 against a bulk
-below ~4: the directions of words that co-occur everywhere), and CG pays iterations for
-them. With ``U`` (p_l × k, orthonormal) spanning approximate top eigenvectors of ``S B_l S``
-and ``w`` their Rayleigh quotients,
+``S B_l S`` (``S = D^{-1/2}``) keeps a few eigenvalues far above the bulk (the directions
+of words that co-occur everywhere), and CG pays iterations for them. With ``U`` (p_l × k,
+orthonormal) spanning approximate top eigenvectors of ``S B_l S`` and ``w`` their Rayleigh
+quotients,
 
 .. math::  M = S\,\bigl(I + U\,(\mathrm{diag}(w)^{-1} - I)\,U^T\bigr)\,S
 
@@ -14,10 +14,10 @@ symmetric positive definite for any orthonormal ``U`` and positive ``w`` (its mi
 has eigenvalues 1 and 1/w_i), so a rough ``U`` costs iterations, never correctness.
 
 ``U`` comes from randomized subspace iteration (Halko, Martinsson & Tropp 2011, Alg. 4.4):
-``steps`` products with ``S B_l S`` on k + oversampling columns, then Rayleigh–Ritz: on the
-DDTP corpus (k = 32, 8 extra columns, 3 steps, λ = 1) the CG iterations per solve at
-rtol 0.03 fell from 14/14/18/11 to 9/9/12/8 (en/de/fr/es) for 4 passes of 40 columns per
-language, ~4 % of a fit's CG work; each CG iteration adds two dense products p_l × k × b.
+``steps`` products with ``S B_l S`` on k + oversampling columns, then Rayleigh–Ritz: a few
+passes per language and λ, a small share of a fit's CG work, for fewer CG iterations in every
+solve (``train.precond_rank``; bench/README.md, "Solver knobs"). Each CG iteration adds two
+dense products p_l × k × b.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ class SpectralJacobi(BlockOperator):
     dtype : numpy dtype
         Of the two deflation products (``Uᵀ y`` and ``U c``). float32 — the pass dtype of a
         float32 backend, whose Gram products carry float32 rounding already — halves their
-        cost: on DDTP (r = 100) they were as costly as a third of the CG's sparse work, and
-        the fit ran 9-11 % faster with the same CG iteration counts. ``M`` stays symmetric
-        positive definite in exact arithmetic (it is the same formula with a rounded U).
+        cost, which is comparable to a share of the CG's sparse work, at the same CG
+        iteration counts. ``M`` stays symmetric positive definite in exact arithmetic (it is
+        the same formula with a rounded U).
     """
 
     def __init__(
@@ -132,8 +132,8 @@ def spectral_jacobi(
     def scaled(v: np.ndarray) -> np.ndarray:
         return scale * np.asarray(gram(scale * v), dtype=np.float64)
 
-    # CholeskyQR2, not Householder: 2-3x faster on these p_l x (rank + 8) blocks (four per
-    # language and λ: 6 % of a DDTP λ path's wall time went to np.linalg.qr here)
+    # CholeskyQR2, not Householder: several times faster on these tall p_l x (rank + 8)
+    # blocks (four per language and λ)
     q = orthonormal_columns(np.random.default_rng(seed).standard_normal((p, cols)))
     for _ in range(steps):
         q = orthonormal_columns(scaled(q))

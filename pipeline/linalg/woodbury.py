@@ -15,7 +15,8 @@ X̂ is never formed.
 
 ``w`` is needed only to *correct* a ``B⁻¹U`` that has already been solved, so
 ``prepare(background=True)`` solves it in a background thread: its single-column passes
-(~37 CG iterations at 1e-6) then overlap the caller's first solves instead of preceding them.
+(many CG iterations, at the tight ``w_rtol``) then overlap the caller's first solves instead
+of preceding them.
 On Spark, where each pass is a job with a fixed latency, this hides most of the w solve.
 """
 
@@ -29,12 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.config import TRAIN_DEFAULTS as _D
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, working_dtype
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.dense import subtract_outer
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.params import CR5_DEFAULTS as _D
 from pipeline.linalg.preconditioner import SpectralJacobi, spectral_jacobi
 
 __all__ = ["GramOperator", "SolveRecord", "WoodburyInverse", "global_mean"]
@@ -115,11 +116,10 @@ class WoodburyInverse(BlockOperator):
     seed : int
         Seeds the preconditioner's random start (per language).
     w0 : ndarray of shape (p,), optional
-        Initial guess of the w solve, e.g. ``B⁻¹μ`` at a neighbouring λ (a λ path): at
-        λ = 1 after λ = 3 on DDTP, 35 CG iterations instead of 41. (The preconditioner is
-        built afresh for each λ: started from the previous λ's subspace with one or two
-        products instead of four, it gave the solves ~1 more CG iteration each, which cost
-        more than it saved.)
+        Initial guess of the w solve, e.g. ``B⁻¹μ`` at a neighbouring λ (a λ path), which
+        saves some of its CG iterations. (The preconditioner is built afresh for each λ: a
+        cheaper one started from the previous λ's subspace would cost the solves more CG
+        iterations than it saves.)
     cg_dtype : {"float32", "float64"}, optional
         Working precision of the CG vectors of :meth:`solve` (default: the backend's pass
         dtype). The w solve is float64 whatever this is (its tolerance, ``w_rtol``, is

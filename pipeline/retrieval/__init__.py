@@ -11,44 +11,83 @@ The two similarities share one signature and are chosen in one place, :data:`SIM
 
     result = retrieve("csls", queries, candidates, targets, source="queries")
     metrics = retrieval_metrics(result.ranks)          # P@1, P@5, P@10, MRR
+
+The retrieval parameters are declared in :mod:`pipeline.retrieval.params` (the
+configuration's ``evaluate`` section embeds them). The names below load on first use
+(:mod:`pipeline.lazy`), so that importing that module loads no numpy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import numpy as np
+from pipeline.lazy import lazy_exports
 
-from pipeline.errors import InputDataError
-from pipeline.retrieval.csls import (
-    CSLS_SOURCES,
-    DEFAULT_CSLS_K,
-    CSLSTerms,
-    csls_block_scores,
-    csls_retrieval,
-    csls_terms,
-    mean_topk_similarity,
-)
-from pipeline.retrieval.metrics import (
-    DEFAULT_PRECISION_KS,
-    RetrievalMetrics,
-    retrieval_metrics,
-)
-from pipeline.retrieval.topk import (
-    DEFAULT_BLOCK_C,
-    DEFAULT_BLOCK_Q,
-    DEFAULT_K,
-    DEFAULT_TIE_TOL,
-    RetrievalResult,
-    cosine_retrieval,
-    count_at_or_above_target,
-    inverse_row_norms,
-    merge_topk,
-    normalize_rows,
-    partial_topk,
-    ranks_from_counts,
-    target_scores,
-    topk_of_scores,
+if TYPE_CHECKING:
+    from pipeline.retrieval.csls import (
+        CSLS_SOURCES,
+        DEFAULT_CSLS_K,
+        CSLSTerms,
+        csls_block_scores,
+        csls_retrieval,
+        csls_terms,
+        mean_topk_similarity,
+    )
+    from pipeline.retrieval.metrics import (
+        DEFAULT_PRECISION_KS,
+        RetrievalMetrics,
+        retrieval_metrics,
+    )
+    from pipeline.retrieval.params import RetrievalParams
+    from pipeline.retrieval.similarity import SIMILARITIES, retrieve
+    from pipeline.retrieval.topk import (
+        DEFAULT_BLOCK_C,
+        DEFAULT_BLOCK_Q,
+        DEFAULT_K,
+        DEFAULT_TIE_TOL,
+        RetrievalResult,
+        cosine_retrieval,
+        count_at_or_above_target,
+        inverse_row_norms,
+        merge_topk,
+        normalize_rows,
+        partial_topk,
+        ranks_from_counts,
+        target_scores,
+        topk_of_scores,
+    )
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "CSLS_SOURCES": "csls",
+        "DEFAULT_CSLS_K": "csls",
+        "CSLSTerms": "csls",
+        "csls_block_scores": "csls",
+        "csls_retrieval": "csls",
+        "csls_terms": "csls",
+        "mean_topk_similarity": "csls",
+        "DEFAULT_PRECISION_KS": "metrics",
+        "RetrievalMetrics": "metrics",
+        "retrieval_metrics": "metrics",
+        "DEFAULT_BLOCK_C": "topk",
+        "DEFAULT_BLOCK_Q": "topk",
+        "DEFAULT_K": "topk",
+        "DEFAULT_TIE_TOL": "topk",
+        "RetrievalResult": "topk",
+        "cosine_retrieval": "topk",
+        "count_at_or_above_target": "topk",
+        "inverse_row_norms": "topk",
+        "merge_topk": "topk",
+        "normalize_rows": "topk",
+        "partial_topk": "topk",
+        "ranks_from_counts": "topk",
+        "target_scores": "topk",
+        "topk_of_scores": "topk",
+        "SIMILARITIES": "similarity",
+        "retrieve": "similarity",
+        "RetrievalParams": "params",
+    },
 )
 
 __all__ = [
@@ -62,6 +101,7 @@ __all__ = [
     "SIMILARITIES",
     "CSLSTerms",
     "RetrievalMetrics",
+    "RetrievalParams",
     "RetrievalResult",
     "cosine_retrieval",
     "count_at_or_above_target",
@@ -79,41 +119,3 @@ __all__ = [
     "target_scores",
     "topk_of_scores",
 ]
-
-SIMILARITIES: dict[str, Callable[..., RetrievalResult]] = {
-    "cosine": cosine_retrieval,
-    "csls": csls_retrieval,
-}
-"""Similarity name → retrieval function (same positional signature; CSLS adds keywords)."""
-
-
-def retrieve(
-    similarity: str,
-    queries: np.ndarray,
-    candidates: np.ndarray,
-    targets: np.ndarray,
-    **kwargs: object,
-) -> RetrievalResult:
-    """Run the retrieval function registered for ``similarity`` in :data:`SIMILARITIES`.
-
-    Parameters
-    ----------
-    similarity : {"cosine", "csls"}
-    queries : ndarray of shape (n_q, r)
-    candidates : ndarray of shape (n_c, r)
-    targets : ndarray of shape (n_q,), int
-        ``-1`` for a target missing from the candidates.
-    **kwargs
-        Keyword arguments of :func:`cosine_retrieval` / :func:`csls_retrieval`.
-
-    Returns
-    -------
-    RetrievalResult
-    """
-    try:
-        fn = SIMILARITIES[similarity]
-    except (KeyError, TypeError):
-        raise InputDataError(
-            f"similarity must be one of {sorted(SIMILARITIES)}; got {similarity!r}"
-        ) from None
-    return fn(queries, candidates, targets, **kwargs)

@@ -31,8 +31,8 @@ from typing import Literal
 
 import numpy as np
 
-from pipeline.config import EVALUATE_DEFAULTS as _E
 from pipeline.errors import InputDataError
+from pipeline.retrieval.params import RETRIEVAL_DEFAULTS as _E
 from pipeline.retrieval.topk import (
     DEFAULT_BLOCK_C,
     DEFAULT_BLOCK_Q,

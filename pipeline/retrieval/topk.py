@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.config import EVALUATE_DEFAULTS as _E
 from pipeline.errors import InputDataError
 from pipeline.ranking import (
     DEFAULT_TIE_TOL,
@@ -47,6 +46,7 @@ from pipeline.ranking import (
     ranks_from_counts,
     topk_of_scores,
 )
+from pipeline.retrieval.params import RETRIEVAL_DEFAULTS as _E
 
 __all__ = [
     "DEFAULT_BLOCK_C",

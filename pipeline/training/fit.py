@@ -15,6 +15,7 @@ import numpy as np
 
 from pipeline.baselines import FIT_FUNCTIONS
 from pipeline.config import TrainConfig
+from pipeline.linalg.checkpoint import CheckpointStore
 from pipeline.linalg.cr5 import Cr5Solver
 from pipeline.model.format import GRAM_EIGENVALUES, GRAM_EIGENVECTORS
 from pipeline.training.rows import TrainingData
@@ -100,7 +101,7 @@ def _fit_cr5(t: TrainConfig, data: TrainingData, ckpt: str | None) -> FittedMode
     start = data.path_start if data.chain_starts else None
     if start is None and t.path_factors:
         start, path_fits = _fit_path_to(t, backend)
-    solver = Cr5Solver(**t.solver_params(), checkpoint_dir=ckpt)
+    solver = Cr5Solver(t, checkpoint=CheckpointStore(ckpt) if ckpt else None)
     solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
     if data.chain_starts:
         data.path_start = solver.path_start_

@@ -1,46 +1,44 @@
-"""Typed configuration: YAML profiles plus ``--set key.path=value`` overrides.
+"""The configuration's schema: one frozen dataclass per section, and :class:`Config`.
 
-The schema is declared once, as frozen dataclasses below whose fields are
-:func:`~pipeline.params.param` declarations (type, default, range, help text); their
-defaults are the paper's defaults. A profile (``conf/*.yaml``) only states what it changes.
-Several profiles may be layered (later wins), then ``--set`` overrides are applied, then
-the merged mapping is checked against the schema: an unknown key or a value of the wrong
-type or range is a :class:`~pipeline.errors.ConfigError` naming the key, where it came from
-and what is allowed. All of that happens before any SparkSession starts.
-
-This module is the bottom of the package's import graph: it imports only
-:mod:`pipeline.errors`, :mod:`pipeline.params` and the (equally leaf)
-:mod:`pipeline.wikipedia.config`. Solvers take their keyword defaults from the
-``*_DEFAULTS`` instances below, so a default is written exactly once.
+Every field is a :func:`~pipeline.params.param` declaration (type, default, range, help text);
+the defaults are the paper's. Parameters that belong to the maths are declared by the maths and
+embedded here: :class:`TrainConfig` subclasses :class:`~pipeline.linalg.params.Cr5Params`,
+:class:`~pipeline.linalg.params.BackendParams` and
+:class:`~pipeline.baselines.params.BaselineParams`, :class:`EvaluateConfig` subclasses
+:class:`~pipeline.retrieval.params.RetrievalParams`, so ``train.lam`` is the solver's own
+declaration of λ. Loading and checking a configuration is :mod:`pipeline.config.loader`.
 """
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
-import difflib
 import hashlib
-import itertools
 import json
-import typing
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from pipeline.errors import ConfigError
-from pipeline.params import (
-    ParamInfo,
-    check_range,
-    check_section,
-    coerce,
-    describe_section,
-    param,
-    section_params,
-)
+from pipeline.baselines.params import BaselineParams
+from pipeline.linalg.params import BackendParams, Cr5Params
+from pipeline.params import param
+from pipeline.retrieval.params import RetrievalParams
 from pipeline.wikipedia.config import WikipediaConfig
+
+__all__ = [
+    "EVALUATE_DEFAULTS",
+    "TEXT_DEFAULTS",
+    "TRAIN_DEFAULTS",
+    "Config",
+    "EmbedConfig",
+    "EvaluateConfig",
+    "FeaturesConfig",
+    "IngestConfig",
+    "PathsConfig",
+    "SparkConfig",
+    "SplitConfig",
+    "TextConfig",
+    "TrainConfig",
+    "WordsConfig",
+]
 
 
 @dataclass(frozen=True)
@@ -64,10 +62,10 @@ class SparkConfig:
         True,
         doc="Python driver process (glibc): keep freed blocks up to 64 MB in the heap and trim "
         "it only above 256 MB (pipeline/allocator.py), instead of returning pages to the OS "
-        "and faulting them back in: the first Cr5 fit in a process ran 14 % faster on DDTP "
-        "(r = 100). Up to 256 MB of freed memory stays with each malloc arena, and the "
-        "arenas are capped at 2 (glibc: 8 per core): the driver peak of the 100k wikishape "
-        "train fell by 0.45 GB (22-26 %) at the same fit time.",
+        "and faulting them back in, which makes the first Cr5 fit in a process faster. Up to "
+        "256 MB of freed memory stays with each malloc arena, and the arenas are capped at 2 "
+        "(glibc: 8 per core), which lowers the driver's peak memory at the same fit time "
+        '(bench/README.md, "The whole chain at Wikipedia shape").',
     )
 
 
@@ -186,11 +184,13 @@ class FeaturesConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Cr5Params, BackendParams, BaselineParams):
     """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
 
-    The solver parameters here are the single source of the defaults and ranges of
-    :class:`pipeline.linalg.cr5.Cr5Solver`, the Woodbury/CG solvers and the baselines.
+    The solver's parameters (:class:`~pipeline.linalg.params.Cr5Params`), the backend's
+    options (:class:`~pipeline.linalg.params.BackendParams`) and the baselines' γ
+    (:class:`~pipeline.baselines.params.BaselineParams`) are declared by the code that uses
+    them; this section embeds them as its keys, beside the stage's own below.
     """
 
     method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"] = param(
@@ -198,12 +198,6 @@ class TrainConfig:
         doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
         "the same model format (untranslated: a sparse selection model, r = |union "
         "vocabulary|; the λ and solver settings do not apply to it).",
-    )
-    gamma: float = param(
-        1e-3,
-        lo=0.0,
-        lo_open=True,
-        doc="Regularisation of the CCA and OPCA baselines (per-sample covariances).",
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
         "joint",
@@ -227,136 +221,16 @@ class TrainConfig:
         doc="Training rows of a single language give a model that is not crosslingual: warn "
         "(recorded in model.json and the stage summary) or error.",
     )
-    partitions_per_language: int | None = param(
-        None,
-        lo=1,
-        doc="spark backend: row partitions per language of X (each cached as one CSR block, "
-        "~8 bytes per nonzero). None: one block up to 2M nonzeros, else "
-        "max(defaultParallelism, ceil(nnz_l / 2M)).",
-    )
-    solve_in_task_max_nnz: int | None = param(
-        None,
-        lo=0,
-        doc="spark backend: a language with at most this many nonzeros runs each CG solve as "
-        "ONE fused Spark job: every solving task gathers all the language's cached blocks "
-        "(~24 bytes per nonzero of Python memory per task at peak) and solves its share of "
-        "the right-hand sides, instead of one job per CG iteration; 0: never. None: in local "
-        "mode, what a quarter of the machine's memory holds for solve_tasks tasks; on a "
-        "cluster 64M (~1.5 GB per task, inside spark.executor.memoryOverhead).",
-    )
-    solve_in_task_memory_mb: int = param(
-        512,
-        lo=1,
-        doc="spark backend: working memory of one solving task's CG vectors (~9 arrays per "
-        "term and right-hand side in train.cg_dtype: 36 bytes in float32, 72 in float64; "
-        "columns run in chunks that fit). With the gathered blocks "
-        "this is Python memory on the executor: on YARN/Kubernetes it counts against "
-        "spark.executor.memoryOverhead (or spark.executor.pyspark.memory).",
-    )
-    solve_tasks: int | None = param(
-        None,
-        lo=1,
-        doc="spark backend: tasks of one fused solve, each solving a share of the right-hand "
-        "sides with its own copy of X_l; None: Spark's default parallelism.",
-    )
-    dtype: Literal["float32", "float64"] = param("float32", doc="Arithmetic of the passes over X.")
-    lam: float = param(1.0, lo=0.0, lo_open=True, doc="Ridge parameter λ.")
-    r: int = param(300, lo=1, doc="Embedding dimension (< number of concepts, <= terms).")
-    oversampling: int = param(
-        20, lo=0, doc="Extra eigensolver columns beyond r (caps the block width at r + this)."
-    )
-    cg_rtol: float = param(
-        0.03,
-        lo=0.0,
-        hi=1.0,
-        lo_open=True,
-        hi_open=True,
-        doc="Per-language block CG relative residual tolerance (the paper's ε is 0.01: "
-        "~1.4x the CG work for the same held-out P@1 within ±0.5 point on the DDTP and "
-        'synthetic benchmarks, bench/README.md "Knobs").',
-    )
-    cg_maxiter: int = param(500, lo=1, doc="Per-language block CG iteration cap (paper's T).")
-    cg_dtype: Literal["float32", "float64"] | None = param(
-        None,
-        doc="Working precision of the eigensolver's CG vectors (iterates, residuals, "
-        "directions); None: train.dtype. float32 halves the CG's dense memory traffic: "
-        "against float64 on the float32 backend, the same iterations, column-passes and "
-        "held-out P@1, fits 0.93x the time on DDTP r = 100, 0.85x at r = 300 and on the "
-        'synthetic 200k corpus (medians of 3, bench/README.md "Solver knobs"). The w = '
-        "B⁻¹μ solve (train.w_rtol) is float64 always.",
-    )
-    precond_rank: int = param(
-        32,
-        lo=0,
-        doc="Eigen-directions of each language's Jacobi-scaled X_lᵀX_l + λI deflated in the "
-        "CG preconditioner, found once per λ by randomized subspace iteration (4 passes of "
-        "precond_rank + 8 columns per language); 0: plain Jacobi. DDTP, λ = 1: 9-12 CG "
-        "iterations per solve instead of 11-18 (pipeline/linalg/preconditioner.py).",
-    )
-    w_rtol: float = param(
-        1e-6,
-        lo=0.0,
-        hi=1.0,
-        lo_open=True,
-        hi_open=True,
-        doc="Tolerance of the solve w = B⁻¹μ (the Woodbury constant amplifies its error).",
-    )
-    eig_rtol: float = param(
-        0.1,
-        lo=0.0,
-        hi=1.0,
-        lo_open=True,
-        hi_open=True,
-        doc="Eigensolver tolerance: relative Ritz residual (paper: 0.1).",
-    )
-    eig_maxiter: int = param(250, lo=1, doc="Eigensolver iteration cap (paper: 250).")
-    seed: int = param(0, lo=0, doc="Seeds the eigensolver's start block.")
-    max_basis: int | None = param(
-        None,
-        lo=3,
-        doc="Eigensolver thick-restart size: the driver keeps a K x max_basis float64 basis and "
-        "p x max_basis float32 images, whatever the iteration count. None: max(r, b) + 4b "
-        "(b the block width).",
-    )
-    block_size: int | None = param(
-        None,
-        lo=1,
-        doc="Eigensolver block width; None: min(r + oversampling, max(24, r // 12)) with the "
-        "warm start, min(r + oversampling, max(32, r // 6)) from a random block (capped at K).",
-    )
-    start_steps: int = param(
-        2,
-        lo=0,
-        doc="Subspace-iteration steps on the cheap surrogate CᵀD⁻¹C that warm the "
-        "eigensolver's start block; 0: random start block.",
-    )
     path_factors: list[float] = param(
         default_factory=list,
         lo=1.0,
         lo_open=True,
         doc="Fit Cr5 first at λ times each factor (largest first), each fit starting the next "
         "from its Ritz vectors and solves, then at train.lam from the last (a regularisation "
-        "path, as evaluate.lambda_warm_start fits a grid); the model is the last fit. [10] "
-        "against none (held-out P@1, fit time): DDTP r = 100 +1.9 points (worst direction "
-        "+4.8) in 1.46x; r = 300 +1.2 in 1.8x; synthetic 200k +2.3 in 0.86x; the bundled "
-        "sample -0.1 in 1.26x. In a λ path grid it applies to the first (largest) λ only.",
-    )
-    reuse_solves: bool = param(
-        True,
-        doc="Form Φ*ᵀ from the eigensolver's own solves Â⁻¹CV (p x basis float32 of memory) "
-        "instead of r further right-hand sides at the end.",
-    )
-    stop_rule: Literal["residual", "validation"] = param(
-        "residual",
-        doc="What ends the eigensolver: residual (every Ritz pair within eig_rtol) or "
-        "validation (P@1 of train.validation_concepts held-out concepts, scored after every "
-        "iteration, has not improved for stop_patience iterations; the best iteration is "
-        "returned, and the residual rule still ends the run if met first; the driver keeps "
-        "that iteration's p x r float64 Φ*ᵀ). validation needs the split stage's concepts "
-        "(features.heldout_concepts: splits).",
-    )
-    stop_patience: int = param(
-        2, lo=1, doc="stop_rule=validation: iterations without improvement before stopping."
+        "path, as evaluate.lambda_warm_start fits a grid); the model is the last fit. It can "
+        "raise held-out P@1 at some cost in fit time, depending on the corpus "
+        '(bench/README.md, "A path to one λ"). In a λ path grid it applies to the first '
+        "(largest) λ only.",
     )
     validation_concepts: int = param(
         500,
@@ -364,23 +238,10 @@ class TrainConfig:
         doc="stop_rule=validation: validation concepts (lowest split priority) whose documents "
         "are embedded and retrieved among each other after every eigensolver iteration.",
     )
-    max_workers: int | None = param(
-        None, lo=1, doc="Concurrent language passes / solves (None: one per language)."
-    )
     checkpoint_dir: str | None = param(
         None,
         doc="Resumable checkpoints (default <paths.root>/checkpoints/train-<config hash>); "
         '"" disables them.',
-    )
-    checkpoint_every: int = param(1, lo=1, doc="Eigensolver iterations between checkpoints.")
-    checkpoint_seconds: float = param(
-        60.0,
-        lo=0.0,
-        doc="Least wall time between two eigensolver checkpoints (each writes the Lanczos "
-        "basis and the kept images; written after every iteration they took 8-13 % of the "
-        "Spark fit of the 100k-document wikishape corpus). A failure then loses at most "
-        "this much work plus one iteration; 0: every train.checkpoint_every iterations. "
-        "The state after the last iteration is always written.",
     )
 
     def backend_options(self) -> dict[str, Any]:
@@ -395,36 +256,6 @@ class TrainConfig:
         if self.partitions_per_language is not None:
             opts["partitions_per_language"] = self.partitions_per_language
         return opts
-
-    def solver_params(self) -> dict[str, Any]:
-        """The keyword arguments of :class:`~pipeline.linalg.cr5.Cr5Solver` (but
-        ``checkpoint_dir``, which the train stage resolves)."""
-        return {k: getattr(self, k) for k in SOLVER_KEYS}
-
-
-#: ``train.*`` keys that are :class:`~pipeline.linalg.cr5.Cr5Solver` parameters.
-SOLVER_KEYS: tuple[str, ...] = (
-    "lam",
-    "r",
-    "oversampling",
-    "cg_rtol",
-    "cg_maxiter",
-    "cg_dtype",
-    "precond_rank",
-    "w_rtol",
-    "eig_rtol",
-    "eig_maxiter",
-    "seed",
-    "max_basis",
-    "block_size",
-    "start_steps",
-    "reuse_solves",
-    "stop_rule",
-    "stop_patience",
-    "max_workers",
-    "checkpoint_every",
-    "checkpoint_seconds",
-)
 
 
 @dataclass(frozen=True)
@@ -454,7 +285,7 @@ class EmbedConfig:
         True,
         doc="With paths.format parquet and a local (or locally mounted) output path, the "
         "Python workers write the Parquet files straight from Arrow (the vectors never cross "
-        "into the JVM, ~4x faster); false, or any other store: Spark's writer.",
+        "into the JVM); false, or any other store: Spark's writer.",
     )
     direct_read: bool = param(
         True,
@@ -506,12 +337,14 @@ class SplitConfig:
 
 
 @dataclass(frozen=True)
-class EvaluateConfig:
+class EvaluateConfig(RetrievalParams):
     """Stage ``evaluate``: crosslingual retrieval on the held-out concepts.
 
     Queries are the test (or validation) documents of language l1 of a pair; the
     candidates are up to ``max_candidates`` documents of l2 (seeded sample) plus the
-    true targets. Both directions of every pair, with each of ``measures``.
+    true targets. Both directions of every pair, with each of ``measures``. The retrieval
+    parameters (``csls_k``, ``block_q``, ``block_c``) are declared by the retrieval maths
+    (:class:`~pipeline.retrieval.params.RetrievalParams`) and embedded here.
     """
 
     pairs: list[str] = param(
@@ -528,7 +361,6 @@ class EvaluateConfig:
     curve_max_k: int = param(
         10, lo=1, doc="The precision-at-k curve (rows and plot) goes from k = 1 to this."
     )
-    csls_k: int = param(10, lo=1, doc="CSLS neighbourhood size.")
     csls_source: Literal["queries", "collection"] = param(
         "queries",
         doc="Where the candidates' r_S neighbourhood is taken: the queries (the paper's code) "
@@ -547,8 +379,6 @@ class EvaluateConfig:
         50_000, lo=1, doc="engine=auto switches to spark above this many candidates."
     )
     partition_rows: int = param(50_000, lo=1, doc="Candidate rows per Spark partition.")
-    block_q: int = param(1024, lo=1, doc="Query rows per scoring block (bounds memory).")
-    block_c: int = param(4096, lo=1, doc="Candidate rows per scoring block (bounds memory).")
     lambda_grid: list[float] = param(
         default_factory=list,
         lo=0.0,
@@ -577,13 +407,11 @@ class EvaluateConfig:
         doc="Fit the λ grid as a regularisation path: from the largest λ down, each fit "
         "started from the previous fit's r + oversampling leading Ritz vectors, with their "
         "solves as initial CG guesses (C does not depend on λ), and run to the same "
-        "residual rule as any fit. Grid 0.3/1/3/10 against one fit (column-passes, median "
-        "wall): synthetic 200k 1.25x, 1.5x; bundled sample 2.24x, 2.6x; DDTP r = 100 2.23x, "
-        "2.5x; DDTP r = 300 2.65x, 3.3x; independent fits 4x. Its models at the smaller λ "
-        "retrieve as well or better (DDTP r = 100, held-out P@1 at λ = 1: 0.970 against 0.948), so "
-        "the chosen λ can differ from independent fits'. With a tight train.eig_rtol it "
-        "saves little (0.01: 49 iterations at λ = 0.3 against 51). false: independent fits "
-        "from the surrogate start (the train stage's model is then reused for its λ).",
+        "residual rule as any fit. A grid then costs well under as many independent fits, "
+        "and its models at the smaller λ retrieve as well or better, so the chosen λ can "
+        'differ from independent fits\' (bench/README.md, "λ path"). With a tight '
+        "train.eig_rtol it saves little. false: independent fits from the surrogate start "
+        "(the train stage's model is then reused for its λ).",
     )
     report_dir: str | None = param(
         None, doc="Markdown/JSON report and PNG plot (default <paths.root>/reports)."
@@ -616,8 +444,7 @@ class EvaluateConfig:
         lo=0.0,
         lo_open=True,
         doc="γ of CCA and OPCA chosen on the validation concepts when two or more values are "
-        "given; else train.gamma. (On the bundled sample: CCA 1e-3, OPCA 1e-4; a larger γ "
-        "turns both into per-language PCA.)",
+        "given; else train.gamma. A large γ turns both into per-language PCA.",
     )
     sparse_dense_limit_mb: int = param(
         2048,
@@ -735,263 +562,8 @@ class Config:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-#: Defaults of each section, for keyword defaults elsewhere (one source of every value).
+#: Section defaults, for keyword defaults outside the maths (the tokenizer, the benchmarks);
+#: the maths packages use their own (e.g. :data:`pipeline.linalg.params.CR5_DEFAULTS`).
 TRAIN_DEFAULTS = TrainConfig()
 TEXT_DEFAULTS = TextConfig()
 EVALUATE_DEFAULTS = EvaluateConfig()
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def load_config(
-    profiles: Iterable[str | Path] = (),
-    overrides: Iterable[str] = (),
-) -> Config:
-    """Load and validate a configuration.
-
-    Parameters
-    ----------
-    profiles : iterable of path
-        YAML files, merged in order (later values win, mappings merge recursively).
-    overrides : iterable of str
-        ``key.path=value`` strings; ``value`` is parsed as YAML (``3`` is an int,
-        ``[en, de]`` a list, ``null`` None).
-
-    Raises
-    ------
-    ConfigError
-        For an unreadable file, an unknown key, a wrong type or an out-of-range value;
-        the message names the key and its source.
-    """
-    merged: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for profile in profiles:
-        data = _read_yaml(Path(profile))
-        _deep_merge(merged, data, sources, source=str(profile))
-    for item in overrides:
-        key, value = _parse_override(item)
-        nested: dict[str, Any] = {}
-        cursor = nested
-        parts = key.split(".")
-        for part in parts[:-1]:
-            cursor = cursor.setdefault(part, {})
-        cursor[parts[-1]] = value
-        _deep_merge(merged, nested, sources, source=f"--set {item}")
-    return validate(_build(Config, merged, prefix="", sources=sources))
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"configuration file {path} must hold a mapping of sections, got {type(data).__name__}"
-        )
-    return data
-
-
-def _parse_override(item: str) -> tuple[str, Any]:
-    key, sep, raw = item.partition("=")
-    key = key.strip()
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(
-            f"override {item!r} must look like section.key=value (e.g. features.min_df=2)"
-        )
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override {item!r}: value is not valid YAML: {exc}") from exc
-    return key, value
-
-
-def _deep_merge(
-    into: dict[str, Any],
-    new: Mapping[str, Any],
-    sources: dict[str, str],
-    *,
-    source: str,
-    prefix: str = "",
-) -> None:
-    for key, value in new.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value, sources, source=source, prefix=path + ".")
-        else:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
-            sources[path] = source
-            # Children of a replaced mapping come from the same source.
-            if isinstance(value, Mapping):
-                for sub in value:
-                    sources[f"{path}.{sub}"] = source
-
-
-def _where(key: str, sources: Mapping[str, str]) -> str:
-    src = sources.get(key)
-    if src is None:
-        # A child inherits the source of the nearest parent that was set as a whole.
-        parts = key.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            src = sources.get(".".join(parts[:i]))
-            if src:
-                break
-    return f" (from {src})" if src else ""
-
-
-def _build(cls: type, data: Any, *, prefix: str, sources: Mapping[str, str]) -> Any:
-    if not isinstance(data, Mapping):
-        name = prefix.rstrip(".")
-        raise ConfigError(
-            f"configuration key {name!r}{_where(name, sources)} must be a mapping, "
-            f"got {type(data).__name__} {data!r}"
-        )
-    infos = {info.name: info for info in section_params(cls)}
-    for key in data:
-        if key not in infos:
-            full = prefix + str(key)
-            near = difflib.get_close_matches(str(key), infos, n=1)
-            hint = f"; did you mean {prefix + near[0]!r}?" if near else ""
-            raise ConfigError(
-                f"unknown configuration key {full!r}{_where(full, sources)}"
-                f"{hint} (allowed in {prefix.rstrip('.') or 'the top level'}: "
-                f"{', '.join(sorted(infos))})"
-            )
-    kwargs = {}
-    for name, info in infos.items():
-        if name not in data:
-            continue
-        key = prefix + name
-        where = _where(key, sources)
-        if dataclasses.is_dataclass(info.type):
-            value = data[name] if data[name] is not None else {}
-            kwargs[name] = _build(info.type, value, prefix=key + ".", sources=sources)
-            continue
-        kwargs[name] = coerce(info.type, data[name], key=key, where=where)
-        check_range(info, kwargs[name], key=key, where=where)
-    return cls(**kwargs)
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def validate(cfg: Config) -> Config:
-    """Cross-field checks that a single field's type and range cannot express."""
-    f = cfg.features
-    if f.min_unique_words > f.max_unique_words:
-        raise ConfigError(
-            f"features.min_unique_words ({f.min_unique_words}) must not exceed "
-            f"features.max_unique_words ({f.max_unique_words})"
-        )
-    check_evaluate(cfg.evaluate)
-    for i, p in enumerate(cfg.split.pairs):
-        parse_pair(p, key=f"split.pairs[{i}]")
-    t = cfg.train
-    if t.setup != "joint" and (len(t.pair) != 2 or t.pair[0] == t.pair[1]):
-        raise ConfigError(
-            f"train.setup={t.setup!r} needs train.pair to name two different languages, "
-            f"e.g. --set 'train.pair=[en, de]' (got {t.pair!r})"
-        )
-    w = cfg.words
-    if len(w.pair) != 2 or w.pair[0] == w.pair[1]:
-        raise ConfigError(
-            f"words.pair must name two different languages, source first, e.g. "
-            f"--set 'words.pair=[en, de]' (got {w.pair!r})"
-        )
-    try:
-        codecs.lookup(cfg.ingest.encoding)
-    except LookupError as exc:
-        raise ConfigError(
-            f"ingest.encoding {cfg.ingest.encoding!r} is not a known text encoding "
-            "(try utf-8, latin-1, cp1252, utf-16)"
-        ) from exc
-    return cfg
-
-
-def check_evaluate(e: EvaluateConfig) -> None:
-    """Every check of the evaluate section, also for one built in Python (raise ConfigError)."""
-    check_section(e, prefix="evaluate.")
-    if not e.measures:
-        raise ConfigError("evaluate.measures must name at least one of cosine, csls")
-    if not e.precision_at:
-        raise ConfigError("evaluate.precision_at must name at least one cut-off, e.g. [1, 5, 10]")
-    for i, p in enumerate(e.pairs):
-        parse_pair(p, key=f"evaluate.pairs[{i}]")
-    if len(set(e.methods)) != len(e.methods):
-        raise ConfigError(f"evaluate.methods repeats a method: {e.methods}")
-    if "untranslated" in e.methods and e.engine == "spark":
-        raise ConfigError(
-            "evaluate.methods has untranslated, whose sparse vectors need the local engine; "
-            "set evaluate.engine=local (or auto) or drop untranslated"
-        )
-
-
-# --------------------------------------------------------------------------- language pairs
-
-
-def parse_pair(text: str, *, key: str) -> tuple[str, str]:
-    """``"en-de"`` -> ``("en", "de")``; a ConfigError naming ``key`` otherwise."""
-    parts = [p.strip() for p in str(text).split("-")]
-    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise ConfigError(
-            f"{key}: {text!r} is not a language pair; write two different languages "
-            "joined by '-', e.g. en-de"
-        )
-    return parts[0], parts[1]
-
-
-def canonical(pair: Sequence[str]) -> str:
-    """The unordered pair's name: the two languages sorted, joined by '-'."""
-    a, b = sorted(pair)
-    return f"{a}-{b}"
-
-
-def all_pairs(languages: Iterable[str]) -> list[tuple[str, str]]:
-    """Every unordered pair of ``languages`` (sorted)."""
-    return list(itertools.combinations(sorted(set(languages)), 2))
-
-
-# --------------------------------------------------------------------------- reference
-
-
-def param_info(key: str) -> ParamInfo:
-    """The declaration of ``section.key`` (type, default, range, doc)."""
-    section, _, name = key.partition(".")
-    hints = typing.get_type_hints(Config)
-    if section not in hints:
-        raise ConfigError(f"unknown configuration section {section!r}; sections: {list(hints)}")
-    for info in section_params(hints[section]):
-        if info.name == name:
-            return info
-    raise ConfigError(f"unknown configuration key {key!r}")
-
-
-def reference_markdown(sections: Sequence[str] | None = None) -> str:
-    """The configuration reference (every key, allowed values, default, meaning) as Markdown,
-    generated from the declarations above (``python -m pipeline config-reference``)."""
-    hints = typing.get_type_hints(Config)
-    names = sections or [f.name for f in dataclasses.fields(Config)]
-    lines: list[str] = []
-    if not sections:
-        lines += [
-            "# Configuration reference",
-            "",
-            "Every key of every section: its allowed values, default and meaning, generated from",
-            "the declarations in `pipeline/config.py` (`python -m pipeline config-reference >",
-            "docs/configuration.md`; a test keeps this file current). `jobs/<stage>.py",
-            "--help-config [SECTION]` prints the same. Set keys in a YAML profile (`--conf`) or",
-            "with `--set section.key=value` (the value is YAML).",
-            "",
-        ]
-    for name in names:
-        if name not in hints:
-            raise ConfigError(f"unknown configuration section {name!r}; sections: {list(hints)}")
-        lines.extend(describe_section(name, hints[name]))
-    return "\n".join(lines)

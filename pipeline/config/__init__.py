@@ -1,0 +1,63 @@
+"""Typed configuration: YAML profiles plus ``--set key.path=value`` overrides.
+
+- :mod:`~pipeline.config.sections`: the schema, one frozen dataclass per section (declared
+  with :func:`~pipeline.params.param`; the maths' parameters embedded from their packages);
+- :mod:`~pipeline.config.loader`: :func:`load_config` (layering, overrides, type and range
+  checks naming the key and its source) and :func:`validate` (checks across keys);
+- :mod:`~pipeline.config.pairs`: language pairs written ``"l1-l2"``;
+- :mod:`~pipeline.config.reference`: the reference generated from the declarations
+  (``--help-config``, ``docs/configuration.md``).
+
+The package loads without numpy, pyarrow or Spark (the Airflow DAG imports it): it imports
+only :mod:`pipeline.errors`, :mod:`pipeline.params` and the numpy-free parameter modules of
+the maths packages (``pipeline/{linalg,retrieval,baselines}/params.py``) and of
+:mod:`pipeline.wikipedia.config`.
+"""
+
+from pipeline.config.loader import build_section, check_evaluate, load_config, validate
+from pipeline.config.pairs import all_pairs, canonical, parse_pair
+from pipeline.config.reference import param_info, reference_markdown
+from pipeline.config.sections import (
+    EVALUATE_DEFAULTS,
+    TEXT_DEFAULTS,
+    TRAIN_DEFAULTS,
+    Config,
+    EmbedConfig,
+    EvaluateConfig,
+    FeaturesConfig,
+    IngestConfig,
+    PathsConfig,
+    SparkConfig,
+    SplitConfig,
+    TextConfig,
+    TrainConfig,
+    WordsConfig,
+)
+from pipeline.wikipedia.config import WikipediaConfig
+
+__all__ = [
+    "EVALUATE_DEFAULTS",
+    "TEXT_DEFAULTS",
+    "TRAIN_DEFAULTS",
+    "Config",
+    "EmbedConfig",
+    "EvaluateConfig",
+    "FeaturesConfig",
+    "IngestConfig",
+    "PathsConfig",
+    "SparkConfig",
+    "SplitConfig",
+    "TextConfig",
+    "TrainConfig",
+    "WikipediaConfig",
+    "WordsConfig",
+    "all_pairs",
+    "build_section",
+    "canonical",
+    "check_evaluate",
+    "load_config",
+    "param_info",
+    "parse_pair",
+    "reference_markdown",
+    "validate",
+]

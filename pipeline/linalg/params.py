@@ -1,0 +1,258 @@
+"""The parameters of the maths, declared once: the Cr5 solver's and the corpus backends'.
+
+Each field is a :func:`~pipeline.params.param` declaration (type, default, range, help text).
+The solvers take their keyword defaults from :data:`CR5_DEFAULTS` and check their arguments
+against :class:`Cr5Params` (:func:`~pipeline.params.check_params`); the configuration's
+``train`` section embeds both classes (:class:`pipeline.config.TrainConfig` subclasses them),
+so ``train.lam`` *is* :attr:`Cr5Params.lam`, in the manner of a scikit-learn estimator that
+owns its parameters.
+
+This module imports nothing but :mod:`pipeline.params` and the standard library: the
+configuration, which the Airflow DAG imports without numpy, embeds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pipeline.params import param
+
+__all__ = [
+    "BACKEND_DEFAULTS",
+    "CR5_DEFAULTS",
+    "EXECUTION",
+    "PROBLEM",
+    "STOPPING",
+    "BackendParams",
+    "Cr5Params",
+]
+
+#: What a solver parameter is to a checkpoint (field metadata ``"role"``). ``PROBLEM``: it
+#: changes the iterates, so it is part of the problem's fingerprint and a checkpoint resumes
+#: only under the same value.
+PROBLEM = "problem"
+#: ``STOPPING``: when the eigensolver stops; a resumed solve may change it (e.g. a larger cap).
+STOPPING = "stopping"
+#: ``EXECUTION``: how the work is spread and saved; it changes no number, and the fit's
+#: history does not record it.
+EXECUTION = "execution"
+
+
+def _role(role: str) -> dict[str, str]:
+    return {"role": role}
+
+
+@dataclass(frozen=True)
+class Cr5Params:
+    """The Cr5 solver's parameters (:class:`~pipeline.linalg.cr5.Cr5Solver`,
+    :func:`~pipeline.linalg.cr5.solve_cr5`); the configuration keys ``train.<name>``."""
+
+    lam: float = param(1.0, lo=0.0, lo_open=True, doc="Ridge parameter λ.", extra=_role(PROBLEM))
+    r: int = param(
+        300,
+        lo=1,
+        doc="Embedding dimension (< number of concepts, <= terms).",
+        extra=_role(PROBLEM),
+    )
+    oversampling: int = param(
+        20,
+        lo=0,
+        doc="Extra eigensolver columns beyond r (caps the block width at r + this).",
+        extra=_role(PROBLEM),
+    )
+    cg_rtol: float = param(
+        0.03,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Per-language block CG relative residual tolerance. Looser than the paper's "
+        "ε = 0.01, which costs more CG work for the same held-out P@1 (bench/README.md, "
+        '"Solver knobs").',
+        extra=_role(PROBLEM),
+    )
+    cg_maxiter: int = param(
+        500, lo=1, doc="Per-language block CG iteration cap (paper's T).", extra=_role(PROBLEM)
+    )
+    cg_dtype: Literal["float32", "float64"] | None = param(
+        None,
+        doc="Working precision of the eigensolver's CG vectors (iterates, residuals, "
+        "directions); None: train.dtype. float32 halves the CG's dense memory traffic at the "
+        'same iterations and held-out P@1 (bench/README.md, "Solver knobs"). The w = B⁻¹μ '
+        "solve (train.w_rtol) is float64 always.",
+        extra=_role(PROBLEM),
+    )
+    precond_rank: int = param(
+        32,
+        lo=0,
+        doc="Eigen-directions of each language's Jacobi-scaled X_lᵀX_l + λI deflated in the "
+        "CG preconditioner, found once per λ by randomized subspace iteration (4 passes of "
+        "precond_rank + 8 columns per language), so that each solve needs fewer CG "
+        "iterations; 0: plain Jacobi (pipeline/linalg/preconditioner.py).",
+        extra=_role(PROBLEM),
+    )
+    w_rtol: float = param(
+        1e-6,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Tolerance of the solve w = B⁻¹μ (the Woodbury constant amplifies its error).",
+        extra=_role(PROBLEM),
+    )
+    eig_rtol: float = param(
+        0.1,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Eigensolver tolerance: relative Ritz residual (paper: 0.1).",
+        extra=_role(STOPPING),
+    )
+    eig_maxiter: int = param(
+        250, lo=1, doc="Eigensolver iteration cap (paper: 250).", extra=_role(STOPPING)
+    )
+    seed: int = param(0, lo=0, doc="Seeds the eigensolver's start block.", extra=_role(PROBLEM))
+    max_basis: int | None = param(
+        None,
+        lo=3,
+        doc="Eigensolver thick-restart size: the driver keeps a K x max_basis float64 basis and "
+        "p x max_basis float32 images, whatever the iteration count. None: max(r, b) + 4b "
+        "(b the block width).",
+        extra=_role(PROBLEM),
+    )
+    block_size: int | None = param(
+        None,
+        lo=1,
+        doc="Eigensolver block width; None: min(r + oversampling, max(24, r // 12)) with the "
+        "warm start, min(r + oversampling, max(32, r // 6)) from a random block (capped at K).",
+        extra=_role(PROBLEM),
+    )
+    start_steps: int = param(
+        2,
+        lo=0,
+        doc="Subspace-iteration steps on the cheap surrogate CᵀD⁻¹C that warm the "
+        "eigensolver's start block; 0: random start block.",
+        extra=_role(PROBLEM),
+    )
+    reuse_solves: bool = param(
+        True,
+        doc="Form Φ*ᵀ from the eigensolver's own solves Â⁻¹CV (p x basis float32 of memory) "
+        "instead of r further right-hand sides at the end.",
+        extra=_role(PROBLEM),
+    )
+    stop_rule: Literal["residual", "validation"] = param(
+        "residual",
+        doc="What ends the eigensolver: residual (every Ritz pair within eig_rtol) or "
+        "validation (P@1 of train.validation_concepts held-out concepts, scored after every "
+        "iteration, has not improved for stop_patience iterations; the best iteration is "
+        "returned, and the residual rule still ends the run if met first; the driver keeps "
+        "that iteration's p x r float64 Φ*ᵀ). validation needs the split stage's concepts "
+        "(features.heldout_concepts: splits).",
+        extra=_role(STOPPING),
+    )
+    stop_patience: int = param(
+        2,
+        lo=1,
+        doc="stop_rule=validation: iterations without improvement before stopping.",
+        extra=_role(STOPPING),
+    )
+    max_workers: int | None = param(
+        None,
+        lo=1,
+        doc="Concurrent language passes / solves (None: one per language).",
+        extra=_role(EXECUTION),
+    )
+    checkpoint_every: int = param(
+        1, lo=1, doc="Eigensolver iterations between checkpoints.", extra=_role(EXECUTION)
+    )
+    checkpoint_seconds: float = param(
+        60.0,
+        lo=0.0,
+        doc="Least wall time between two eigensolver checkpoints (each writes the Lanczos "
+        "basis and the kept images, too much to write after every iteration of a large fit). "
+        "A failure then loses at most this much work plus one iteration; 0: every "
+        "train.checkpoint_every iterations. The state after the last iteration is always "
+        "written.",
+        extra=_role(EXECUTION),
+    )
+
+    @staticmethod
+    def of(source: Cr5Params | None = None, /, **changes: Any) -> Cr5Params:
+        """The solver parameters of ``source`` (default: the declared defaults), with
+        ``changes``, as a plain :class:`Cr5Params`.
+
+        ``source`` may be any instance of a subclass (e.g. the configuration's ``train``
+        section); only the solver's fields are taken.
+
+        Raises
+        ------
+        TypeError
+            For a name in ``changes`` that is not a solver parameter.
+        """
+        base = {} if source is None else Cr5Params.solver_params(source)
+        return Cr5Params(**{**base, **changes})
+
+    def solver_params(self) -> dict[str, Any]:
+        """The solver parameters as a dict, in declaration order (keyword arguments of
+        :class:`~pipeline.linalg.cr5.Cr5Solver`; the solver fields only, also when called on
+        a subclass such as the ``train`` section)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(Cr5Params)}
+
+    @staticmethod
+    def names(*roles: str) -> tuple[str, ...]:
+        """The solver parameters' names in declaration order, or only those of ``roles``
+        (:data:`PROBLEM`, :data:`STOPPING`, :data:`EXECUTION`)."""
+        return tuple(
+            f.name
+            for f in dataclasses.fields(Cr5Params)
+            if not roles or f.metadata["role"] in roles
+        )
+
+
+@dataclass(frozen=True)
+class BackendParams:
+    """Options of a corpus backend (:class:`~pipeline.linalg.backend.CorpusBackend`): the
+    arithmetic of its passes over X, and how the Spark backend partitions X and runs its
+    solves (:func:`pipeline.backends.make_backend`); the keys ``train.<name>``."""
+
+    dtype: Literal["float32", "float64"] = param("float32", doc="Arithmetic of the passes over X.")
+    partitions_per_language: int | None = param(
+        None,
+        lo=1,
+        doc="spark backend: row partitions per language of X (each cached as one CSR block, "
+        "~8 bytes per nonzero). None: one block up to 2M nonzeros, else "
+        "max(defaultParallelism, ceil(nnz_l / 2M)).",
+    )
+    solve_in_task_max_nnz: int | None = param(
+        None,
+        lo=0,
+        doc="spark backend: a language with at most this many nonzeros runs each CG solve as "
+        "ONE fused Spark job: every solving task gathers all the language's cached blocks "
+        "(~24 bytes per nonzero of Python memory per task at peak) and solves its share of "
+        "the right-hand sides, instead of one job per CG iteration; 0: never. None: in local "
+        "mode, what a quarter of the machine's memory holds for solve_tasks tasks; on a "
+        "cluster 64M (~1.5 GB per task, inside spark.executor.memoryOverhead).",
+    )
+    solve_in_task_memory_mb: int = param(
+        512,
+        lo=1,
+        doc="spark backend: working memory of one solving task's CG vectors (~9 arrays per "
+        "term and right-hand side in train.cg_dtype: 36 bytes in float32, 72 in float64; "
+        "columns run in chunks that fit). With the gathered blocks "
+        "this is Python memory on the executor: on YARN/Kubernetes it counts against "
+        "spark.executor.memoryOverhead (or spark.executor.pyspark.memory).",
+    )
+    solve_tasks: int | None = param(
+        None,
+        lo=1,
+        doc="spark backend: tasks of one fused solve, each solving a share of the right-hand "
+        "sides with its own copy of X_l; None: Spark's default parallelism.",
+    )
+
+
+#: The declared defaults, for keyword defaults of the solvers and backends.
+CR5_DEFAULTS = Cr5Params()
+BACKEND_DEFAULTS = BackendParams()
