@@ -133,3 +133,85 @@ def test_every_stage_is_a_module_with_run():
     assert on_disk == set(STAGES)
     for name in STAGES:
         assert callable(get_stage(name))
+
+
+def test_evaluation_builds_on_the_training_service_not_on_the_stages():
+    bad = {
+        f"{path.name}: {m}"
+        for path in _modules("evaluation")
+        for m in _imports(path)
+        if m.startswith("pipeline.stages")
+    }
+    assert not bad, sorted(bad)
+
+
+#: Parameter declarations: modules every layer may import (numpy-free, no behaviour). Each is
+#: its own node of the package graph, so that a package importing its sibling's parameters is
+#: not counted as importing the sibling.
+_DECLARATIONS = ("pipeline.params", "pipeline.errors", "pipeline.lazy", "pipeline.ranking")
+
+
+def _node(module: str) -> str:
+    """The node of the package graph a module belongs to: its top-level package under
+    ``pipeline``, except declaration modules (``pipeline.config``, ``*.params``,
+    ``pipeline.wikipedia.config`` and :data:`_DECLARATIONS`), which stand alone."""
+    if module.startswith("pipeline.config"):
+        return "pipeline.config"
+    if module in _DECLARATIONS or module.endswith((".params", "wikipedia.config")):
+        return module
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph() -> dict[str, set[str]]:
+    def name(path: Path) -> str:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {name(p) for p in PKG.rglob("*.py")}
+
+    def resolve(imported: str) -> str | None:
+        while imported not in modules and "." in imported:
+            imported = imported.rsplit(".", 1)[0]
+        return imported if imported in modules else None
+
+    graph: dict[str, set[str]] = {}
+    for path in PKG.rglob("*.py"):
+        source = _node(name(path))
+        for imported in _imports(path):
+            target = resolve(imported) if imported.startswith("pipeline") else None
+            if target and _node(target) != source:
+                graph.setdefault(source, set()).add(_node(target))
+    return graph
+
+
+def test_packages_import_one_way():
+    """No cycle in the graph of ``pipeline``'s packages (imports inside functions count)."""
+    graph = _package_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_a_cycle(monkeypatch):
+    """The graph check fails on a back edge (guards the check itself)."""
+    graph = _package_graph()
+    graph.setdefault("pipeline.linalg", set()).add("pipeline.stages")
+    monkeypatch.setattr(sys.modules[__name__], "_package_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="pipeline.linalg"):
+        test_packages_import_one_way()

@@ -11,11 +11,6 @@ from tests.conftest import REPO
 LOCAL = REPO / "conf" / "local.yaml"
 
 
-def test_shipped_profiles_load():
-    for name in ("local.yaml", "cluster.yaml", "short-docs.yaml"):
-        assert isinstance(load_config([REPO / "conf" / name]), Config)
-
-
 def test_defaults_are_the_papers():
     f = load_config([]).features
     assert (f.max_vocabulary, f.min_df, f.min_unique_words, f.max_unique_words) == (
