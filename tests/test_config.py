@@ -129,7 +129,7 @@ def test_maths_parameters_are_the_sections_keys():
 def test_configuration_reference_is_current_and_complete():
     import dataclasses
 
-    from pipeline.config import Config, reference_markdown
+    from pipeline.config import reference_markdown
 
     text = reference_markdown()
     doc = REPO / "docs" / "configuration.md"
