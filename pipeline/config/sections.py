@@ -252,6 +252,7 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams):
             "solve_in_task_max_nnz": self.solve_in_task_max_nnz,
             "solve_in_task_memory_mb": self.solve_in_task_memory_mb,
             "solve_tasks": self.solve_tasks,
+            "resident_memory_mb": self.resident_memory_mb,
         }
         if self.partitions_per_language is not None:
             opts["partitions_per_language"] = self.partitions_per_language
