@@ -676,7 +676,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--r", type=int, default=100)
     p.add_argument("--n-test", type=int, default=None, help="default min(1000, max(100, docs/100))")
-    p.add_argument("--driver-memory", default="6g")
+    p.add_argument(
+        "--driver-memory", default="auto", help="spark.driver_memory (auto: the memory plan)"
+    )
     p.add_argument("--also-local", action="store_true", help="also train on the local backend")
     p.add_argument("--skip-generate", action="store_true", help="reuse the workdir's corpus")
     p.add_argument(

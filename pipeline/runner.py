@@ -81,10 +81,11 @@ def configure_logging(level: str) -> None:
 
 def run_stages(names: Sequence[str], cfg: Config) -> dict[str, dict]:
     """Run stages in order in one SparkSession; return their reports by name."""
+    from pipeline.memory import driver_memory
     from pipeline.spark import get_spark
 
     fns = [(n, get_stage(n)) for n in names]
-    spark = get_spark(cfg.spark)
+    spark = get_spark(cfg.spark, driver_memory=driver_memory(cfg, names))
     reports: dict[str, dict] = {}
     for name, fn in fns:
         t0 = time.perf_counter()

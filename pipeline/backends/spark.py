@@ -52,6 +52,7 @@ from pipeline.backends.spark_passes import (
 from pipeline.backends.spark_resident import (
     auto_resident_memory_mb,
     gram_columns,
+    kept_languages,
     run_resident,
     x_scatter_columns,
     xt_gather_columns,
@@ -191,7 +192,6 @@ class SparkCorpusBackend(CorpusBackend):
             solve_in_task_max_nnz = auto_solve_in_task_max_nnz(master, int(tasks))
         if resident_memory_mb is None:
             resident_memory_mb = auto_resident_memory_mb(master, int(tasks))
-        self._resident_bytes = int(resident_memory_mb) * 2**20
         self._solve_max_nnz = int(solve_in_task_max_nnz)
         self._solve_memory_mb = int(solve_in_task_memory_mb)
         self._solve_tasks = solve_tasks
@@ -202,15 +202,22 @@ class SparkCorpusBackend(CorpusBackend):
         # languages of these tokens only
         app = spark_context.applicationId
         self._tokens = {lang: f"{app}/{rdd.id()}" for lang, rdd in self._blocks.items()}
+        fused_sizes = {
+            lang: (layout.nnz[lang], layout.n_docs[lang]) for lang in blocks if self._fuses(lang)
+        }
+        self._kept = kept_languages(
+            fused_sizes, int(resident_memory_mb) * 2**20, np.dtype(dtype).itemsize
+        )
         #: Column shares of fused jobs that ran on a resident X_l, and that read the blocks.
         self.resident_counts: Counter[str] = Counter()
         self._resident_lock = threading.Lock()
         fused = [lang for lang in blocks if self._fuses(lang)]
         log.info(
-            "fused CG solves (one job per solve) up to %d nonzeros: %s; one job per CG "
-            "iteration: %s",
+            "fused languages (one job per solve) up to %d nonzeros: %s, resident in the "
+            "Python workers: %s; one job per CG iteration: %s",
             self._solve_max_nnz,
             ", ".join(fused) or "none",
+            ", ".join(sorted(self._kept)) or "none",
             ", ".join(lang for lang in blocks if lang not in fused) or "none",
         )
         self._column_stats = column_stats
@@ -401,7 +408,7 @@ class SparkCorpusBackend(CorpusBackend):
             "live": tuple(self._tokens.values()),
             "n_terms": self.n_terms(lang),
             "tasks": self._gather_tasks(),
-            "budget_bytes": self._resident_bytes,
+            "keep": lang in self._kept,
         }
 
     def _resident_pass(

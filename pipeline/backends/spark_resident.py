@@ -19,11 +19,13 @@ executor holds every fused language that fits its budget: the budget is per work
 
 Worker memory
     A resident language costs :data:`RESIDENT_BYTES_PER_NNZ` bytes per nonzero (float32
-    values and int32 column numbers) plus :data:`RESIDENT_BYTES_PER_ROW`. The cache keeps
-    languages up to ``budget_bytes`` (least recently used out first) and forgets those of
-    every other backend (its ``live`` tokens), so a session that trains several models does
-    not pile them up. Building one transiently holds the unpickled blocks as well
-    (:data:`FILL_BYTES_PER_NNZ` per nonzero at peak).
+    values and int32 column numbers) plus :data:`RESIDENT_BYTES_PER_ROW`. The driver decides
+    which languages are kept (:func:`kept_languages`: the largest that fit the budget; a
+    fixed set, since the solver visits the languages in turn and any eviction order would
+    evict the next one needed); a worker forgets the languages of every other backend (its
+    ``live`` tokens), so a session that trains several models does not pile them up.
+    Building one transiently holds the unpickled blocks as well (:data:`FILL_BYTES_PER_NNZ`
+    per nonzero at peak).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
     "ResidentLanguage",
     "auto_resident_memory_mb",
     "column_edges",
+    "kept_languages",
     "resident_bytes",
     "run_resident",
 ]
@@ -59,9 +61,9 @@ RESIDENT_BYTES_PER_ROW = 24
 #: Peak per nonzero while a worker builds it: the unpickled blocks plus the matrix.
 FILL_BYTES_PER_NNZ = 17
 
-#: The worker's resident languages, by token, least recently used first. Module state of
-#: the Python worker process: it lives as long as Spark reuses the worker.
-_RESIDENT: OrderedDict[str, ResidentLanguage] = OrderedDict()
+#: The worker's resident languages, by token. Module state of the Python worker process: it
+#: lives as long as Spark reuses the worker.
+_RESIDENT: dict[str, ResidentLanguage] = {}
 
 
 def auto_resident_memory_mb(master: str, tasks: int, memory_bytes: int | None = None) -> int:
@@ -78,6 +80,26 @@ def auto_resident_memory_mb(master: str, tasks: int, memory_bytes: int | None = 
 def resident_bytes(nnz: int, rows: int, itemsize: int = 4) -> int:
     """Worker memory of one resident language of ``nnz`` nonzeros and ``rows`` documents."""
     return (RESIDENT_BYTES_PER_NNZ - 4 + itemsize) * nnz + RESIDENT_BYTES_PER_ROW * rows
+
+
+def kept_languages(sizes: dict[str, tuple[int, int]], budget_bytes: int, itemsize: int) -> set:
+    """The languages kept resident: the largest first, while their total fits the budget.
+
+    Parameters
+    ----------
+    sizes : dict of str to (nnz, rows)
+        The fused languages.
+    budget_bytes : int
+    itemsize : int
+        Bytes of one value (the pass dtype).
+    """
+    kept, used = set(), 0
+    for lang, (nnz, rows) in sorted(sizes.items(), key=lambda kv: -kv[1][0]):
+        size = resident_bytes(nnz, rows, itemsize)
+        if used + size <= budget_bytes:
+            kept.add(lang)
+            used += size
+    return kept
 
 
 @dataclass
@@ -147,16 +169,6 @@ def _forget_others(live: tuple[str, ...]) -> None:
         del _RESIDENT[token]
 
 
-def _keep(token: str, resident: ResidentLanguage, budget_bytes: int) -> None:
-    """Keep ``resident`` if it fits ``budget_bytes``, evicting least recently used ones."""
-    size = resident.nbytes
-    if size > budget_bytes:
-        return
-    while _RESIDENT and sum(r.nbytes for r in _RESIDENT.values()) + size > budget_bytes:
-        _RESIDENT.popitem(last=False)
-    _RESIDENT[token] = resident
-
-
 def _probe_task(
     token: str, live: tuple[str, ...], compute: Callable, edges: np.ndarray, index: int, _it: Any
 ) -> Iterator[tuple]:
@@ -169,14 +181,13 @@ def _probe_task(
     if resident is None:
         yield lo, hi, None
         return
-    _RESIDENT.move_to_end(token)
     yield lo, hi, compute(resident, lo, hi)
 
 
 def _fill_task(
     token: str,
     live: tuple[str, ...],
-    budget_bytes: int,
+    keep: bool,
     n_terms: int,
     compute: Callable,
     lo: int,
@@ -184,12 +195,13 @@ def _fill_task(
     blocks: Iterator[CsrBlock],
 ) -> Iterator[tuple]:
     """Fill step: build (or reuse) the resident matrix from all the language's blocks, keep it
-    within the budget, and compute the columns ``lo:hi``."""
+    if asked to, and compute the columns ``lo:hi``."""
     _forget_others(live)
     resident = _RESIDENT.get(token)
     if resident is None:
         resident = ResidentLanguage.from_blocks(blocks, n_terms)
-        _keep(token, resident, budget_bytes)
+        if keep:
+            _RESIDENT[token] = resident
     else:
         for _ in blocks:  # the worker must read its whole input to be reused
             pass
@@ -215,7 +227,7 @@ def run_resident(
     live: tuple[str, ...],
     n_terms: int,
     tasks: int,
-    budget_bytes: int,
+    keep: bool,
 ) -> tuple[list[tuple[int, int, Any]], int]:
     """Run ``compute(resident, lo, hi)`` on shares of ``b`` columns, on resident matrices where
     workers hold them and over the cached blocks ``rdd`` elsewhere (module docstring).
@@ -238,8 +250,9 @@ def run_resident(
         p_l.
     tasks : int
         Shares (tasks) of the columns.
-    budget_bytes : int
-        Worker memory for resident languages; 0 keeps none (every job then fills).
+    keep : bool
+        Whether workers keep this language (:func:`kept_languages`); if not, every job
+        reads the blocks.
 
     Returns
     -------
@@ -251,14 +264,14 @@ def run_resident(
     n = edges.size - 1
     done: list[tuple[int, int, Any]] = []
     missing = [(int(lo), int(hi)) for lo, hi in itertools.pairwise(edges)]
-    if budget_bytes > 0:
+    if keep:
         probe = functools.partial(_probe_task, token, live, compute, edges)
         records = sc.parallelize(range(n), n).mapPartitionsWithIndex(probe).collect()
         done = [rec for rec in records if rec[2] is not None]
         missing = [(lo, hi) for lo, hi, res in records if res is None]
     if missing:
         gathered = rdd.coalesce(1)
-        fill = functools.partial(_fill_task, token, live, budget_bytes, n_terms, compute)
+        fill = functools.partial(_fill_task, token, live, keep, n_terms, compute)
         jobs = [gathered.mapPartitions(functools.partial(fill, lo, hi)) for lo, hi in missing]
         done += (jobs[0] if len(jobs) == 1 else sc.union(jobs)).collect()
     return sorted(done, key=lambda rec: rec[0]), len(missing)

@@ -234,7 +234,7 @@ class BackendParams:
         "resident in their Python worker (~8 bytes per nonzero kept, ~17 at peak while a "
         "worker reads it from the cached blocks), instead of one job per CG iteration; "
         "0: never. None: chosen by the memory plan from the memory given to the Python "
-        "workers (docs/performance.md, \"Memory\").",
+        'workers (docs/performance.md, "Memory").',
     )
     resident_memory_mb: int | None = param(
         None,
