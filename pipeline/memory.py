@@ -17,9 +17,10 @@ what Spark gives them, and otherwise raises :class:`MemoryPlanError` (exit 2) wi
 paragraph naming the need, the memory available and the settings that would fit.
 
 Local mode, ``spark.driver_memory: auto`` (:func:`local_heap`): the JVM heap is what the
-machine's usable memory (:data:`USABLE_FRACTION` of physical memory or of the cgroup limit)
-leaves after the stage's Python needs, at most :data:`LOCAL_HEAP_SHARE` of it, at least
-:data:`HEAP_MIN`, and never above :data:`HEAP_MAX`. On a cluster the heaps are the user's
+machine's usable memory (:data:`USABLE_FRACTION` of physical memory or of the cgroup limit,
+or what the kernel reports available if that is less) leaves after the stage's Python
+needs, at most :data:`LOCAL_HEAP_SHARE` of it, at least :data:`HEAP_MIN`, and never above
+:data:`HEAP_MAX`. On a cluster the heaps are the user's
 (``spark.driver.memory``, ``spark.executor.memory``) and each Python worker gets
 ``spark.executor.pyspark.memory`` divided by ``spark.executor.cores``, or else its share of
 ``spark.executor.memoryOverhead`` beyond what the JVM itself needs off its heap.
@@ -122,11 +123,13 @@ def _gb(n: float) -> str:
 class Machine:
     """Memory and cores of the machine this process runs on.
 
-    ``memory`` is the physical memory, or the cgroup limit where one is lower (a container).
+    ``memory`` is the physical memory, or the cgroup limit where one is lower (a container);
+    ``available`` what the kernel reports free for new work now (``MemAvailable``), when known.
     """
 
     memory: int
     cores: int
+    available: int | None = None
 
     @classmethod
     def detect(cls) -> Machine:
@@ -139,11 +142,26 @@ class Machine:
                 continue
             if limit.isdigit() and 0 < int(limit) < memory:
                 memory = int(limit)
-        return cls(memory=memory, cores=len(os.sched_getaffinity(0)))
+        return cls(memory=memory, cores=len(os.sched_getaffinity(0)), available=_mem_available())
 
     @property
     def usable(self) -> int:
-        return int(USABLE_FRACTION * self.memory)
+        """:data:`USABLE_FRACTION` of the memory, or what is available now if that is less
+        (other programs' memory is not the run's to take)."""
+        share = int(USABLE_FRACTION * self.memory)
+        return share if self.available is None else min(share, self.available)
+
+
+def _mem_available() -> int | None:
+    """``MemAvailable`` of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def jvm_resident(heap: int) -> int:

@@ -76,6 +76,9 @@ def test_local_heap_rule():
     assert local_heap(m24, python_need=14 * GiB) == int(leaves) // GiB * GiB
     assert local_heap(m24, python_need=30 * GiB) == 2 * GiB  # never below the floor
     assert local_heap(Machine(memory=512 * GiB, cores=64)) == 31 * GiB  # compressed oops
+    # other programs' memory: what is available now bounds the usable share
+    busy = Machine(memory=24 * GiB, cores=2, available=9 * GiB)
+    assert busy.usable == 9 * GiB and local_heap(busy) == 4 * GiB
 
 
 def test_a_roomy_machine_fuses_and_keeps_every_language():

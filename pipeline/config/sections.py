@@ -55,8 +55,8 @@ class SparkConfig:
         "auto",
         doc="Driver JVM heap for plain `python` runs (local mode: the JVM of the driver and "
         "the executors), a JVM size such as 8g, or auto: what the machine's usable memory "
-        "(85 % of it) leaves after the stage's Python needs, at most half of it, at least "
-        '2g (docs/performance.md, "Memory").',
+        "(85 % of it, or what is available if less) leaves after the stage's Python needs, "
+        'at most half of it, at least 2g (docs/performance.md, "Memory").',
     )
     shuffle_partitions: int = param(8, lo=1, doc="spark.sql.shuffle.partitions.")
     ui: bool = param(False, doc="Start the Spark web UI.")
