@@ -293,8 +293,20 @@ def _path_in(ev: _Evidence, exc: OSError | None = None) -> str | None:
         return os.fsdecode(exc.filename)
     if ev.context.get("path"):
         return str(ev.context["path"])
-    found = re.search(r"(?:file:)?(/[^\s:'\"(),]+)", ev.text.split("\tat ", 1)[0])
-    return found.group(1) if found else None
+    for pattern in _PATH_PATTERNS:
+        found = re.search(pattern, ev.text)
+        if found:
+            return found.group(1).rstrip(".,;:")
+    return None
+
+
+#: Where Java and Python messages name the file they failed on.
+_PATH_PATTERNS = (
+    r"\[Errno \d+\] [^:\n]+: '([^'\n]+)'",
+    r"(?:writing rows to|to file|file|File|path) (?:file:)?(/[^\s'\"(),]+)",
+    r"(?:file:)(/[^\s'\"(),]+)",
+    r"(?:Checksum error|ChecksumException): (?:file:)?(/[^\s'\"(),]+)",
+)
 
 
 def _local_master(settings: Mapping[str, str]) -> bool:

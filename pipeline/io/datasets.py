@@ -415,7 +415,7 @@ def _manifest_of(fs: HadoopFS, spec: DatasetSpec, path: str) -> dict[str, Any]:
             return found
         what = "is a Delta table without a cr5 manifest in its commits"
     elif fs.exists(f"{root}/{MANIFEST}"):
-        return _checked_manifest(fs, spec, root)
+        return _checked_manifest(fs, root, name=spec.name, producer=spec.producer)
     else:
         what = "does not exist" if not fs.exists(path) else f"is incomplete (no {MANIFEST})"
     raise DatasetNotFoundError(
@@ -425,10 +425,12 @@ def _manifest_of(fs: HadoopFS, spec: DatasetSpec, path: str) -> dict[str, Any]:
     )
 
 
-def _checked_manifest(fs: HadoopFS, spec: DatasetSpec, root: str) -> dict[str, Any]:
+def _checked_manifest(fs: HadoopFS, root: str, *, name: str, producer: str) -> dict[str, Any]:
     """The manifest of the Parquet dataset at ``root``, after checking the dataset's files
-    against it (:func:`pipeline.io.integrity.verify_dataset`: sizes always, checksums up to
-    ``paths.checksum_max_bytes``)."""
+    against it (:func:`verify_files`: sizes always, checksums up to
+    ``paths.checksum_max_bytes``). ``name`` and ``producer`` name it unless the manifest
+    does."""
+    root = root.rstrip("/")
     where = _ops(fs, root)[1]
     try:
         manifest = json.loads(fs.read_text(f"{root}/{MANIFEST}"))
@@ -437,35 +439,38 @@ def _checked_manifest(fs: HadoopFS, spec: DatasetSpec, root: str) -> dict[str, A
     except (ValueError, UnicodeDecodeError) as exc:
         raise DamagedDatasetError(
             integrity.damaged_message(
-                dataset=spec.name,
+                dataset=name,
                 path=where,
-                producer=spec.producer,
+                producer=producer,
                 file=MANIFEST,
                 what=f"is not a readable manifest ({exc})",
             )
         ) from None
-    verify_files(fs, spec, root, manifest)
+    verify_files(fs, root, manifest, name=name, producer=producer)
     return manifest
 
 
 def verify_files(
     fs: HadoopFS,
-    spec: DatasetSpec,
     root: str,
     manifest: Mapping[str, Any],
     *,
+    name: str,
+    producer: str,
     checksums: bool | None = None,
 ) -> bool:
     """Check the files of the Parquet dataset at ``root`` against ``manifest``; raise
     :class:`~pipeline.errors.DamagedDatasetError`. Returns whether checksums were compared
-    (``checksums``: True always, False never, None up to ``paths.checksum_max_bytes``)."""
+    (``checksums``: True always, False never, None up to ``paths.checksum_max_bytes``).
+    The manifest's ``dataset`` and ``producer`` name it in the message, else ``name`` and
+    ``producer``."""
     ops, where = _ops(fs, root)
     local = isinstance(ops, LocalFS)
     return integrity.verify_dataset(
         where,
         manifest,
-        dataset=str(manifest.get("dataset") or spec.name),
-        producer=str(manifest.get("producer") or spec.producer),
+        dataset=str(manifest.get("dataset") or name),
+        producer=str(manifest.get("producer") or producer),
         list_files=None if local else fs.list_files,
         store_checksum=None if local else fs.file_checksum,
         checksums=checksums,
@@ -480,15 +485,21 @@ def read_dataset(spark: SparkSession, spec: DatasetSpec, path: str) -> DataFrame
     """
     fs = HadoopFS(spark, path)
     _manifest_of(fs, spec, path)
-    return conform(read_table(spark, path, fs=fs), spec)
+    return conform(read_table(spark, path, fs=fs, verify=False), spec)
 
 
-def read_table(spark: SparkSession, path: str, *, fs: HadoopFS | None = None) -> DataFrame:
+def read_table(
+    spark: SparkSession, path: str, *, fs: HadoopFS | None = None, verify: bool = True
+) -> DataFrame:
     """Read the Parquet file(s) or the Delta table (current version) at ``path``.
 
-    For inputs that need not be datasets of this pipeline (no manifest required).
+    For inputs that need not be datasets of this pipeline (no manifest required). A
+    directory that holds a manifest is one, and with ``verify`` its files are checked
+    against it first (:func:`verify_files`), like :func:`read_dataset` does.
     """
     fs = fs or HadoopFS(spark, path)
     if delta.is_delta_table(fs, path):
         return delta.read_delta(spark, path)
+    if verify and fs.exists(f"{path.rstrip('/')}/{MANIFEST}"):
+        _checked_manifest(fs, path, name=path.rstrip("/").rsplit("/", 1)[-1], producer="")
     return spark.read.parquet(path)

@@ -114,8 +114,11 @@ def file_checksums(
 
 
 def _canonical(manifest: Mapping[str, Any]) -> bytes:
+    """The manifest's entries but its checksum, as JSON with sorted keys, after one JSON
+    round trip (so non-string keys and non-JSON values hash as the reader will see them)."""
     body = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
-    return json.dumps(body, sort_keys=True, default=str).encode("utf-8")
+    plain = json.loads(json.dumps(body, default=str))
+    return json.dumps(plain, sort_keys=True).encode("utf-8")
 
 
 def seal(manifest: dict[str, Any]) -> dict[str, Any]:
