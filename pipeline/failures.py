@@ -290,7 +290,11 @@ def _path_in(ev: _Evidence, exc: OSError | None = None) -> str | None:
     """The most specific path the failure names: the OSError's, the annotated one, or a
     path in the Java message."""
     if exc is not None and exc.filename:
-        return os.fsdecode(exc.filename)
+        name = os.fsdecode(exc.filename)
+        # a writer's hidden temporary (".tfidf.tmp-…", ".tfidf.owner-…"): name its directory
+        if os.path.basename(name).startswith(".") and ev.context.get("path"):
+            return os.path.dirname(name)
+        return name
     if ev.context.get("path"):
         return str(ev.context["path"])
     for pattern in _PATH_PATTERNS:
@@ -485,6 +489,15 @@ def _python_worker_paragraph(ev: _Evidence, stage: str | None, settings: Mapping
     )
 
 
+def _python_env_paragraph(stage: str | None, module: str) -> str:
+    return (
+        f"{_where(stage)}: the executors' Python cannot import {module!r}: their interpreter is "
+        "not the one with this project's dependencies. Fix: point spark.pyspark.python (in "
+        "spark.conf, or PYSPARK_PYTHON) at an interpreter that has them on every worker, or ship "
+        "a packed environment (deploy/submit.sh --env-archive; deploy/README.md)."
+    )
+
+
 def _executors_lost_paragraph(ev: _Evidence, stage: str | None) -> str:
     reason = re.search(r"Reason: ([^\n]+)", ev.text)
     why = f" ({reason.group(1).strip().rstrip('.')})" if reason else ""
@@ -602,6 +615,9 @@ def _classify(
     site = _oom_site(ev)
     if site is not None:
         return "out_of_memory", oom_paragraph(site, stage=stage, settings=settings), site
+    missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", ev.text)
+    if missing and ev.named("PythonException", "Py4JJavaError"):
+        return "python_env", _python_env_paragraph(stage, missing.group(1)), None
     if ev.has(*_PYTHON_WORKER):
         return "python_worker", _python_worker_paragraph(ev, stage, settings), None
     if ev.has(*_EXECUTOR_LOST):
@@ -624,6 +640,19 @@ def _classify(
 
 
 _FROM_EXECUTOR = re.compile(r"pipeline\.errors\.(\w+): ([^\n]+)")
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", re.MULTILINE)
+
+
+def _summary(exc: BaseException) -> str:
+    """``Type: message`` of what went wrong: for an error raised in a Python worker or the
+    JVM, the innermost error line of its trace rather than the wrapper's."""
+    text = _text(exc)
+    found = [m for m in _ERROR_LINE.finditer(text) if "Py4JJavaError" not in m.group(1)]
+    if found and type(exc).__name__ in ("PythonException", "Py4JJavaError"):
+        last = found[-1]
+        return f"{last.group(1)}: {last.group(2).strip()[:300]}"
+    first = text.strip().splitlines()[0][:300] if text.strip() else ""
+    return f"{type(exc).__name__}: {first}"
 
 
 def describe(
@@ -667,11 +696,9 @@ def describe(
         found = _FROM_EXECUTOR.search(ev.text)
         if found:  # a project error raised in an executor's Python worker
             return Failure("input", f"{_where(stage)}: {found.group(2).strip()}", EXIT_ENVIRONMENT)
-        first = _text(exc).strip().splitlines()[0][:300] if _text(exc).strip() else ""
         paragraph = (
             f"{_where(stage)} failed with an unexpected error, a bug of Cr5-on-Spark or of a "
-            f"library it uses: {type(exc).__name__}: {first}. Please report it with the log "
-            "file."
+            f"library it uses: {_summary(exc)}. Please report it with the log file."
         )
         return Failure("bug", paragraph + " " + _kept(stage, completed) + _tail(log_file), EXIT_BUG)
     info = FailureInfo(kind, stage, site, settings, ev.context)

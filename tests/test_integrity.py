@@ -104,9 +104,7 @@ def test_hidden_leftovers_are_not_damage_and_checksums_follow_the_limit(tmp_path
         integrity.configure(checksum_max_bytes=100)  # the dataset has 211 bytes: sizes only
         assert not integrity.verify_dataset(str(root), manifest, dataset="t", producer="t")
         with pytest.raises(DamagedDatasetError, match="sha256"):  # on request: checksums
-            integrity.verify_dataset(
-                str(root), manifest, dataset="t", producer="t", checksums=True
-            )
+            integrity.verify_dataset(str(root), manifest, dataset="t", producer="t", checksums=True)
         integrity.configure(checksum_max_bytes=1000)
         with pytest.raises(DamagedDatasetError, match="sha256"):
             integrity.verify_dataset(str(root), manifest, dataset="t", producer="t")
