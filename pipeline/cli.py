@@ -289,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipeline import failures
 
         trace = failures.fallback_log(failures.full_trace(exc))
-        failure = failures.describe(failures.annotate(exc, stage=args.command), log_file=trace)
+        where = f"python -m pipeline {args.command}"
+        failure = failures.describe(failures.annotate(exc, stage=where), log_file=trace)
         failures.print_paragraph(failure)
         return failure.exit_code

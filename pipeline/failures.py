@@ -58,9 +58,13 @@ __all__ = [
 EXIT_ENVIRONMENT = 2
 EXIT_BUG = 1
 
-#: Where memory ran out: the driver's JVM, the driver's Python process, an executor's JVM,
-#: or a Python worker of an executor (which runs the UDFs, fused solves and embedding).
-MemorySite = Literal["driver_jvm", "driver_python", "executor_jvm", "python_worker"]
+#: Where memory ran out: the driver's JVM, the driver's Python process, an executor's JVM
+#: heap, an executor's whole container (JVM, off-heap memory and Python workers, killed by
+#: YARN, Kubernetes or the OS for passing its limit), or a Python worker of an executor
+#: (which runs the UDFs, fused solves and embedding).
+MemorySite = Literal[
+    "driver_jvm", "driver_python", "executor_jvm", "executor_container", "python_worker"
+]
 
 _CONTEXT_ATTR = "_cr5_context"
 
@@ -72,9 +76,11 @@ class Failure:
     Attributes
     ----------
     kind : str
-        ``input`` (a :class:`~pipeline.errors.PipelineError`), ``master``, ``executors_lost``,
-        ``python_worker``, ``out_of_memory``, ``no_space``, ``permission``, ``io``,
-        ``damaged``, ``jvm_gone``, ``interrupted`` or ``bug``.
+        ``input`` (a :class:`~pipeline.errors.PipelineError`, also one raised in an
+        executor), ``environment`` (an :class:`~pipeline.errors.EnvironmentFailure` such as
+        an unreachable master), ``master``, ``executors_lost``, ``python_worker``,
+        ``python_env`` (a module missing on the executors), ``out_of_memory``, ``no_space``,
+        ``permission``, ``io``, ``damaged``, ``jvm_gone``, ``interrupted`` or ``bug``.
     paragraph : str
         The one paragraph for the console (no trace).
     exit_code : int
@@ -329,7 +335,7 @@ def oom_paragraph(
 
     Parameters
     ----------
-    site : {"driver_jvm", "driver_python", "executor_jvm", "python_worker"}
+    site : {"driver_jvm", "driver_python", "executor_jvm", "executor_container", "python_worker"}
     stage : str, optional
         The stage that was running.
     settings : mapping, optional
@@ -365,6 +371,17 @@ def oom_paragraph(
             f"raise spark.executor.memory{now('spark.executor.memory', 'x')} in spark.conf (or "
             "spark-submit --executor-memory), or give each task less data "
             "(train.partitions_per_language, spark.shuffle_partitions)"
+        )
+    elif site == "executor_container":
+        what = (
+            "an executor went over its memory limit (JVM heap, off-heap memory and Python "
+            "workers together) and was killed"
+        )
+        fix = (
+            f"raise spark.executor.memoryOverhead{now('spark.executor.memoryOverhead', 'x')} "
+            "in spark.conf (it covers the Python workers unless spark.executor.pyspark.memory "
+            "is set), or lower the Python workers' load (train.solve_in_task_max_nnz, "
+            "embed.batch_rows)"
         )
     elif site == "python_worker":
         what = "a Python worker of Spark ran out of memory"
@@ -402,8 +419,8 @@ def _oom_site(ev: _Evidence) -> MemorySite | None:
         return "python_worker"
     if ev.instance(MemoryError) is not None or ev.oserror(errno.ENOMEM):
         return "driver_python"
-    if ev.has("exceeding memory limits", "OOMKilled", "exit code 137", "exit status 137"):
-        return "executor_jvm"
+    if ev.has("memory limits", "OOMKilled", "exit code 137", "exit status 137"):
+        return "executor_container"
     return None
 
 
