@@ -306,7 +306,7 @@ def _path_in(ev: _Evidence, exc: OSError | None = None) -> str | None:
     for pattern in _PATH_PATTERNS:
         found = re.search(pattern, ev.text)
         if found:
-            return found.group(1).rstrip(".,;:")
+            return re.sub(r"^/+", "/", found.group(1).rstrip(".,;:"))
     return None
 
 
@@ -349,9 +349,12 @@ def oom_paragraph(
     local = _local_master(s)
     submitted = s.get("submitted") == "true"
 
-    def now(key: str, name: str | None = None) -> str:
+    def now(key: str, *, unset: str = "") -> str:
+        """`` (now <value>)`` of a setting, else ``unset``."""
         value = s.get(key)
-        return f" (now {value})" if value else (" (not set)" if name else "")
+        return f" (now {value})" if value else unset
+
+    unset = " (not set)"
 
     if site == "driver_jvm" or (site == "executor_jvm" and local):
         what = "the Spark driver's JVM ran out of heap memory" + (
@@ -368,7 +371,8 @@ def oom_paragraph(
     elif site == "executor_jvm":
         what = "an executor's JVM ran out of heap memory"
         fix = (
-            f"raise spark.executor.memory{now('spark.executor.memory', 'x')} in spark.conf (or "
+            f"raise spark.executor.memory{now('spark.executor.memory', unset=unset)} in "
+            "spark.conf (or "
             "spark-submit --executor-memory), or give each task less data "
             "(train.partitions_per_language, spark.shuffle_partitions)"
         )
@@ -377,11 +381,11 @@ def oom_paragraph(
             "an executor went over its memory limit (JVM heap, off-heap memory and Python "
             "workers together) and was killed"
         )
+        overhead = now("spark.executor.memoryOverhead", unset=unset)
         fix = (
-            f"raise spark.executor.memoryOverhead{now('spark.executor.memoryOverhead', 'x')} "
-            "in spark.conf (it covers the Python workers unless spark.executor.pyspark.memory "
-            "is set), or lower the Python workers' load (train.solve_in_task_max_nnz, "
-            "embed.batch_rows)"
+            f"raise spark.executor.memoryOverhead{overhead} in spark.conf (it covers the "
+            "Python workers unless spark.executor.pyspark.memory is set), or lower the "
+            "Python workers' load (train.solve_in_task_max_nnz, embed.batch_rows)"
         )
     elif site == "python_worker":
         what = "a Python worker of Spark ran out of memory"
@@ -543,11 +547,12 @@ def _damaged_paragraph(ev: _Evidence, stage: str | None) -> str:
     owner = _dataset_of(path) if path else None
     if owner:
         name, producer, root = owner
+        rel = os.path.relpath(path.replace("file:", "", 1), root)
         return (
-            f"{_where(stage)}: dataset {name!r} at {root} is damaged: its file{where} cannot be "
-            "decoded (its bytes changed after it was written: a disk or copy error). Fix: "
-            f"rebuild it with the stage that writes it, {producer}: {rebuild_command(producer)} "
-            "(then rerun the stages after it)."
+            f"{_where(stage)}: dataset {name!r} at {root} is damaged: its file {rel} cannot be "
+            "read back as written (its bytes changed after it was written: a disk, memory or "
+            f"copy error). Fix: rebuild it with the stage that writes it, {producer}: "
+            f"{rebuild_command(producer)} (then rerun the stages after it)."
         )
     return (
         f"{_where(stage)}: the file{where} cannot be decoded (it is damaged or not what it "

@@ -289,7 +289,9 @@ def cluster_job(cluster, stages: str, root: Path) -> Job:
 def recovered(job: Job) -> str:
     code, _out, err = job.finish()
     assert code == 0, err[-4000:]
-    assert "error:" not in err and "Traceback" not in err
+    # the console has the progress log only: Spark's warnings and traces went to the log file
+    assert "error:" not in err and "Traceback" not in err and "\tat " not in err, err
+    assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|ERROR)", err, re.M), err
     log = job.log_file()
     assert "Lost executor" in log or "Lost task" in log, "the fault did not reach the job"
     return log

@@ -112,6 +112,25 @@ def test_hidden_leftovers_are_not_damage_and_checksums_follow_the_limit(tmp_path
         integrity.configure(checksum_max_bytes=1 << 30)
 
 
+def test_word_vectors_carry_and_check_their_checksums(tmp_path):
+    import numpy as np
+
+    from pipeline.wordmap.store import WordVectors, read_word_vectors, write_word_vectors
+
+    wv = WordVectors(["a", "b"], np.array([3, 1]), np.arange(8, dtype=np.float32).reshape(2, 4))
+    write_word_vectors(tmp_path, "en", wv, {"method": "test"})
+    assert read_word_vectors(tmp_path, "en").words == ["a", "b"]
+    vectors = tmp_path / "en" / "vectors.npy"
+    data = bytearray(vectors.read_bytes())
+    data[-1] ^= 0x01  # one bit of the last float
+    vectors.write_bytes(bytes(data))
+    with pytest.raises(DamagedDatasetError) as info:
+        read_word_vectors(tmp_path, "en")
+    assert "dataset 'word_vectors/en'" in str(info.value)
+    assert "its file vectors.npy fails its sha256 check" in str(info.value)
+    assert "python jobs/word_vectors.py" in str(info.value)
+
+
 # --------------------------------------------------------------------------- the chain
 
 
@@ -270,3 +289,24 @@ def test_the_rebuild_command_repairs_a_damaged_dataset(capsys, chain, tmp_path):
     from pipeline.cli import main as cli
 
     assert cli(["verify", str(root)]) == 0
+
+
+def test_above_the_checksum_limit_spark_s_own_checksums_catch_a_flipped_bit(capsys, chain):
+    """With checksums off (paths.checksum_max_bytes=0) the reader checks sizes only, and a
+    flipped bit reaches Spark's reader, whose Hadoop checksums (the .crc files beside the
+    data) refuse it: the failure is still the damaged-dataset paragraph."""
+    target = _largest(chain / "documents", ".parquet")
+    rel = target.relative_to(chain / "documents").as_posix()
+    original = target.read_bytes()
+    flipped = bytearray(original)
+    flipped[len(flipped) // 2] ^= 0x04
+    target.write_bytes(bytes(flipped))
+    try:
+        code, err = _run(capsys, "vocabulary", chain, "paths.checksum_max_bytes=0")
+    finally:
+        target.write_bytes(original)
+        integrity.configure(checksum_max_bytes=1 << 30)
+    assert code == 2, err
+    message = err[err.index("error: ") :]
+    assert f"dataset 'documents' at {chain / 'documents'} is damaged: its file {rel}" in message
+    assert "python jobs/ingest.py" in message and message.count("\n") == 1
