@@ -65,7 +65,7 @@ def test_checksums_are_sha256_of_the_files(tmp_path):
     [
         ("truncate", "lang=en/part-0.parquet", "has 100 bytes where its manifest recorded 208"),
         ("flip", "lang=en/part-0.parquet", "fails its sha256 check"),
-        ("remove", "lang=en/.part-0.parquet.crc", "is missing"),
+        ("remove", "lang=en/part-0.parquet", "is missing"),
         ("extra", "lang=en/part-1.parquet", "is not one of the files its manifest lists"),
         ("manifest", "_manifest.json", "fails its checksum"),
     ],
@@ -97,6 +97,8 @@ def test_each_kind_of_damage_is_named(tmp_path, damage, file, what):
 def test_hidden_leftovers_are_not_damage_and_checksums_follow_the_limit(tmp_path):
     root, manifest = _dataset(tmp_path)
     (root / ".lang=en.swp").write_bytes(b"x")  # hidden: neither Spark nor pyarrow reads it
+    (root / "lang=en" / ".part-0.parquet.crc").unlink()  # as `hdfs dfs -put` leaves them
+    (root / "_SUCCESS").unlink()
     data = bytearray((root / "lang=en" / "part-0.parquet").read_bytes())
     data[50] ^= 0xFF
     (root / "lang=en" / "part-0.parquet").write_bytes(bytes(data))

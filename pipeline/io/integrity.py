@@ -10,8 +10,9 @@ once (:func:`file_checksums`).
 A reader checks (:func:`verify_dataset`), before it reads anything:
 
 - the manifest parses and its ``manifest_checksum`` matches;
-- every listed file exists with its listed size, and no unlisted data file has appeared
-  (one directory listing: always);
+- every listed data file exists with its listed size, and no unlisted data file has
+  appeared (one directory listing: always); hidden files (Hadoop's ``.crc`` sidecars,
+  ``_SUCCESS``) are checked when present but may be missing, as after a copy that drops them;
 - every file's checksum, when the dataset's files total at most ``paths.checksum_max_bytes``
   (``configure``; 1 GiB by default) or when asked (``python -m pipeline verify``).
 
@@ -166,6 +167,10 @@ def find_damage(
         return None  # a manifest that never listed its files (not written by write_dataset)
     for rel, size in sorted(listed.items()):
         if rel not in listing:
+            if _hidden(rel):
+                # Hadoop's .crc sidecars and _SUCCESS: not data, and not copied by every
+                # tool (``hdfs dfs -put`` leaves the .crc files behind)
+                continue
             return rel, "is missing"
         if listing[rel] != size:
             cause = "truncated" if listing[rel] < size else "extended"
