@@ -90,9 +90,12 @@ def _status_kib(pid: int, key: str) -> float:
 class TreeSampler(threading.Thread):
     """Samples CPU and memory of the process tree rooted at ``root`` (see module docstring)."""
 
-    def __init__(self, root: int, interval: float) -> None:
+    def __init__(self, root: int, interval: float, extra_roots: tuple[int, ...] = ()) -> None:
         super().__init__(daemon=True)
         self.root = root
+        #: Standalone workers: their executors (JVM and Python workers) are not the stage's
+        #: children but theirs.
+        self.extra_roots = extra_roots
         self.interval = interval
         self.stop_event = threading.Event()
         self.samples = 0
@@ -103,7 +106,10 @@ class TreeSampler(threading.Thread):
         self.max_workers = 0
 
     def _tree(self) -> dict[int, list[str]]:
-        return process_tree(self.root)
+        tree = process_tree(self.root)
+        for root in self.extra_roots:
+            tree.update(process_tree(root))
+        return tree
 
     def _classify(self, pid: int) -> str:
         if pid == self.root:
@@ -113,6 +119,10 @@ class TreeSampler(threading.Thread):
         except OSError:
             return "other"
         if "java" in cmd.split(" ")[0]:
+            if "CoarseGrainedExecutorBackend" in cmd:
+                return "executor_jvm"
+            if "deploy.worker.Worker" in cmd or "deploy.master.Master" in cmd:
+                return "other"  # the cluster's daemons
             return "jvm"
         if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
             return "python_worker"
@@ -120,7 +130,7 @@ class TreeSampler(threading.Thread):
 
     def sample(self) -> None:
         tree = self._tree()
-        rss = {"driver": 0.0, "jvm": 0.0, "python_worker": 0.0, "other": 0.0}
+        rss = {"driver": 0.0, "jvm": 0.0, "executor_jvm": 0.0, "python_worker": 0.0, "other": 0.0}
         n_workers = 0
         for pid, fields in tree.items():
             # Re-read every time: a fork shows its parent's command line until it execs.
@@ -132,6 +142,7 @@ class TreeSampler(threading.Thread):
             n_workers += kind == "python_worker"
         pk = self.peak
         pk["driver_plus_jvm"] = max(pk["driver_plus_jvm"], rss["driver"] + rss["jvm"])
+        pk["executor_jvms"] = max(pk.get("executor_jvms", 0.0), rss["executor_jvm"])
         pk["python_workers_sum"] = max(pk["python_workers_sum"], rss["python_worker"])
         pk["tree"] = max(pk["tree"], sum(rss.values()))
         self.max_workers = max(self.max_workers, n_workers)
@@ -152,11 +163,16 @@ class TreeSampler(threading.Thread):
 
         return {
             "samples": self.samples,
-            "cpu_s": {k: round(cpu(k), 2) for k in ("driver", "jvm", "python_worker", "other")},
+            "cpu_s": {
+                k: round(cpu(k), 2)
+                for k in ("driver", "jvm", "executor_jvm", "python_worker", "other")
+            },
             "cpu_s_total": round(sum(self.ticks.values()) / CLK, 2),
             "peak_mb": {
                 "driver_python_hwm": round(hwm("driver"), 1),
                 "jvm_hwm": round(hwm("jvm"), 1),
+                "executor_jvm_hwm_max": round(hwm("executor_jvm"), 1),
+                "executor_jvms_rss_sum": round(self.peak.get("executor_jvms", 0.0) / 1024.0, 1),
                 "python_worker_hwm_max": round(hwm("python_worker"), 1),
                 "driver_plus_jvm_rss": round(self.peak["driver_plus_jvm"] / 1024.0, 1),
                 "python_workers_rss_sum": round(self.peak["python_workers_sum"] / 1024.0, 1),
@@ -266,7 +282,12 @@ def spark_metrics(event_dir: Path, launched_epoch: float | None = None) -> dict[
 
 
 def run_stage(
-    name: str, cmd: list[str], workdir: Path, interval: float, env: dict[str, str]
+    name: str,
+    cmd: list[str],
+    workdir: Path,
+    interval: float,
+    env: dict[str, str],
+    extra_roots: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """Run one stage process, sampled; return wall, CPU, memory and its output's tail."""
     log_path = workdir / "logs" / f"{name}.log"
@@ -277,7 +298,7 @@ def run_stage(
     t0 = time.perf_counter()
     with open(log_path, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        sampler = TreeSampler(proc.pid, interval)
+        sampler = TreeSampler(proc.pid, interval, extra_roots)
         sampler.start()
         rc = proc.wait()
         sampler.stop_event.set()
@@ -305,7 +326,7 @@ def run_stage(
     return res
 
 
-def _stage_profile(workdir: Path, name: str) -> Path:
+def _stage_profile(workdir: Path, name: str, more: dict[str, str] | None = None) -> Path:
     events = workdir / "events" / name
     events.mkdir(parents=True, exist_ok=True)
     path = workdir / "profiles" / f"{name}.yaml"
@@ -316,6 +337,7 @@ def _stage_profile(workdir: Path, name: str) -> Path:
         "spark.eventLog.compress": "false",
         "spark.eventLog.logBlockUpdates.enabled": "true",
         "spark.eventLog.logStageExecutorMetrics": "true",
+        **(more or {}),
     }
     path.write_text(json.dumps({"spark": {"conf": conf}}, indent=2))
     return path
@@ -354,9 +376,26 @@ def _quality(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, Any]:
+def _cluster_settings(args: argparse.Namespace, cluster: Any) -> tuple[list[str], dict]:
+    """``--set`` values and Spark properties that run a stage on the standalone cluster."""
+    conf = {
+        "spark.executor.memory": args.executor_memory,
+        "spark.executor.cores": str(args.worker_cores),
+        "spark.pyspark.python": PYTHON,
+        "spark.executorEnv.PYTHONPATH": str(ROOT),
+        "spark.executorEnv.OPENBLAS_NUM_THREADS": "1",
+    }
+    if args.executor_pyspark_memory:
+        conf["spark.executor.pyspark.memory"] = args.executor_pyspark_memory
+    return [f"spark.master={cluster.master_url}"], conf
+
+
+def run_chain(
+    args: argparse.Namespace, generator_args: list[str], cluster: Any = None
+) -> dict[str, Any]:
     workdir = Path(args.workdir or f"/tmp/cr5_chain_{args.docs}").resolve()
-    root = workdir / "out"
+    generated = workdir / "out"
+    root = workdir / "out_text" if args.text_stages else generated
     workdir.mkdir(parents=True, exist_ok=True)
     n_test = args.n_test or min(1000, max(100, args.docs // 100))
     base = [
@@ -372,6 +411,12 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
         f"spark.driver_memory={args.driver_memory}",
         *args.overrides,
     ]
+    cluster_conf: dict[str, str] = {}
+    extra_roots: tuple[int, ...] = ()
+    if cluster is not None:
+        master_sets, cluster_conf = _cluster_settings(args, cluster)
+        sets += master_sets
+        extra_roots = tuple(proc.pid for proc in cluster.workers.values())
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env["PYTHONPATH"] = str(ROOT) + (
@@ -379,7 +424,7 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
     )
 
     def command(stage: str, script: str, extra: list[str]) -> list[str]:
-        prof = _stage_profile(workdir, stage)
+        prof = _stage_profile(workdir, stage, cluster_conf)
         return [
             PYTHON,
             str(ROOT / script),
@@ -392,6 +437,14 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
 
     result: dict[str, Any] = {
         "label": args.label or f"{args.docs // 1000}k",
+        "cluster": None
+        if cluster is None
+        else {
+            "workers": args.standalone,
+            "worker_cores": args.worker_cores,
+            "worker_memory": args.worker_memory,
+            **cluster_conf,
+        },
         "docs": args.docs,
         "r": args.r,
         "n_test_per_pair": n_test,
@@ -414,11 +467,19 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
                 "generate",
                 "bench/wikishape.py",
                 [
+                    *("--set", f"paths.root={generated}"),
                     *("--docs", str(args.docs), "--seed", str(args.seed)),
                     *("--report", str(gen_report), *generator_args),
                 ],
             )
         )
+    if args.text_stages:  # the README's stage commands on the generated text
+        plan += [
+            ("ingest", "jobs/ingest.py", ["--set", f"ingest.input={generated / 'documents'}"]),
+            ("split", "jobs/split.py", []),
+            ("vocabulary", "jobs/vocabulary.py", []),
+            ("tfidf", "jobs/tfidf.py", []),
+        ]
     if args.also_local:
         plan.append(
             (
@@ -448,7 +509,9 @@ def run_chain(args: argparse.Namespace, generator_args: list[str]) -> dict[str, 
         # a previous (interrupted) run's event log must not count in this one
         shutil.rmtree(workdir / "events" / name, ignore_errors=True)
         (workdir / "events" / name).mkdir(parents=True, exist_ok=True)
-        stages[name] = run_stage(name, command(name, script, extra), workdir, args.interval, env)
+        stages[name] = run_stage(
+            name, command(name, script, extra), workdir, args.interval, env, extra_roots
+        )
         stages[name]["spark"] = spark_metrics(
             workdir / "events" / name, stages[name].pop("launched_epoch")
         )
@@ -656,7 +719,7 @@ def plot(paths: list[Path], out: Path) -> None:
 #: Code behaviours the cost model distinguishes (runs recorded before a feature lack it):
 #: ``ct_language_rows``: each language's Cᵀ result is its concepts' rows (K_l x b), not K x b;
 #: ``phi_float32``: Φ is computed from the float32 images without p x r float64 copies.
-SOLVER_FEATURES = ("ct_language_rows", "phi_float32")
+SOLVER_FEATURES = ("ct_language_rows", "phi_float32", "resident_workers")
 
 
 def _commit() -> str | None:
@@ -676,7 +739,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--r", type=int, default=100)
     p.add_argument("--n-test", type=int, default=None, help="default min(1000, max(100, docs/100))")
-    p.add_argument("--driver-memory", default="6g")
+    p.add_argument(
+        "--driver-memory", default="auto", help="spark.driver_memory (auto: the memory plan)"
+    )
     p.add_argument("--also-local", action="store_true", help="also train on the local backend")
     p.add_argument("--skip-generate", action="store_true", help="reuse the workdir's corpus")
     p.add_argument(
@@ -689,6 +754,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=0.25, help="/proc sampling period [s]")
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="K=V")
     p.add_argument("--out", type=Path, help="JSON result (e.g. bench/results/chain_10k.json)")
+    p.add_argument(
+        "--text-stages",
+        action="store_true",
+        help="after the generator, run the real ingest, split, vocabulary and tfidf stages on "
+        "its documents (a root of their own, out_text/), then train, embed and evaluate there",
+    )
+    p.add_argument(
+        "--standalone",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run every stage on a Spark standalone cluster of N workers on this machine "
+        "(deploy/standalone.py; executors and their Python workers are sampled too)",
+    )
+    p.add_argument("--worker-cores", type=int, default=1, help="cores of each standalone worker")
+    p.add_argument("--worker-memory", default="8g", help="memory of each standalone worker")
+    p.add_argument(
+        "--executor-memory", default="4g", help="spark.executor.memory on the standalone cluster"
+    )
+    p.add_argument(
+        "--executor-pyspark-memory",
+        default=None,
+        help="spark.executor.pyspark.memory on the standalone cluster (the memory plan's "
+        "Python workers); default: none set",
+    )
     p.add_argument("--plot", type=Path, nargs="+", help="only plot these JSON results")
     p.add_argument("--plot-out", type=Path, default=ROOT / "bench/results/chain_scaling.png")
     args, generator_args = p.parse_known_args(argv)
@@ -699,7 +789,25 @@ def main(argv: list[str] | None = None) -> int:
             r = _read_json(path)
             print(f"\n{r['label']}: nnz {r['corpus']['nnz']:,}\n{table(r)}")
         return 0
-    result = run_chain(args, generator_args)
+    if args.standalone:
+        import importlib.util
+
+        # deploy/ is not a package: load its standalone.py as a module
+        spec = importlib.util.spec_from_file_location(
+            "cr5_standalone", ROOT / "deploy/standalone.py"
+        )
+        standalone = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = standalone
+        spec.loader.exec_module(standalone)
+        with standalone.StandaloneCluster(
+            Path(args.workdir or f"/tmp/cr5_chain_{args.docs}") / "standalone",
+            cores=args.worker_cores,
+            memory=args.worker_memory,
+            workers=args.standalone,
+        ) as cluster:
+            result = run_chain(args, generator_args, cluster)
+    else:
+        result = run_chain(args, generator_args)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_suffix(".tmp")

@@ -98,6 +98,7 @@ def run_stages(
     """
     from pyspark import SparkContext
 
+    from pipeline.memory import driver_memory
     from pipeline.spark import get_spark
 
     fns = [(n, get_stage(n)) for n in names]
@@ -105,8 +106,10 @@ def run_stages(
     spark = None
     reports: dict[str, dict] = {}
     current = None
+    heap = None
     try:
-        spark = get_spark(cfg.spark, log_file=log_file)
+        heap = driver_memory(cfg, names)
+        spark = get_spark(cfg.spark, driver_memory=heap, log_file=log_file)
         for name, fn in fns:
             current = name
             t0 = time.perf_counter()
@@ -118,7 +121,7 @@ def run_stages(
             reports[name] = report
             print(summarize(name, report), flush=True)
     except BaseException as exc:
-        failures.annotate(exc, stage=current, completed=list(reports))
+        failures.annotate(exc, stage=current, completed=list(reports), driver_memory=heap)
         raise
     finally:
         if created and spark is not None:
@@ -254,6 +257,9 @@ def report_failure(exc: BaseException, run_log: RunLog | None, settings: dict[st
     file (or, for a bug before the log file exists, to a file in the temporary directory),
     and return the exit status."""
     context = failures.context_of(exc)
+    heap = context.get("driver_memory")
+    if heap and settings.get("spark.driver_memory") == "auto" and "submitted" not in settings:
+        settings = {**settings, "spark.driver_memory": f"auto, which gave {heap}"}
     where = run_log.path if run_log is not None else None
     if where is None and not isinstance(exc, PipelineError):
         where = failures.fallback_log(failures.full_trace(exc))

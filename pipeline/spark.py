@@ -47,14 +47,18 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
     return props
 
 
-def get_spark(cfg: SparkConfig, *, log_file: str | None = None):  # -> pyspark.sql.SparkSession
+def get_spark(
+    cfg: SparkConfig, driver_memory: str | None = None, *, log_file: str | None = None
+):  # -> SparkSession
     """Build (or reuse) the SparkSession described by ``cfg``.
 
     Under ``spark-submit`` the master, deploy mode and driver memory are the
     command line's; otherwise ``cfg.master`` (default ``local[2]``) is used and a
-    local JVM is started with ``cfg.driver_memory``. A ``spark://`` master is waited
-    for up to ``cfg.master_wait_seconds``. With ``log_file``, a JVM started here (or a
-    spark-submit JVM without a SparkContext yet) sends its output to that file
+    local JVM is started with ``driver_memory`` (the runner's memory plan,
+    :func:`pipeline.memory.driver_memory`), else ``cfg.driver_memory``, whose ``auto`` is
+    the heap of :func:`pipeline.memory.local_heap` for this machine. A ``spark://`` master
+    is waited for up to ``cfg.master_wait_seconds``. With ``log_file``, a JVM started here
+    (or a spark-submit JVM without a SparkContext yet) sends its output to that file
     (:mod:`pipeline.runlog`); a session that exists already is left as it is.
     """
     from pyspark import SparkContext
@@ -91,8 +95,14 @@ def get_spark(cfg: SparkConfig, *, log_file: str | None = None):  # -> pyspark.s
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     if master:
+        if driver_memory is None:
+            driver_memory = cfg.driver_memory
+        if driver_memory == "auto":
+            from pipeline.memory import Machine, format_size, local_heap
+
+            driver_memory = format_size(local_heap(Machine.detect()))
         builder = builder.master(master)
-        builder = builder.config("spark.driver.memory", cfg.driver_memory)
+        builder = builder.config("spark.driver.memory", driver_memory)
     for key, value in spark_properties(cfg, local=local).items():
         builder = builder.config(key, value)
     launch = log_file if fresh and SparkContext._gateway is None else None

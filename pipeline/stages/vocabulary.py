@@ -9,7 +9,7 @@ length filter applied; see :mod:`pipeline.features.selection`):
   index is deterministic;
 - ``idf(t) = ln(N_l / df(t))`` with N_l the number of training documents of l.
 
-Everything is a Spark aggregation; no document reaches the driver.
+Everything is one Spark aggregation over the documents; no document reaches the driver.
 """
 
 from __future__ import annotations
@@ -17,17 +17,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import InputDataError
 from pipeline.features.selection import (
     TOKENIZED_SCHEMA,
-    count_by_reason,
     distinct_terms_fn,
+    flag_heldout,
     length_reason,
-    remove_heldout,
 )
 from pipeline.io.datasets import read_dataset, write_dataset, write_options
 from pipeline.io.locations import to_manifest
@@ -37,23 +36,69 @@ from pipeline.text.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 
-def build_vocabulary(spark: SparkSession, cfg: Config):
-    """Return (vocabulary DataFrame, report)."""
+#: Prefix of the per-document marker terms that carry a document's fate through the one
+#: aggregation of :func:`build_vocabulary` (no word token contains a NUL character).
+_MARK = "\x00"
+_HELDOUT = "heldout"
+
+
+def _document_terms(spark: SparkSession, cfg: Config) -> DataFrame:
+    """One row per (language, term or marker) occurrence: every document contributes one
+    marker term naming its fate (kept, a length-filter reason, or held out), and a
+    training document its distinct terms as well."""
     docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
-    docs, heldout_counts = remove_heldout(spark, docs, cfg)
-    tokenized = docs.select("doc_id", "concept_id", "lang", "text").mapInArrow(
-        distinct_terms_fn(Tokenizer.from_config(cfg.text)), TOKENIZED_SCHEMA
+    docs = flag_heldout(spark, docs, cfg)
+    tokenized = docs.select("doc_id", "concept_id", "lang", "text", "_held").mapInArrow(
+        distinct_terms_fn(Tokenizer.from_config(cfg.text), extra=("_held",)),
+        TOKENIZED_SCHEMA + ", _held boolean",
     )
-    reason = length_reason(cfg)
-    tokenized = tokenized.withColumn("reason", reason).persist()
-    counts = count_by_reason(tokenized, F.col("reason"))
-    train = tokenized.filter(F.col("reason").isNull())
-    n_docs = {lang: c.get("kept", 0) for lang, c in counts.items()}
+    fate = F.when(F.col("_held"), F.lit(_HELDOUT)).otherwise(
+        F.coalesce(length_reason(cfg), F.lit("kept"))
+    )
+    terms = F.when(fate == "kept", F.col("terms")).otherwise(F.array().cast("array<string>"))
+    return tokenized.select(
+        "lang", F.explode(F.concat(F.array(F.concat(F.lit(_MARK), fate)), terms)).alias("term")
+    )
+
+
+def _split_counts(
+    counts: DataFrame,
+) -> tuple[DataFrame, dict[str, dict[str, int]], dict[str, int]]:
+    """Term document frequencies, documents by reason and held-out documents per language
+    from the aggregated ``(lang, term, df)`` rows (markers collected, terms left in Spark)."""
+    marks = counts.filter(F.col("term").startswith(_MARK)).collect()
+    by_reason: dict[str, dict[str, int]] = {}
+    heldout: dict[str, int] = {}
+    for r in marks:
+        reason = r["term"][len(_MARK) :]
+        if reason == _HELDOUT:
+            heldout[r["lang"]] = r["df"]
+        else:
+            by_reason.setdefault(r["lang"], {})[reason] = r["df"]
+    df = counts.filter(~F.col("term").startswith(_MARK))
+    return df, dict(sorted(by_reason.items())), dict(sorted(heldout.items()))
+
+
+def build_vocabulary(spark: SparkSession, cfg: Config):
+    """Return (vocabulary DataFrame, per-(lang, term) counts to unpersist, report).
+
+    One pass over the documents: tokenisation and a single aggregation whose rows are the
+    training documents' term frequencies and, as marker terms, every document's fate; only
+    the aggregated counts are cached (the tokenised documents never are).
+    """
+    counts = (
+        _document_terms(spark, cfg)
+        .groupBy("lang", "term")
+        .agg(F.count(F.lit(1)).alias("df"))
+        .persist()
+    )
+    df, counts_by_reason, heldout_counts = _split_counts(counts)
+    n_docs = {lang: c.get("kept", 0) for lang, c in counts_by_reason.items()}
     if not any(n_docs.values()):
         f = cfg.features
         held = sum(heldout_counts.values())
         raise InputDataError(
-            f"no training documents left after the filters ({counts}; held out by "
+            f"no training documents left after the filters ({counts_by_reason}; held out by "
             f"features.heldout_concepts: {held}). Fix: lower features.min_unique_words "
             f"(now {f.min_unique_words}) or raise features.max_unique_words (now "
             f"{f.max_unique_words}), e.g. --conf conf/short-docs.yaml for short documents"
@@ -68,11 +113,6 @@ def build_vocabulary(spark: SparkSession, cfg: Config):
         [(lang, n) for lang, n in n_docs.items() if n], "lang string, n_docs long"
     )
     f = cfg.features
-    df = (
-        train.select("lang", F.explode("terms").alias("term"))
-        .groupBy("lang", "term")
-        .agg(F.count(F.lit(1)).alias("df"))
-    )
     order = Window.partitionBy("lang").orderBy(F.desc("df"), F.asc("term"))
     vocab = (
         df.filter(F.col("df") >= f.min_df)
@@ -82,11 +122,11 @@ def build_vocabulary(spark: SparkSession, cfg: Config):
         .withColumn("idf", F.log(F.col("n_docs") / F.col("df")).cast("float"))
     )
     report: dict[str, Any] = {
-        "documents_by_reason": counts,
+        "documents_by_reason": counts_by_reason,
         "heldout_documents": heldout_counts,
         "training_documents": n_docs,
     }
-    return vocab, tokenized, report
+    return vocab, counts, report
 
 
 def dropped_language_warnings(
@@ -137,7 +177,7 @@ def dropped_language_warnings(
 
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
-    vocab, tokenized, report = build_vocabulary(spark, cfg)
+    vocab, counts, report = build_vocabulary(spark, cfg)
     vocab = vocab.repartition("lang").sortWithinPartitions("lang", "term_index").cache()
     sizes = {r["lang"]: r["count"] for r in vocab.groupBy("lang").count().orderBy("lang").collect()}
     report["warnings"] = dropped_language_warnings(cfg, report, sizes)
@@ -157,6 +197,6 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         spark, vocab, VOCABULARY, path, manifest={"report": report}, **write_options(cfg.paths)
     )
     vocab.unpersist()
-    tokenized.unpersist()
+    counts.unpersist()
     report["path"] = path
     return report
