@@ -55,6 +55,10 @@ SETTINGS = [
     "train.backend=spark",
     "train.r=10",
     "train.checkpoint_dir=",
+    # the same solver route in local mode and on the cluster, whatever memory either has:
+    # every language fused, and kept resident in the Python workers between jobs
+    "train.solve_in_task_max_nnz=10000000",
+    "train.resident_memory_mb=64",
 ]
 ENV = {
     **os.environ,
