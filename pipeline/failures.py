@@ -80,7 +80,8 @@ class Failure:
         executor), ``environment`` (an :class:`~pipeline.errors.EnvironmentFailure` such as
         an unreachable master), ``master``, ``executors_lost``, ``python_worker``,
         ``python_env`` (a module missing on the executors), ``out_of_memory``, ``no_space``,
-        ``permission``, ``io``, ``damaged``, ``jvm_gone``, ``interrupted`` or ``bug``.
+        ``permission``, ``io``, ``damaged``, ``jvm_start``, ``jvm_gone``, ``interrupted`` or
+        ``bug``.
     paragraph : str
         The one paragraph for the console (no trace).
     exit_code : int
@@ -623,6 +624,17 @@ def _classify(
     failure; ("bug", "", None) when the evidence fits none."""
     if ev.has("All masters are unresponsive", "Failed to connect to master"):
         return "master", _master_paragraph(ev, stage, settings), None
+    if ev.has("JAVA_GATEWAY_EXITED", "Java gateway process exited"):
+        memory = settings.get("spark.driver_memory")
+        return (
+            "jvm_start",
+            f"{_where(stage)}: the Spark driver's JVM did not start (its own message is in the "
+            "log file). Fix: check spark.driver_memory"
+            + (f" (now {memory})" if memory else "")
+            + " against the machine's free memory, and that Java 17+ runs (python -m "
+            "pipeline.java).",
+            None,
+        )
     if ev.has(*_DAMAGE):
         return "damaged", _damaged_paragraph(ev, stage), None
     space = ev.oserror(errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -332,3 +332,15 @@ def test_the_rebuild_command_is_this_run_s_command():
     assert failures.rebuild_command("tfidf") == (
         "python jobs/tfidf.py --conf conf/local.yaml --conf 'my profile.yaml' --set 'a.b=[1, 2]'"
     )
+
+
+def test_a_jvm_that_does_not_start_is_named():
+    class PySparkRuntimeError(Exception):  # pyspark's, with its message
+        pass
+
+    exc = PySparkRuntimeError(
+        "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number."
+    )
+    failure = described(exc, stage="ingest")
+    assert failure.kind == "jvm_start" and failure.exit_code == 2
+    assert "spark.driver_memory (now 2g)" in failure.paragraph
