@@ -188,17 +188,19 @@ def _cpu(pid: int) -> int:
     return int(st[11]) + int(st[12]) if st else -1
 
 
-def busy_python_worker(timeout: float = 300, **where: int) -> int:
-    """A Python worker that is running a task (its CPU time grows), waiting for one."""
+def busy_python_worker(job: Job, timeout: float = 300, **where: int) -> int:
+    """A Python worker that is running a task (its CPU time grows), waiting for one while
+    ``job`` runs."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and job.proc.poll() is None:
         workers = python_workers(**where)
         before = {pid: _cpu(pid) for pid in workers}
         time.sleep(0.3)
         busy = [pid for pid in workers if _cpu(pid) > before[pid] >= 0]
         if busy:
             return busy[0]
-    raise AssertionError(f"no busy Python worker appeared ({where})")
+    code, _out, err = job.finish(timeout=60)
+    raise AssertionError(f"no busy Python worker appeared ({where}); exit {code}:\n{err[-3000:]}")
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -282,12 +284,15 @@ def lose_worker(cluster, job: Job, after: str, index: int = 1) -> None:
     """Once ``after`` was logged and worker ``index`` runs a task, kill -9 it (with its
     executor and Python workers)."""
     job.wait_for(after)
-    busy_python_worker(session=cluster.workers[index].pid)
+    busy_python_worker(job, session=cluster.workers[index].pid)
     cluster.kill_worker(index)
 
 
 def cluster_job(cluster, stages: str, root: Path) -> Job:
-    return Job(stages, root, f"spark.master={cluster.master_url}")
+    # The memory plan sizes the executors' Python workers from spark.executor.memoryOverhead
+    # (a standalone worker does not count it: it only has to cover the plan)
+    conf = '{"spark.executor.memoryOverhead": "2g"}'
+    return Job(stages, root, f"spark.master={cluster.master_url}", f"spark.conf={conf}")
 
 
 def recovered(job: Job) -> str:
@@ -311,7 +316,8 @@ def test_worker_lost_during_training_gives_the_same_model(cluster, reference, tm
         lose_worker(cluster, job, r"cr5/eigensolver it=1/")  # during the fused CG solves
         recovered(job)
     finally:
-        cluster.restart_worker(1)
+        if 1 not in cluster.workers:  # killed: a fresh worker for the next case
+            cluster.restart_worker(1)
     want, got = model_arrays(reference / "model"), model_arrays(root / "model")
     assert list(want) == list(got)
     for name in want:
@@ -327,7 +333,8 @@ def test_worker_lost_during_embedding_gives_the_same_embeddings(cluster, referen
         lose_worker(cluster, job, r"stage embed: starting")
         recovered(job)
     finally:
-        cluster.restart_worker(1)
+        if 1 not in cluster.workers:  # killed: a fresh worker for the next case
+            cluster.restart_worker(1)
     want = table(reference / "embeddings", ["doc_id"])
     got = table(root / "embeddings", ["doc_id"])
     assert want.num_rows > 0 and want.equals(got)
@@ -340,7 +347,8 @@ def test_worker_lost_during_a_write_gives_the_same_dataset(cluster, reference, t
         lose_worker(cluster, job, r"stage tfidf: starting")
         recovered(job)
     finally:
-        cluster.restart_worker(1)
+        if 1 not in cluster.workers:  # killed: a fresh worker for the next case
+            cluster.restart_worker(1)
     for name, keys in (("tfidf", ["lang", "row"]), ("concepts", ["concept_index"])):
         want, got = table(reference / name, keys), table(root / name, keys)
         assert want.num_rows > 0 and want.equals(got), name
@@ -351,7 +359,7 @@ def test_python_worker_killed_on_a_cluster_is_retried(cluster, reference, tmp_pa
     root = copy_root(reference, tmp_path / "out", (*INPUTS, "model"))
     job = cluster_job(cluster, "embed", root)
     job.wait_for(r"stage embed: starting")
-    victim = busy_python_worker(session=cluster.workers[0].pid)
+    victim = busy_python_worker(job, session=cluster.workers[0].pid)
     os.kill(victim, signal.SIGKILL)
     recovered(job)
     want = table(reference / "embeddings", ["doc_id"])
@@ -366,7 +374,7 @@ def test_python_worker_killed_in_local_mode_exits_2_and_keeps_the_data(reference
     before = snapshot(root)
     job = Job("embed", root)
     job.wait_for(r"stage embed: starting")
-    os.kill(busy_python_worker(ancestor=job.proc.pid), signal.SIGKILL)
+    os.kill(busy_python_worker(job, ancestor=job.proc.pid), signal.SIGKILL)
     code, _out, err = job.finish()
     assert code == 2, err
     assert_one_paragraph(

@@ -152,8 +152,9 @@ def _run(capsys, stages: str, root: Path, *extra: str) -> tuple[int, str]:
         "--set", "train.checkpoint_dir=",
         "--set", "evaluate.lambda_grid=[1.0]",
         "--set", "evaluate.methods=[]",
-        *extra,
     ]  # fmt: skip
+    for item in extra:
+        args += ["--set", item]
     code = main(None, args)
     return code, capsys.readouterr().err
 
