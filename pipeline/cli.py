@@ -4,6 +4,7 @@
                              [--format jsonl|npy] [--normalize] [--batch 10000]
     python -m pipeline import-cr5 --out models/cr5 --lang en=en.txt.gz --lang de=de.txt.gz
                                   [--idf-from out/vocabulary]
+    python -m pipeline verify out/            # or a dataset, or a model directory
 
 ``embed`` reads one document per line (stdin by default) and writes one vector per
 line: JSON Lines (``{"line": i, "n_terms": k, "vector": [...]}``, streamed in batches)
@@ -167,6 +168,68 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_targets(paths: Sequence[str]) -> list[str]:
+    """The datasets and models to verify: each path itself when it is one, else (a run
+    root) the datasets and models directly under it and under its ``*_models/``."""
+    out = []
+    for path in paths:
+        if any(os.path.isfile(os.path.join(path, f)) for f in ("_manifest.json", "model.json")):
+            out.append(path)
+            continue
+        if not os.path.isdir(path):
+            raise InputDataError(
+                f"{path}: no such directory. Fix: give a dataset, a model "
+                "directory or a run root (paths.root)."
+            )
+        found = []
+        for name in sorted(os.listdir(path)):
+            child = os.path.join(path, name)
+            if name.startswith(".") or not os.path.isdir(child):
+                continue
+            if name.endswith("_models"):
+                found += [
+                    os.path.join(child, m)
+                    for m in sorted(os.listdir(child))
+                    if os.path.isfile(os.path.join(child, m, "model.json"))
+                ]
+            elif any(
+                os.path.isfile(os.path.join(child, f)) for f in ("_manifest.json", "model.json")
+            ):
+                found.append(child)
+        if not found:
+            raise InputDataError(
+                f"{path}: holds no dataset (_manifest.json) and no model "
+                "(model.json). Fix: give a dataset, a model or a run root."
+            )
+        out += found
+    return out
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check every file of datasets and models against their manifests, checksums included."""
+    from pipeline.errors import DamagedDatasetError
+    from pipeline.io.integrity import verify_local
+    from pipeline.model.format import read_model_json, verify_files
+
+    damaged = 0
+    for target in _verify_targets(args.paths):
+        try:
+            if os.path.isfile(os.path.join(target, "model.json")):
+                meta = read_model_json(target)
+                verify_files(target, meta, list(meta["languages"]), checksums=True, reading=False)
+                files = meta["files"]
+                print(
+                    f"ok: model at {os.path.abspath(target)}: {len(files)} files, "
+                    f"{sum(f['bytes'] for f in files.values())} bytes, SHA-256 checksums match"
+                )
+            else:
+                print(verify_local(target))
+        except DamagedDatasetError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            damaged += 1
+    return 2 if damaged else 0
+
+
 def cmd_config_reference(args: argparse.Namespace) -> int:
     from pipeline.config import reference_markdown
 
@@ -203,6 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     i.add_argument("--idf-from", help="Parquet with lang, term, idf (e.g. out/vocabulary)")
     i.set_defaults(fn=cmd_import)
+    v = sub.add_parser(
+        "verify",
+        help="check datasets and models against their manifests: every file's size and "
+        "checksum (exit 2 when one is damaged)",
+    )
+    v.add_argument("paths", nargs="+", metavar="PATH", help="a dataset, a model or a run root")
+    v.set_defaults(fn=cmd_verify)
     c = sub.add_parser(
         "config-reference", help="print every configuration key as Markdown (docs/configuration.md)"
     )
@@ -214,3 +284,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        # One paragraph on the console, the trace in a log file (pipeline/failures.py).
+        from pipeline import failures
+
+        trace = failures.fallback_log(failures.full_trace(exc))
+        where = f"python -m pipeline {args.command}"
+        failure = failures.describe(failures.annotate(exc, stage=where), log_file=trace)
+        failures.print_paragraph(failure)
+        return failure.exit_code

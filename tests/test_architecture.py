@@ -215,3 +215,13 @@ def test_the_cycle_check_sees_a_cycle(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "_package_graph", lambda: graph)
     with pytest.raises(AssertionError, match="pipeline.linalg"):
         test_packages_import_one_way()
+
+
+def test_the_error_boundary_sits_at_the_bottom():
+    """pipeline/failures.py serves every layer (io annotates writes, the runner and the CLI
+    report through it): it imports nothing of the pipeline but its exceptions, and neither
+    Spark nor Py4J, whose errors it recognises by name."""
+    inner = {
+        m for m in _imports(PKG / "failures.py") if m.startswith(("pipeline", "pyspark", "py4j"))
+    }
+    assert inner and all(m.startswith("pipeline.errors") for m in inner), sorted(inner)

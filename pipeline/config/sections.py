@@ -64,6 +64,13 @@ class SparkConfig:
         default_factory=dict,
         doc='Extra Spark properties, e.g. {"spark.executor.memory": "8g"}.',
     )
+    master_wait_seconds: float = param(
+        20.0,
+        lo=0.0,
+        doc="A spark:// master that does not accept connections is retried for this long "
+        "before the run stops (exit 2) with a message naming it, instead of Spark's own "
+        "minute of registration attempts; 0: one attempt (pipeline/failures.py).",
+    )
     driver_malloc_tuning: bool = param(
         True,
         doc="Python driver process (glibc): keep freed blocks up to 64 MB in the heap and trim "
@@ -101,6 +108,21 @@ class PathsConfig:
         doc="A writer's lock and temporary directory count as abandoned when its heartbeat "
         "(every min(30 s, this / 4)) is older than this (on the writer's own host a dead pid "
         "is recognised at once); only then are they removed by another run.",
+    )
+    checksum_max_bytes: int = param(
+        1 << 30,
+        lo=0,
+        doc="Readers check the SHA-256 of every file of a dataset (or model) whose files total "
+        "at most this many bytes, and the sizes of every file always, against the manifest "
+        "its writer recorded; a damaged dataset stops the stage (exit 2) naming the file and "
+        "the command that rebuilds it. 0: sizes only. `python -m pipeline verify PATH` checks "
+        "any size (pipeline/io/integrity.py).",
+    )
+    logs: str | None = param(
+        None,
+        doc="Directory of the run logs: each job writes <logs>/<stages>-<UTC time>-<pid>.log "
+        "with its full log, Spark's output and the trace of any failure (the console gets one "
+        "paragraph). Default: <root>/logs when root is a local directory, else ./logs.",
     )
     documents: str | None = param(
         None, doc="Path of the documents dataset (default <root>/documents)."

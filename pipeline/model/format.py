@@ -48,7 +48,8 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from pipeline import __version__
-from pipeline.errors import ModelError
+from pipeline.errors import DamagedModelError, ModelError
+from pipeline.io.integrity import damaged_message
 from pipeline.io.local_dirs import staged_directory
 
 MODEL_SCHEMA_VERSION = 1
@@ -224,7 +225,7 @@ def read_model_json(path: str | os.PathLike) -> dict:
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{meta_path} is not valid JSON ({exc}); the model is corrupted") from exc
+        raise _damaged(path, MODEL_JSON, f"is not valid JSON ({exc})") from exc
     version = meta.get("schema_version")
     if version != MODEL_SCHEMA_VERSION:
         raise ModelError(
@@ -269,7 +270,9 @@ def load_model_files(
             )
             vocab = pq.read_table(d / "vocabulary.parquet")
         except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot read model files of {lang!r} in {d}: {exc}") from exc
+            raise _damaged(
+                path, f"languages/{lang}/", f"cannot be read ({type(exc).__name__}: {exc})"
+            ) from exc
         if vocab.column("term_index").to_pylist() != list(range(vocab.num_rows)):
             raise ModelError(f"{d / 'vocabulary.parquet'}: term_index is not 0..p-1 in order")
         lm = LanguageMap(
@@ -319,39 +322,82 @@ def load_shared_arrays(
                 f"{path / MODEL_JSON} lists shared array {name!r} but no file {rel}; "
                 "the model is corrupted"
             )
-        _check_file(path / rel, info, checksums=verify)
+        _check_file(path, rel, info, checksums=verify)
         try:
             out[name] = np.load(path / rel, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot read model file {path / rel}: {exc}") from exc
+            raise _damaged(path, rel, f"cannot be read ({type(exc).__name__}: {exc})") from exc
     try:
         return _check_shared(out, int(meta["r"]))
     except ModelError as exc:
         raise ModelError(f"model {path}: {exc}; the model is corrupted") from exc
 
 
-def _check_file(f: Path, info: dict[str, Any], *, checksums: bool) -> None:
+def _producer(path: Path) -> str:
+    """The stage that writes the model at ``path`` (named in a damaged model's message)."""
+    parent = path.parent.name
+    if parent in ("lambda_models", "baseline_models"):
+        return "evaluate"
+    if parent == "wordmap_models":
+        return "translate_words"
+    return "train"
+
+
+def _damaged(path: Path, rel: str, what: str, *, reading: bool = True) -> DamagedModelError:
+    """A damaged model file: one paragraph naming the model, the file and the fix."""
+    text = damaged_message(
+        dataset="model",
+        path=str(path),
+        producer=_producer(path),
+        file=rel,
+        what=what,
+        reading=reading,
+    )
+    return DamagedModelError(text.replace("dataset 'model'", "model", 1))
+
+
+def _check_file(
+    root: Path, rel: str, info: dict[str, Any], *, checksums: bool, reading: bool = True
+) -> None:
+    f = root / rel
     if not f.is_file():
-        raise ModelError(f"model file {f} is missing; the model is incomplete")
-    if f.stat().st_size != info["bytes"]:
-        raise ModelError(
-            f"model file {f} has {f.stat().st_size} bytes, model.json says {info['bytes']}: "
-            "the file is truncated or was replaced"
+        raise _damaged(root, rel, "is missing: the model is incomplete", reading=reading)
+    size = f.stat().st_size
+    if size != info["bytes"]:
+        raise _damaged(
+            root,
+            rel,
+            f"has {size} bytes where model.json recorded {info['bytes']} (it was truncated or "
+            "replaced after it was written)",
+            reading=reading,
         )
     if checksums and _sha256(f) != info["sha256"]:
-        raise ModelError(f"model file {f} fails its SHA-256 check: the file is corrupted")
+        raise _damaged(
+            root,
+            rel,
+            "fails its SHA-256 check: its bytes changed after it was written (a disk, memory "
+            "or copy error)",
+            reading=reading,
+        )
 
 
 def verify_files(
-    path: str | os.PathLike, meta: dict, languages: list[str], *, checksums: bool = True
+    path: str | os.PathLike,
+    meta: dict,
+    languages: list[str],
+    *,
+    checksums: bool = True,
+    reading: bool = True,
 ) -> None:
     """Check the files of ``languages`` (and shared files) against ``model.json``.
 
-    Sizes are always compared; with ``checksums`` the SHA-256 too. Raises ModelError.
+    Sizes are always compared; with ``checksums`` the SHA-256 too. Raises
+    :class:`~pipeline.errors.DamagedModelError`, whose message says the stage stops when
+    ``reading`` (a stage or an API call is about to read the model).
     """
     path = Path(path)
     prefixes = tuple(f"languages/{lang}/" for lang in languages)
     for rel, info in meta["files"].items():
         if rel.startswith("languages/") and not rel.startswith(prefixes):
             continue
-        _check_file(path / rel, info, checksums=checksums)
+        _check_file(path, rel, info, checksums=checksums, reading=reading)
