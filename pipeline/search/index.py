@@ -374,7 +374,7 @@ class SearchIndex:
         cos, ids = search_shards(index.shards, index.offsets, vectors, depth, ef_search=ef)
         k_t = min(csls_k, index.rows)
         r_t = cos[:, :k_t].mean(axis=1, dtype=np.float64).astype(np.float32)
-        r_s = index.r_source[:, index.sources.index(lang)]
+        r_s = self.csls_terms(target, lang)
         valid = ids >= 0
         scores = np.where(
             valid,
@@ -384,6 +384,30 @@ class SearchIndex:
         order = np.lexsort((np.where(valid, ids, np.iinfo(np.int64).max), -scores), axis=-1)
         order = order[:, :k]
         return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+    def vectors(self, lang: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """The indexed (L2-normalised) vectors of ``lang``'s documents ``rows`` (all when
+        None): float32, shape (n_rows, r)."""
+        index = self._language(lang)
+        ids = np.arange(index.rows) if rows is None else np.asarray(rows, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= index.rows):
+            raise InputDataError(f"rows of {lang!r} must be in 0..{index.rows - 1}")
+        out = np.empty((ids.size, self.model.dim), dtype=np.float32)
+        shard_of = np.searchsorted(np.asarray(index.offsets), ids, side="right") - 1
+        for s, shard in enumerate(index.shards):
+            mask = shard_of == s
+            if mask.any():
+                local = (ids[mask] - index.offsets[s]).astype(np.int64)
+                out[mask] = shard.reconstruct_batch(local)
+        return out
+
+    def csls_terms(self, target: str, source: str) -> np.ndarray:
+        """r_S of every indexed document of ``target`` over the documents of ``source``:
+        float32, shape (rows,) (row order of :meth:`documents`)."""
+        if source not in self.csls_sources(target):
+            raise InputDataError(f"the index has no CSLS terms for {source} -> {target}")
+        index = self._language(target)
+        return index.r_source[:, index.sources.index(source)]
 
     def documents(self, lang: str) -> dict[str, list]:
         """The indexed documents of ``lang`` by row id: doc_id, concept_id, title, snippet."""
