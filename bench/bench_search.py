@@ -409,6 +409,67 @@ def measure_p1(
     return out
 
 
+# --------------------------------------------------------------------------- parameter sweep
+
+
+def sweep_build(
+    flat: SearchIndex,
+    dirs: list[dict[str, Any]],
+    n: int,
+    grid: list[tuple[int, int]],
+    efs: list[int],
+    flat_sizes: list[int],
+) -> dict[str, Any]:
+    """HNSW build parameters on ``n`` real vectors of the largest language, built in this
+    process on one thread (as a build task does): build seconds, bytes per vector, and
+    recall@10 / single-query latency at each ef_search against exact search, with that
+    language's held-out crosslingual queries. Also a flat index's single-query latency at
+    ``flat_sizes`` rows (where search.flat_max_rows should switch to HNSW)."""
+    import faiss
+
+    from pipeline.search.shard import build_shard, search_shard, serialize
+
+    big = max(flat.languages, key=lambda lang: flat.manifest["languages"][lang]["rows"])
+    rows = flat.manifest["languages"][big]["rows"]
+    rng = np.random.default_rng(1)
+    keep = np.sort(rng.choice(rows, size=min(n, rows), replace=False))
+    x = flat.vectors(big, keep)
+    qs = np.concatenate(
+        [flat.vectors(d["source"], d["queries"]) for d in dirs if d["target"] == big]
+    )[:1000]
+    exact = build_shard(x, "flat", hnsw_m=2, ef_construction=1)
+    _, truth = search_shard(exact, qs, 10, ef_search=1)
+    faiss.omp_set_num_threads(1)
+    out: dict[str, Any] = {"language": big, "vectors": len(x), "queries": len(qs), "hnsw": {}}
+    for m, efc in grid:
+        t0 = time.perf_counter()
+        index = build_shard(x, "hnsw", hnsw_m=m, ef_construction=efc, threads=1)
+        build_s = time.perf_counter() - t0
+        row: dict[str, Any] = {
+            "build_s": round(build_s, 1),
+            "build_s_per_million": round(build_s * 1e6 / len(x), 1),
+            "bytes_per_vector": round(len(serialize(index)) / len(x), 1),
+        }
+        for ef in efs:
+            _, got = search_shard(index, qs, 10, ef_search=ef)
+            lat = single_latency(lambda v, ix=index, e=ef: search_shard(ix, v, 10, ef_search=e),
+                                 [qs[i : i + 1] for i in range(min(300, len(qs)))])  # fmt: skip
+            row[f"ef{ef}"] = {"recall_at_10": round(recall_at(got, truth), 4), **lat}
+        out["hnsw"][f"M{m}_efc{efc}"] = row
+        print(f"   sweep M={m} efC={efc}: {row}", flush=True)
+    out["flat_single_query"] = {}
+    for size in flat_sizes:
+        if size > len(x):
+            continue
+        index = build_shard(x[:size], "flat", hnsw_m=2, ef_construction=1)
+        out["flat_single_query"][size] = single_latency(
+            lambda v, ix=index: search_shard(ix, v, 10, ef_search=1),
+            [qs[i : i + 1] for i in range(min(300, len(qs)))],
+        )
+    faiss.omp_set_num_threads(os.cpu_count() or 1)
+    return out
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -473,6 +534,29 @@ def table(res: dict[str, Any]) -> str:
         f"  CSLS gap, exact - index: {p['csls_gap_points']:+.2f} points (mean), "
         f"{p['max_csls_gap_points']:.2f} (largest direction)"
     )
+    sw = res.get("sweep")
+    if sw:
+        lines += [
+            "",
+            f"HNSW parameters on {sw['vectors']:,} vectors of {sw['language']} (one thread), "
+            f"{sw['queries']} queries: build s/1M, bytes/vector; recall@10, p50/p99 ms per ef",
+        ]
+        for name, row in sw["hnsw"].items():
+            cells = "  ".join(
+                f"ef{ef}: {v['recall_at_10']:.3f} {v['p50_ms']:.2f}/{v['p99_ms']:.2f}"
+                for ef, v in ((k[2:], v) for k, v in row.items() if k.startswith("ef"))
+            )
+            lines.append(
+                f"  {name:<12} {row['build_s_per_million']:>7.0f} s "
+                f"{row['bytes_per_vector']:>6.0f} B  {cells}"
+            )
+        lines.append(
+            "  flat single query p50/p99 ms: "
+            + ", ".join(
+                f"{size:,} rows {v['p50_ms']:.2f}/{v['p99_ms']:.2f}"
+                for size, v in sw["flat_single_query"].items()
+            )
+        )
     return "\n".join(lines)
 
 
@@ -488,6 +572,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-queries", type=int, default=1000)
     p.add_argument("--latency-queries-exact", type=int, default=200)
     p.add_argument("--ef", type=int, nargs="*", default=[16, 32, 64, 96, 128, 256])
+    p.add_argument(
+        "--sweep-vectors",
+        type=int,
+        default=0,
+        help="also sweep HNSW M / efConstruction on this many vectors (0: no sweep)",
+    )
     p.add_argument(
         "--crosscheck-max-pairs",
         type=float,
@@ -537,6 +627,16 @@ def main(argv: list[str] | None = None) -> int:
     print("-- P@1", flush=True)
     csls_k = approx.csls_k or 10
     res["p1"] = measure_p1(approx, flat, dirs, csls_k, args.crosscheck_max_pairs)
+    if args.sweep_vectors:
+        print("-- build parameter sweep", flush=True)
+        res["sweep"] = sweep_build(
+            flat,
+            dirs,
+            args.sweep_vectors,
+            [(16, 40), (16, 80), (32, 40), (32, 80), (32, 160), (48, 80)],
+            [32, 64, 96, 128],
+            [5_000, 10_000, 20_000, 50_000, 100_000],
+        )
     text = table(res)
     out = ROOT / "bench" / "results" / f"search_{args.label}"
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
