@@ -22,9 +22,10 @@ of the query's language as the source set::
 where ``r_S(c)``, the mean cosine of document ``c`` with its ``csls_k`` nearest documents of
 the query's language, was precomputed by the index stage, and ``r_T(q)``, the mean cosine of
 the query with its ``csls_k`` nearest documents of the target language, comes from the same
-search. The top ``csls_rerank`` cosine candidates are re-ranked by CSLS; a document outside
-them would need a cosine within ``(r_S(c) - min r_S) / 2`` of the last one kept to enter,
-which is why a depth of a hundred is plenty (docs/search.md has the measurement).
+search. The top ``csls_rerank`` cosine candidates are re-ranked by CSLS. A document outside
+them can still belong in the exact CSLS top only if its r_S is lower than a kept document's by
+more than twice their cosine gap, which the r_S spread makes rare; docs/search.md has the
+measured P@1 against exact CSLS.
 
 Every bad input is a :class:`~pipeline.errors.InputDataError` (unknown language, empty text,
 a text without a word of the model's vocabulary, k out of range, CSLS terms the index lacks);
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config import SEARCH_DEFAULTS
@@ -120,13 +122,8 @@ class _Language:
             if sources:
                 csls.append(np.load(directory / csls_file(lang, i), allow_pickle=False))
         self.rows = offset
-        import pyarrow as pa
-
-        docs = pa.concat_tables(tables) if tables else None
-        self.doc_ids = docs.column("doc_id").to_pylist() if docs is not None else []
-        self.concept_ids = docs.column("concept_id").to_pylist() if docs is not None else []
-        self.titles = docs.column("title").to_pylist() if docs is not None else []
-        self.snippets = docs.column("snippet").to_pylist() if docs is not None else []
+        # Arrow columns, not Python lists: a million titles and snippets stay compact.
+        self.docs = pa.concat_tables(tables).combine_chunks()
         self.sources = list(sources)
         self.r_source = (
             np.concatenate(csls).astype(np.float32)
@@ -333,8 +330,10 @@ class SearchIndex:
         Raises InputDataError for an empty text or one without a known word.
         """
         for i, text in enumerate(texts):
-            if not isinstance(text, str) or not text.strip():
-                which = "the query text" if len(texts) == 1 else f"query text {i + 1}"
+            which = "the query text" if len(texts) == 1 else f"query text {i + 1}"
+            if not isinstance(text, str):
+                raise InputDataError(f"{which} must be a string; got {type(text).__name__}")
+            if not text.strip():
                 raise InputDataError(f"{which} is empty: type some words to search for")
         vectors, counts = self.model.embed_with_counts(list(texts), lang)
         for i, c in enumerate(counts):
@@ -411,13 +410,8 @@ class SearchIndex:
 
     def documents(self, lang: str) -> dict[str, list]:
         """The indexed documents of ``lang`` by row id: doc_id, concept_id, title, snippet."""
-        index = self._language(lang)
-        return {
-            "doc_id": index.doc_ids,
-            "concept_id": index.concept_ids,
-            "title": index.titles,
-            "snippet": index.snippets,
-        }
+        docs = self._language(lang).docs
+        return {name: docs.column(name).to_pylist() for name in docs.column_names}
 
     def query(
         self,
@@ -466,7 +460,6 @@ class SearchIndex:
     def _hits(self, i: int, per_target: dict[str, tuple[np.ndarray, np.ndarray]]) -> list:
         found = []
         for position, (t, (scores, ids)) in enumerate(per_target.items()):
-            docs = self._language(t)
             for j in range(ids.shape[1]):
                 row = int(ids[i, j])
                 if row >= 0:
@@ -474,15 +467,15 @@ class SearchIndex:
         found.sort()
         out = []
         for rank, (neg, _, _, t, row) in enumerate(found, 1):
-            docs = self._language(t)
+            doc = self._language(t).docs.slice(row, 1).to_pylist()[0]
             out.append(
                 SearchHit(
-                    doc_id=docs.doc_ids[row],
-                    title=docs.titles[row],
+                    doc_id=doc["doc_id"],
+                    title=doc["title"],
                     language=t,
                     score=-neg,
-                    snippet=docs.snippets[row],
-                    concept_id=docs.concept_ids[row],
+                    snippet=doc["snippet"],
+                    concept_id=doc["concept_id"],
                     rank=rank,
                 )
             )
