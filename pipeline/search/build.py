@@ -223,20 +223,31 @@ def _chunks(
 def _build_one(
     key: int, target: tuple[str, int, str], batches: list[pa.RecordBatch], params: BuildParams
 ) -> Iterator[pa.RecordBatch]:
-    """Build shard ``key`` (language, shard number, kind) from its sorted rows."""
+    """Build shard ``key`` (language, shard number, kind) from its sorted rows.
+
+    ``batches`` is emptied as soon as its rows are read, so the Arrow copy of the vectors
+    is freed before the index is built: peak memory is about the normalised vectors plus
+    the index (the vectors again, and the graph), then the index's serialised bytes.
+    """
     lang, shard, kind = target
     table = pa.Table.from_batches(batches)
-    n_terms = table.column("n_terms").to_numpy()
-    keep = n_terms > 0
+    batches.clear()
+    keep = table.column("n_terms").to_numpy() > 0
     zeros = int((~keep).sum())
     table = table.filter(pa.array(keep))
+    rows = table.num_rows
+    docs = pa.table(
+        [table.column(c).cast(DOCS_SCHEMA.field(c).type) for c in DOCS_SCHEMA.names],
+        schema=DOCS_SCHEMA,
+    )
     flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    if flat.size != table.num_rows * params.dim:
+    del table
+    if flat.size != rows * params.dim:
         raise InputDataError(
             f"embeddings of {lang!r}: vectors must all have length {params.dim} (the model's "
             "r); rerun the embed stage"
         )
-    vectors, _ = normalize_rows(flat.reshape(table.num_rows, params.dim))
+    vectors, _ = normalize_rows(flat.reshape(rows, params.dim))
     del flat
     index = build_shard(
         vectors,
@@ -246,14 +257,11 @@ def _build_one(
         threads=params.threads,
     )
     del vectors
-    docs = pa.table(
-        [table.column(c).cast(DOCS_SCHEMA.field(c).type) for c in DOCS_SCHEMA.names],
-        schema=DOCS_SCHEMA,
-    )
     buf = io.BytesIO()
     pq.write_table(docs, buf, compression="zstd")
-    rows = table.num_rows
+    del docs
     yield from _chunks(key, docs_file(lang, shard), buf.getbuffer(), rows, zeros)
+    del buf
     data = faiss_module().serialize_index(index)
     del index
     yield from _chunks(key, shard_file(lang, shard), memoryview(data), rows, zeros)
