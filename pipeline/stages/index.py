@@ -120,7 +120,10 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     emb_path = cfg.paths.dataset("embeddings")
     emb = read_manifest(spark, EMBEDDINGS, emb_path)
     warnings_ = _check_embeddings(emb, meta, model_path, emb_path)
+    embeddings = read_dataset(spark, EMBEDDINGS, emb_path)
     rows_by_lang = {k: int(v) for k, v in (emb.get("rows_by_lang") or {}).items()}
+    if not rows_by_lang:  # a manifest without per-language counts (a Delta table)
+        rows_by_lang = {r["lang"]: r["count"] for r in embeddings.groupBy("lang").count().collect()}
     plans = plan_shards(rows_by_lang, s)
     if not plans:
         raise DatasetNotFoundError(
@@ -128,7 +131,6 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             "stage on documents in the model's languages."
         )
     index_path = _local_index_path(spark, cfg)
-    embeddings = read_dataset(spark, EMBEDDINGS, emb_path)
     titles, more = _titles(spark, cfg)
     warnings_ += more
     params = BuildParams(
