@@ -203,6 +203,40 @@ def test_shard_merge_equals_one_index():
     assert i.shape == (2, 7) and (i >= 0).all()
 
 
+def test_partition_salts_put_each_shard_in_its_own_partition(spark):
+    """The build relies on Spark's hash partitioner sending salt p to partition p."""
+    from pyspark.sql import functions as F
+
+    from pipeline.search.build import partition_salts
+
+    for n in (1, 5, 13):
+        salts = partition_salts(spark, n)
+        df = spark.createDataFrame([(s, i) for i, s in enumerate(salts) for _ in range(3)],
+                                   "salt long, shard int")  # fmt: skip
+        got = (
+            df.repartition(n, "salt")
+            .withColumn("partition", F.spark_partition_id())
+            .select("shard", "partition")
+            .distinct()
+            .collect()
+        )
+        assert sorted((r["shard"], r["partition"]) for r in got) == [(i, i) for i in range(n)]
+
+
+def test_plan_shards():
+    from pipeline.search.build import plan_shards
+
+    cfg = stage_config(Path("/tmp/unused"), "search.shard_rows=100", "search.flat_max_rows=150")
+    plans = plan_shards({"en": 250, "de": 150, "fr": 0, "it": 1}, cfg.search)
+    assert {k: (p.shards, p.kind, p.first_key) for k, p in plans.items()} == {
+        "de": (2, "flat", 0),
+        "en": (3, "hnsw", 2),
+        "it": (1, "flat", 5),
+    }
+    forced = stage_config(Path("/tmp/unused"), "search.index_type=hnsw").search
+    assert plan_shards({"en": 5}, forced)["en"].kind == "hnsw"
+
+
 # --------------------------------------------------------------------------- query API
 
 
