@@ -2,9 +2,9 @@
 refusal, every bad input's message, the CLI and the HTTP JSON endpoint.
 
 One small corpus (three languages, random word maps) is embedded and indexed once per module;
-its shards are small enough (12 rows) that every language has several, and the HNSW graphs
-are complete (2·M > rows), so HNSW search is exact here and every result can be compared
-with numpy and with :mod:`pipeline.retrieval` to rounding.
+its shards are small enough (12 rows) that every language has several, and ef_search (96)
+exceeds every shard's rows, so an HNSW search expands its whole graph and is exact here:
+every result can be compared with numpy and with :mod:`pipeline.retrieval` to rounding.
 """
 
 from __future__ import annotations
