@@ -233,6 +233,7 @@ def exact_csls_top1(
     rank1 = np.ones(len(q), dtype=bool)
     open_ = np.ones(len(q), dtype=bool)
     cache: dict[int, float] = {}
+    gaps: list[float] = []  # exact r_S - stored r_S of the candidates scored exactly
     for j in range(ids.shape[1]):
         cand = ids[np.arange(len(q)), order[:, j]]
         uj = u[np.arange(len(q)), order[:, j]]
@@ -244,6 +245,7 @@ def exact_csls_top1(
             exact = mean_top(flat, flat.vectors(t, np.array(need)), s, k_s)
             stats["exact_r_s"] += len(need)
             stats["lower_bound_violations"] += int(np.sum(lower[need] > exact + 1e-5))
+            gaps.extend((exact - lower[need]).tolist())
             cache.update(zip(need, exact.tolist()))
         for i in np.flatnonzero(open_):
             c = int(cand[i])
@@ -254,6 +256,8 @@ def exact_csls_top1(
     # rank 1 is certified only if no candidate outside the shortlist (cos <= its last) can
     # reach the threshold
     stats["not_certified"] = int(np.sum(rank1 & (2 * cos[:, -1] - min_lower >= threshold)))
+    stats["r_s_gap_mean"] = round(float(np.mean(gaps)), 6) if gaps else 0.0
+    stats["r_s_gap_max"] = round(float(np.max(gaps)), 6) if gaps else 0.0
     return rank1, stats
 
 
