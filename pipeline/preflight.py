@@ -78,6 +78,7 @@ def output_roots(cfg: Config) -> dict[str, str]:
             "model",
             "embeddings",
             "evaluation",
+            "index",
         )
     }
     if cfg.train.checkpoint_dir:

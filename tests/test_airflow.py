@@ -28,6 +28,8 @@ DAG_FOLDER = REPO / "deploy" / "airflow"
 DAG_FILE = DAG_FOLDER / "cr5_dag.py"
 PROJECT_BIN = REPO / ".venv" / "bin"
 CHAIN = ["ingest", "split", "vocabulary", "tfidf", "train", "embed", "evaluate"]
+#: Tasks off the chain, and the chain task each runs after.
+BRANCHES = {"index": "embed"}
 LOGICAL_DATE = "2025-01-03T03:00:00+00:00"
 RUN_KEY = "20250103T030000"
 
@@ -231,16 +233,24 @@ def test_dag_folder_loads_without_import_errors(dagbag):
 def test_task_graph_is_the_stage_chain(dagbag):
     dag = dagbag["dag"]
     tasks = dag["tasks"]
-    assert sorted(tasks) == sorted(CHAIN)
+    assert sorted(tasks) == sorted(CHAIN + list(BRANCHES))
     if dag["topological"] is not None:
-        assert dag["topological"] == CHAIN
+        order = dag["topological"]
+        assert [t for t in order if t in CHAIN] == CHAIN
+        for stage, after in BRANCHES.items():
+            assert order.index(stage) > order.index(after)
     for i, stage in enumerate(CHAIN):
         t = tasks[stage]
         assert t["class"] == "Cr5StageOperator" and t["is_spark_submit"]
         assert t["stage"] == stage
         assert t["conn_id"] == "spark_default"
         assert t["upstream"] == ([CHAIN[i - 1]] if i else [])
-        assert t["downstream"] == ([CHAIN[i + 1]] if i + 1 < len(CHAIN) else [])
+        branches = [b for b, after in BRANCHES.items() if after == stage]
+        assert t["downstream"] == sorted(([CHAIN[i + 1]] if i + 1 < len(CHAIN) else []) + branches)
+    for stage, after in BRANCHES.items():
+        t = tasks[stage]
+        assert t["class"] == "Cr5StageOperator" and t["stage"] == stage
+        assert t["upstream"] == [after] and t["downstream"] == []
 
 
 def test_retries_schedule_and_runs(dagbag):
@@ -301,6 +311,7 @@ def test_stage_command_lines(dagbag):
         "--set", 'evaluate.lambda_models_dir="/local/runs/K/lambda_models"',
         "--set", 'evaluate.baseline_models_dir="/local/runs/K/baseline_models"',
         "--set", 'evaluate.report_dir="/local/runs/K/reports"',
+        "--set", 'paths.index="/local/runs/K/index"',
         "--set", 'ingest.input="hdfs:///dumps/20250101/docs: new"',
         "--set", 'ingest.languages=["en", "de"]',
         "--set", "evaluate.lambda_grid=[0.1, 1.0, 10.0]",
@@ -334,6 +345,7 @@ def test_stage_settings_parse_as_the_jobs_read_them(dagbag):
     assert cfg.evaluate.report_dir == "/local/runs/K/reports"
     assert cfg.evaluate.lambda_models_dir == "/local/runs/K/lambda_models"
     assert cfg.evaluate.baseline_models_dir == "/local/runs/K/baseline_models"
+    assert cfg.paths.index == "/local/runs/K/index"
     assert cfg.ingest.input == "hdfs:///dumps/20250101/docs: new"
     assert list(cfg.ingest.languages) == ["en", "de"]
     assert list(cfg.evaluate.lambda_grid) == [0.1, 1.0, 10.0]
@@ -438,7 +450,7 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         )
         status = cluster.status()
         apps = status.get("completedapps", []) + status.get("activeapps", [])
-        assert len(apps) >= len(CHAIN), f"expected one application per stage: {apps}"
+        assert len(apps) >= len(CHAIN) + len(BRANCHES), f"one application per stage: {apps}"
 
         proc = run([str(venv / "bin" / "python"), "-c", STATES_SNIPPET], env, timeout=300, cwd=home)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -447,7 +459,7 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         assert dag_run["state"] == "success", dag_run
         assert dag_run["conf"]["root"] == str(runs)
         states = {t: s["state"] for t, s in dag_run["tasks"].items()}
-        assert states == dict.fromkeys(CHAIN, "success")
+        assert states == dict.fromkeys(CHAIN + list(BRANCHES), "success")
 
         # Every stage's output, under this run's own root (datasets) and driver directory.
         for name in ["documents", "splits", "vocabulary", "tfidf", "concepts", "embeddings",
@@ -458,7 +470,17 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         report = json.loads((driver_dir / "reports" / "evaluation.json").read_text())
         assert report["r"] == 20 and report["results"]
         assert (driver_dir / "reports" / "evaluation.md").exists()
-        for name in ["model", "reports", "checkpoints", "lambda_models", "baseline_models"]:
+        index = json.loads((driver_dir / "index" / "_manifest.json").read_text())
+        assert index["model"]["fingerprint"] and index["rows"] > 0
+        assert index["csls"]["sources"]  # the CSLS job ran on the cluster's executors
+        for name in [
+            "model",
+            "reports",
+            "checkpoints",
+            "lambda_models",
+            "baseline_models",
+            "index",
+        ]:
             assert not (root / name).exists(), f"{name} under the datasets' root {root}"
 
         # Run a task of the same DAG run again: it rewrites the same dataset, same data.

@@ -56,6 +56,17 @@ def test_model_api_loads_no_spark_backend_or_evaluation():
     assert not {m for m in loaded if m.startswith(forbidden)}, sorted(loaded)
 
 
+def test_search_queries_load_no_spark():
+    """The query side (API, CLI, HTTP service) starts without Spark; only the index stage's
+    library, pipeline/search/build.py, imports it."""
+    loaded = _fresh_import("pipeline.search.server")
+    assert not {m for m in loaded if m.startswith(("pyspark", "pipeline.stages"))}, sorted(loaded)
+    for path in _modules("search"):
+        if path.name != "build.py":
+            bad = {m for m in _imports(path) if m.startswith(("pyspark", "pipeline.stages"))}
+            assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
 def test_config_is_a_leaf():
     # the bottom layer, and the numpy-free parameter modules of the maths that config embeds
     allowed = {

@@ -1,7 +1,8 @@
 """Airflow DAG ``cr5_retrain``: the Cr5 chain, one spark-submit per stage.
 
 ``ingest → split → vocabulary → tfidf → train → embed → evaluate`` (pipeline/stages/__init__.py's
-DEMO_CHAIN), each a :class:`Cr5StageOperator` (a ``SparkSubmitOperator`` from
+DEMO_CHAIN), and ``index`` (the search index, :data:`BRANCHES`) after ``embed``, beside
+``evaluate``; each a :class:`Cr5StageOperator` (a ``SparkSubmitOperator`` from
 ``apache-airflow-providers-apache-spark``) submitting ``jobs/<stage>.py`` in client mode
 to the master of the Airflow connection ``spark_default`` (``CR5_SPARK_CONN_ID`` to
 change it). See deploy/airflow/README.md and the README's "Schedule with Airflow".
@@ -78,6 +79,10 @@ from pipeline.params import json_schema  # noqa: E402
 from pipeline.stages import DEMO_CHAIN  # noqa: E402
 
 CHAIN: tuple[str, ...] = DEMO_CHAIN
+#: Stages that branch off the chain: (stage, the chain stage it runs after). The search index
+#: needs only the embeddings, so it runs beside evaluate (it needs faiss in the venv:
+#: pip install 'cr5-on-spark[search]').
+BRANCHES: tuple[tuple[str, str], ...] = (("index", "embed"),)
 CONN_ID = os.environ.get("CR5_SPARK_CONN_ID", "spark_default")
 SCHEDULE = os.environ.get("CR5_SCHEDULE", "0 3 3,22 * *")
 RETRIES = int(os.environ.get("CR5_RETRIES", "2"))
@@ -89,6 +94,7 @@ DRIVER_LOCAL: tuple[tuple[str, str], ...] = (
     ("evaluate.lambda_models_dir", "lambda_models"),
     ("evaluate.baseline_models_dir", "baseline_models"),
     ("evaluate.report_dir", "reports"),
+    ("paths.index", "index"),
 )
 
 
@@ -377,10 +383,15 @@ def _process_environment(env: dict[str, str], cwd: Path) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def build_dag(dag_id: str = "cr5_retrain", stages: Sequence[str] = CHAIN) -> DAG:
+def build_dag(
+    dag_id: str = "cr5_retrain",
+    stages: Sequence[str] = CHAIN,
+    branches: Sequence[tuple[str, str]] = BRANCHES,
+) -> DAG:
     with DAG(
         dag_id=dag_id,
-        description="Cr5 crosslingual embeddings: ingest, split, features, train, embed, evaluate",
+        description="Cr5 crosslingual embeddings: ingest, split, features, train, embed, "
+        "evaluate, search index",
         schedule=None if SCHEDULE.strip().lower() in ("", "none") else SCHEDULE,
         start_date=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
         catchup=False,
@@ -397,11 +408,15 @@ def build_dag(dag_id: str = "cr5_retrain", stages: Sequence[str] = CHAIN) -> DAG
         doc_md=__doc__,
     ) as dag:
         previous = None
+        tasks = {}
         for stage in stages:
             task = Cr5StageOperator(stage=stage)
             if previous is not None:
                 previous >> task
-            previous = task
+            previous = tasks[stage] = task
+        for stage, after in branches:
+            if after in tasks:
+                tasks[after] >> Cr5StageOperator(stage=stage)
     return dag
 
 

@@ -25,6 +25,7 @@ from pipeline.wikipedia.config import WikipediaConfig
 
 __all__ = [
     "EVALUATE_DEFAULTS",
+    "SEARCH_DEFAULTS",
     "TEXT_DEFAULTS",
     "TRAIN_DEFAULTS",
     "Config",
@@ -33,6 +34,7 @@ __all__ = [
     "FeaturesConfig",
     "IngestConfig",
     "PathsConfig",
+    "SearchConfig",
     "SparkConfig",
     "SplitConfig",
     "TextConfig",
@@ -134,6 +136,11 @@ class PathsConfig:
     model: str | None = param(None, doc="Path of the model directory.")
     embeddings: str | None = param(None, doc="Path of the embeddings dataset.")
     evaluation: str | None = param(None, doc="Path of the evaluation dataset.")
+    index: str | None = param(
+        None,
+        doc="Directory of the search index (stage index; default <root>/index). The driver "
+        "writes it with plain file I/O, like the model: a local (or locally mounted) path.",
+    )
     word_vectors: str | None = param(
         None, doc="Directory of the monolingual word vectors (stage word_vectors)."
     )
@@ -557,6 +564,81 @@ class WordsConfig:
 
 
 @dataclass(frozen=True)
+class SearchConfig:
+    """Stage ``index`` and the search service (:mod:`pipeline.search`): one nearest-neighbour
+    index per language over the ``embeddings`` dataset, searched by cosine (inner product of
+    L2-normalised vectors), optionally re-ranked by CSLS.
+
+    The ``index`` stage reads the build keys; the Python API, ``python -m pipeline search``
+    and the HTTP service take their query defaults (ef_search, CSLS re-rank depth, k, port)
+    from the query keys, which each of them can override per call. Why these defaults:
+    docs/search.md.
+    """
+
+    index_type: Literal["auto", "flat", "hnsw"] = param(
+        "auto",
+        doc="flat: exact inner product (faiss IndexFlatIP); hnsw: a graph index (faiss "
+        "IndexHNSWFlat) whose candidates are scored exactly on the stored vectors; auto: flat "
+        "for a language of up to search.flat_max_rows documents, hnsw above.",
+    )
+    flat_max_rows: int = param(
+        20_000,
+        lo=0,
+        doc="index_type auto: languages with at most this many documents get an exact flat "
+        "index (a single query scans them all).",
+    )
+    shard_rows: int = param(
+        250_000,
+        lo=1,
+        doc="Documents per shard: a language with n documents is cut into ceil(n / shard_rows) "
+        "shards by a hash of doc_id, each built by one Spark task and written as one file; a "
+        "query searches every shard of a language and merges their top-k. Bounds the memory "
+        "of one build task and of the driver while it writes a shard.",
+    )
+    hnsw_m: int = param(32, lo=2, doc="HNSW: neighbours per node (graph degree; memory, recall).")
+    hnsw_ef_construction: int = param(
+        80, lo=1, doc="HNSW: candidate list while building (build time, graph quality)."
+    )
+    ef_search: int = param(
+        96,
+        lo=1,
+        doc="HNSW: candidate list while searching (latency against recall); at least the "
+        "number of results asked for is used.",
+    )
+    build_threads: int = param(
+        1,
+        lo=1,
+        doc="faiss threads per build task. 1 keeps an HNSW build deterministic (a rerun "
+        "writes the same index); Spark runs the shards' tasks in parallel.",
+    )
+    csls: bool = param(
+        True,
+        doc="Precompute CSLS terms: for each indexed document and each other indexed language, "
+        "the mean cosine of its evaluate.csls_k nearest documents of that language (the "
+        "r_S of pipeline/retrieval/csls.py over the whole collection), so queries can be "
+        "re-ranked by CSLS.",
+    )
+    csls_ef_search: int = param(
+        64,
+        lo=1,
+        doc="HNSW candidate list of the CSLS precomputation's neighbour searches.",
+    )
+    csls_rerank: int = param(
+        100,
+        lo=1,
+        doc="Query time, CSLS: the top this many cosine candidates of each target language are "
+        "re-ranked by 2 cos - r_T(query) - r_S(document).",
+    )
+    default_k: int = param(10, lo=1, doc="Results per target language when a query names none.")
+    max_k: int = param(100, lo=1, doc="Largest k a query may ask for.")
+    snippet_chars: int = param(
+        280, lo=0, doc="Characters of each document's text kept in the index as its snippet."
+    )
+    host: str = param("127.0.0.1", doc="Address the HTTP search service listens on.")
+    port: int = param(8080, lo=0, hi=65535, doc="Port of the HTTP search service (0: any free).")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration of a pipeline run."""
 
@@ -571,6 +653,7 @@ class Config:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     wikipedia: WikipediaConfig = field(default_factory=WikipediaConfig)
     words: WordsConfig = field(default_factory=WordsConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -596,3 +679,4 @@ class Config:
 TRAIN_DEFAULTS = TrainConfig()
 TEXT_DEFAULTS = TextConfig()
 EVALUATE_DEFAULTS = EvaluateConfig()
+SEARCH_DEFAULTS = SearchConfig()

@@ -212,6 +212,19 @@ def save_model(
     return full
 
 
+def model_fingerprint(meta: dict) -> str:
+    """A short identity of a model: the SHA-256 of its files' checksums (from ``model.json``).
+
+    Two model directories have the same fingerprint exactly when their arrays and
+    vocabularies are byte for byte the same (a retrained model with different numbers gets a
+    new one; a copied or moved model keeps it). Datasets and indexes derived from a model
+    record it, so a reader can tell whether they were made by the model it holds.
+    """
+    files = {rel: info.get("sha256") for rel, info in sorted(meta.get("files", {}).items())}
+    blob = json.dumps({"r": meta.get("r"), "files": files}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
 def read_model_json(path: str | os.PathLike) -> dict:
     """Read and check ``model.json`` (existence, JSON, schema version)."""
     path = Path(path)
