@@ -59,6 +59,12 @@ def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argp
         help="print every configuration key (type, allowed values, default, meaning) of SECTION "
         "(default: all sections) and exit",
     )
+    p.add_argument(
+        "--outputs-json",
+        metavar="FILE",
+        help="after each stage, write what it produced (datasets' paths and rows, the model's "
+        "version) to this local JSON file, read from the manifests (pipeline/outputs.py)",
+    )
     if stages is None:
         p.add_argument(
             "--stages",
@@ -79,13 +85,21 @@ def configure_logging(level: str) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def run_stages(names: Sequence[str], cfg: Config) -> dict[str, dict]:
-    """Run stages in order in one SparkSession; return their reports by name."""
+def run_stages(
+    names: Sequence[str], cfg: Config, outputs_json: str | None = None
+) -> dict[str, dict]:
+    """Run stages in order in one SparkSession; return their reports by name.
+
+    With ``outputs_json``, what each stage produced is written there after it
+    (:mod:`pipeline.outputs`).
+    """
+    from pipeline.outputs import stage_outputs, write_outputs
     from pipeline.spark import get_spark
 
     fns = [(n, get_stage(n)) for n in names]
     spark = get_spark(cfg.spark)
     reports: dict[str, dict] = {}
+    outputs: dict[str, dict] = {}
     for name, fn in fns:
         t0 = time.perf_counter()
         log.info("stage %s: starting", name)
@@ -95,6 +109,9 @@ def run_stages(names: Sequence[str], cfg: Config) -> dict[str, dict]:
         log.info("stage %s: finished in %.1f s", name, report["wall_seconds"])
         reports[name] = report
         print(summarize(name, report), flush=True)
+        if outputs_json:
+            outputs[name] = stage_outputs(spark, cfg, name)
+            write_outputs(outputs_json, outputs)
     return reports
 
 
@@ -177,7 +194,7 @@ def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None)
         from pipeline.spark import launched_by_spark_submit
 
         run_preflight(cfg, names, submitted=launched_by_spark_submit())
-        run_stages(names, cfg)
+        run_stages(names, cfg, args.outputs_json)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -225,7 +225,8 @@ class Cr5Embedding(
         if self.getOutputType() == "vector":
             from pyspark.ml.functions import array_to_vector
 
-            column = array_to_vector(column)
+            # (array_to_vector fails on null: languages the model lacks stay null)
+            column = F.when(column.isNotNull(), array_to_vector(column))
         return dataset.withColumn(out, column)
 
     def write(self) -> MLWriter:
