@@ -348,3 +348,69 @@ def test_save_and_load_through_hadoop_filesystem(spark, fitted, tmp_path, monkey
     a = loaded.transform(docs).select("doc_id", "embedding").toArrow().sort_by("doc_id")
     b = stage.transform(docs).select("doc_id", "embedding").toArrow().sort_by("doc_id")
     assert a.equals(b)
+
+
+def test_the_guide_lists_the_parameters_as_declared():
+    from pipeline.sparkml.derived import params_markdown
+
+    text = (REPO / "docs" / "spark-ml.md").read_text()
+    block = text.split("<!-- params:begin -->\n", 1)[1].split("<!-- params:end -->", 1)[0]
+    assert block.strip() == params_markdown().strip(), (
+        "docs/spark-ml.md's table is stale: paste pipeline.sparkml.derived.params_markdown()"
+    )
+
+
+CONNECT = """
+import os, sys
+from pipeline.java import ensure_java
+ensure_java()
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+builder = SparkSession.builder.remote("local[2]")
+spark = builder.config("spark.sql.shuffle.partitions", "2").getOrCreate()
+assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.feature import SQLTransformer
+from pipeline.sparkml import Cr5
+df = spark.read.parquet(CORPUS)
+loaded = PipelineModel.load(SAVED)
+loaded.transform(df).select("doc_id", "embedding").write.parquet(OUT + "/loaded")
+rename = SQLTransformer(statement=STATEMENT)
+model = Pipeline(stages=[rename, Cr5(**PARAMS)]).fit(df)
+model.save(OUT + "/saved-by-connect")
+again = PipelineModel.load(OUT + "/saved-by-connect")
+again.transform(df).select("doc_id", "embedding").write.parquet(OUT + "/fitted")
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_spark_connect_session_fits_transforms_saves_and_loads(fitted, corpus, tmp_path):
+    """Through a local Spark Connect server (a subprocess): the classic session's saved
+    PipelineModel gives the same vectors, and a fit there the same model."""
+    model, df = fitted
+    saved = tmp_path / "saved-by-classic"
+    model.save(str(saved))
+    here = vectors_by_id(model.transform(df).select("doc_id", "embedding").toArrow(), "embedding")
+    rename, cr5 = model.stages[0], model.stages[-1]
+    params = {
+        "inputCol": "body", "langCol": "language", "conceptCol": "item", **SETTINGS
+    }  # fmt: skip
+    code = (
+        f"CORPUS, SAVED, OUT = {str(corpus)!r}, {str(saved)!r}, {str(tmp_path)!r}\n"
+        f"STATEMENT, PARAMS = {rename.getStatement()!r}, {params!r}\n" + CONNECT
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ids = sorted(here)
+    want = np.array([here[i] for i in ids], dtype=np.float32)
+    for name, exact in (("loaded", True), ("fitted", False)):
+        got = vectors_by_id(pq.read_table(tmp_path / name), "embedding")
+        a = np.array([got[i] for i in ids], dtype=np.float32)
+        if exact:
+            np.testing.assert_array_equal(a, want)
+        else:  # the same fit in another session: the same code on the same rows
+            np.testing.assert_allclose(a, want, rtol=0, atol=1e-6)
+    assert cr5.dim == 10

@@ -14,6 +14,7 @@ Parameters that do not apply to a DataFrame stage are left out (:data:`LEFT_OUT`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,9 @@ __all__ = [
     "DerivedParam",
     "camel_case",
     "configuration",
+    "params_markdown",
     "params_mixin",
+    "set_declared_defaults",
 ]
 
 #: How the messages name the stages' parameters.
@@ -197,3 +200,26 @@ def configuration(
         data.setdefault(d.section, {})[d.info.name] = value
         sources[d.key] = f"{OWNER} parameter {d.name}"
     return validate(build_section(Config, data, prefix="", sources=sources))
+
+
+def params_markdown() -> str:
+    """The stages' parameters as a Markdown table, generated from the declarations
+    (``docs/spark-ml.md``, where a test keeps it current)."""
+    lines = [
+        "| parameter | stages | configuration key | allowed | default | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    shared = [
+        ("inputCol", "both", "", "a string", '"text"', "Column of the documents' texts."),
+        ("outputCol", "both", "", "a string", '"embedding"', "The embedding column."),
+    ]
+    for name, stages, key, allowed, default, meaning in shared:
+        lines.append(f"| `{name}` | {stages} | {key} | {allowed} | `{default}` | {meaning} |")
+    for stages, params in (("both", EMBEDDING_PARAMS), ("Cr5", FIT_PARAMS)):
+        for d in params:
+            key = f"`{d.key}`" if d.section else ""
+            meaning = d.info.doc.replace("|", "\\|")
+            default = json.dumps(d.info.default, ensure_ascii=False)
+            allowed = d.info.allowed().replace("|", "\\|")
+            lines.append(f"| `{d.name}` | {stages} | {key} | {allowed} | `{default}` | {meaning} |")
+    return "\n".join(lines)
