@@ -70,9 +70,10 @@ def embed_arrays(
             rows = np.flatnonzero(pc.equal(langs, lang).fill_null(False).to_numpy(False))
         if lang is None or canonical_lang(lang) not in model.meta["languages"]:
             if unknown == "error":
+                what = "without a language (null)" if lang is None else f"in language {lang!r}"
                 raise ModelError(
-                    f"{len(rows)} document(s) in language {lang!r}, which the model does not "
-                    f"have; its languages are: {', '.join(model.languages)}"
+                    f"{len(rows)} document(s) {what}, which the model does not have; its "
+                    f"languages are: {', '.join(model.languages)}"
                 )
             known[rows] = False
             continue
