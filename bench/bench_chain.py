@@ -656,7 +656,7 @@ def plot(paths: list[Path], out: Path) -> None:
 #: Code behaviours the cost model distinguishes (runs recorded before a feature lack it):
 #: ``ct_language_rows``: each language's Cᵀ result is its concepts' rows (K_l x b), not K x b;
 #: ``phi_float32``: Φ is computed from the float32 images without p x r float64 copies.
-SOLVER_FEATURES = ("ct_language_rows", "phi_float32")
+SOLVER_FEATURES = ("ct_language_rows", "phi_float32", "resident_workers")
 
 
 def _commit() -> str | None:
@@ -676,7 +676,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--r", type=int, default=100)
     p.add_argument("--n-test", type=int, default=None, help="default min(1000, max(100, docs/100))")
-    p.add_argument("--driver-memory", default="6g")
+    p.add_argument(
+        "--driver-memory", default="auto", help="spark.driver_memory (auto: the memory plan)"
+    )
     p.add_argument("--also-local", action="store_true", help="also train on the local backend")
     p.add_argument("--skip-generate", action="store_true", help="reuse the workdir's corpus")
     p.add_argument(

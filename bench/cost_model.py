@@ -100,6 +100,12 @@ class Sizes:
     precond_rank: int = 0
     #: Φ from the float32 images (8 p r at its peak; 24 p r before ``phi_float32``)
     phi_float32: bool = True
+    #: Fused languages resident in the Python workers (``resident_workers``): a worker reads
+    #: a language's blocks once, then its tasks multiply one CSR matrix; before, every task
+    #: of every fused job re-read (read·z_l) and multiplied block by block.
+    resident: bool = False
+    #: train.solve_in_task_memory_mb (the worker's CG vectors, for the memory check)
+    solve_memory_mb: int = 512
 
     @property
     def languages(self) -> list[str]:
@@ -270,6 +276,9 @@ def _spark_product_jobs(s: Sizes, mc: Machine, lang: str, kind: str) -> tuple[in
     rows = p if kind == "xt_gather" else (s.docs[lang] if s.ct_language_rows else s.concepts)
     sent = s.docs[lang] * (4 * b + 8) if kind == "xt_gather" else 4 * p * b
     moved = sent + 8.0 * rows * b
+    if s.resident and s.fused(lang):  # every fused language: shares of the columns
+        n = s.tasks(b)
+        return n, 0.5 * mc.a_spark * z * b / n, moved
     if parts == 1:
         return 1, mc.read * z + 0.5 * mc.a_spark * z * b, moved
     if s.fused(lang):
@@ -293,7 +302,8 @@ def _spark_solve_jobs(
     a = mc.a_spark if cols > 1 else mc.a_one / max(cols, 1)
     if s.fused(lang):
         n = s.tasks(cols)
-        task = mc.read * z + q * (cols / n) * (a * z + mc.g * p)
+        read = 0.0 if s.resident else mc.read * z
+        task = read + q * (cols / n) * (a * z + mc.g * p)
         return [(n, task)], 16.0 * p * cols + 8.0 * p, 0.0
     parts = s.partitions(lang)
     zp = z / parts
@@ -386,6 +396,8 @@ def predict_spark(s: Sizes, mc: Machine, order: list[list[str]] | None = None) -
         jobs, nbytes, _ = _spark_solve_jobs(s, mc, lang, s.w_iterations.get(lang, 100.0), 1)
         w_jobs += jobs
         w_bytes += nbytes
+    if s.resident:  # each worker reads every fused language once, at the first jobs
+        w_jobs += [(cores, mc.read * s.nnz[lang]) for lang in langs if s.fused(lang)]
     list_schedule(w_jobs, slots)  # the background w solve takes slots first
     moved += w_bytes
     warm = sum(products(k, slots) for _ in range(s.start_steps) for k in ("xt_gather", "x_scatter"))
@@ -526,6 +538,7 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         max_basis=solver.get("max_basis"),
         ct_language_rows="ct_language_rows" in run.get("solver_features", []),
         phi_float32="phi_float32" in run.get("solver_features", []),
+        resident="resident_workers" in run.get("solver_features", []),
         **_overridden_sizes(run.get("overrides", [])),
     )
 

@@ -9,22 +9,22 @@ with one paragraph naming the key and the fix.
   probe file per root; URIs such as ``hdfs://`` or ``s3a://`` are not probed);
 - :func:`check_rank`: ``train.r`` against the data, from the manifests of datasets an
   earlier run wrote (the ``concepts`` and ``vocabulary`` manifests have the counts);
-  the train stage calls it again with the loaded data, before solving.
+  the train stage calls it again with the loaded data, before solving;
+- :func:`pipeline.memory.preflight_train`: the train stage's memory plan, when its data
+  exists (``MemoryPlanError`` names the settings that would fit).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import re
 import tempfile
 from collections.abc import Sequence
-from typing import Any
 
 from pipeline.config import Config
 from pipeline.errors import ConfigError
+from pipeline.io.local_manifest import dataset_manifest, local_fs_path
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +57,6 @@ def check_spark_master(master: str, *, key: str = "spark.master") -> None:
     )
 
 
-def _local(path: str) -> str | None:
-    """The local file-system path of ``path``, or None for a URI of another store."""
-    if path.startswith("file://"):
-        return path[len("file://") :]
-    if path.startswith("file:"):
-        return path[len("file:") :]
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
-        return None  # hdfs://, s3a://, gs://, abfss://, viewfs://, ...
-    return path
-
-
 def output_roots(cfg: Config) -> dict[str, str]:
     """The local directories the run writes under, each with the key that sets it.
 
@@ -75,7 +64,7 @@ def output_roots(cfg: Config) -> dict[str, str]:
     ``train.checkpoint_dir`` that lies outside it.
     """
     roots: dict[str, str] = {}
-    root = _local(cfg.paths.root)
+    root = local_fs_path(cfg.paths.root)
     if root is not None:
         roots[os.path.abspath(root)] = "paths.root"
     explicit = {
@@ -94,7 +83,7 @@ def output_roots(cfg: Config) -> dict[str, str]:
     if cfg.train.checkpoint_dir:
         explicit["train.checkpoint_dir"] = cfg.train.checkpoint_dir.rstrip("/") + "/x"
     for key, value in explicit.items():
-        local = _local(value) if value else None
+        local = local_fs_path(value) if value else None
         if local is None:
             continue
         parent = os.path.dirname(os.path.abspath(local))
@@ -150,24 +139,6 @@ def check_rank(
     )
 
 
-def _manifest(path: str) -> dict[str, Any] | None:
-    """The manifest of the local dataset at ``path`` (Parquet or Delta), if any."""
-    local = _local(path)
-    if local is None or not os.path.isdir(local):
-        return None
-    file = os.path.join(local, "_manifest.json")
-    if os.path.isfile(file):
-        with open(file, encoding="utf-8") as f:
-            return json.load(f)
-    if os.path.isdir(os.path.join(local, "_delta_log")):
-        from pipeline.io.delta import read_delta_manifest
-        from pipeline.io.publish import LocalFS
-
-        with contextlib.suppress(OSError, ValueError):
-            return read_delta_manifest(LocalFS(), os.path.abspath(local))
-    return None
-
-
 def check_rank_against_data(cfg: Config, stages: Sequence[str]) -> None:
     """``train.r`` against the ``concepts``/``vocabulary`` manifests, when knowable.
 
@@ -185,8 +156,8 @@ def check_rank_against_data(cfg: Config, stages: Sequence[str]) -> None:
     first = stages.index(solves[0])
     if any(s in ("ingest", "ingest_wikipedia", "vocabulary", "tfidf") for s in stages[:first]):
         return  # the counts come from this run
-    concepts = _manifest(cfg.paths.dataset("concepts"))
-    vocab = _manifest(cfg.paths.dataset("vocabulary"))
+    concepts = dataset_manifest(cfg.paths.dataset("concepts"))
+    vocab = dataset_manifest(cfg.paths.dataset("vocabulary"))
     if not concepts or not vocab:
         return
     k = (concepts.get("report") or {}).get("concepts")
@@ -210,4 +181,8 @@ def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> Non
         check_spark_master(cfg.spark.master)
     probed = check_output_paths(cfg)
     check_rank_against_data(cfg, stages)
+    if not submitted:
+        from pipeline.memory import preflight_train
+
+        preflight_train(cfg, stages)
     log.debug("preflight: ok (probed %s)", probed)

@@ -93,11 +93,12 @@ def run_stages(
     With ``outputs_json``, what each stage produced is written there after it
     (:mod:`pipeline.outputs`).
     """
+    from pipeline.memory import driver_memory
     from pipeline.outputs import stage_outputs, write_outputs
     from pipeline.spark import get_spark
 
     fns = [(n, get_stage(n)) for n in names]
-    spark = get_spark(cfg.spark)
+    spark = get_spark(cfg.spark, driver_memory=driver_memory(cfg, names))
     reports: dict[str, dict] = {}
     outputs: dict[str, dict] = {}
     for name, fn in fns:

@@ -46,12 +46,14 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
     return props
 
 
-def get_spark(cfg: SparkConfig):  # -> pyspark.sql.SparkSession
+def get_spark(cfg: SparkConfig, driver_memory: str | None = None):  # -> SparkSession
     """Build (or reuse) the SparkSession described by ``cfg``.
 
     Under ``spark-submit`` the master, deploy mode and driver memory are the
     command line's; otherwise ``cfg.master`` (default ``local[2]``) is used and a
-    local JVM is started with ``cfg.driver_memory``.
+    local JVM is started with ``driver_memory`` (the runner's memory plan,
+    :func:`pipeline.memory.driver_memory`), else ``cfg.driver_memory``, whose ``auto`` is
+    the heap of :func:`pipeline.memory.local_heap` for this machine.
     """
     from pyspark.sql import SparkSession
 
@@ -77,8 +79,14 @@ def get_spark(cfg: SparkConfig):  # -> pyspark.sql.SparkSession
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     if master:
+        if driver_memory is None:
+            driver_memory = cfg.driver_memory
+        if driver_memory == "auto":
+            from pipeline.memory import Machine, format_size, local_heap
+
+            driver_memory = format_size(local_heap(Machine.detect()))
         builder = builder.master(master)
-        builder = builder.config("spark.driver.memory", cfg.driver_memory)
+        builder = builder.config("spark.driver.memory", driver_memory)
     for key, value in spark_properties(cfg, local=local).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

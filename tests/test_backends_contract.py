@@ -702,3 +702,42 @@ def test_fused_solves_start_from_each_columns_initial_guess(backends, reference,
         assert warm.n_column_passes < cold.n_column_passes
         local = block_cg(DenseOperator(gram), rhs, x0=x0, m=kw["precond"], rtol=1e-10)
         np.testing.assert_allclose(warm.x, local.x, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget_mb", [0, 64])
+def test_resident_matrix_equals_the_cached_blocks(spark, tfidf_path, reference, budget_mb):
+    """A fused language's passes and solves give the dense reference whether the workers keep
+    X_l between jobs or read it from the cached blocks in every job: with no budget nothing
+    is kept (every share reads the blocks); with one, later jobs find it resident."""
+    ref, k = reference
+    be = make_backend(
+        "spark",
+        spark,
+        tfidf_path,
+        dtype="float64",
+        partitions_per_language=3,
+        resident_memory_mb=budget_mb,
+    )
+    try:
+        rng = np.random.default_rng(11)
+        for _ in range(3):
+            for lang, (x, y) in ref.items():
+                v = rng.standard_normal((x.shape[1], 4))
+                p = rng.standard_normal((k, 4))
+                _close(be.gram(lang, v), x.T @ (x @ v), TOL["float64"])
+                _close(be.xt_gather(lang, p), x.T @ (y @ p), TOL["float64"])
+                _close(be.x_scatter(lang, v), y.T @ (x @ v), TOL["float64"])
+                res = be.solve_gram(
+                    lang, v, lam=0.5, precond=np.ones(x.shape[1]), rtol=1e-10, maxiter=1000
+                )
+                want = np.linalg.solve(x.T @ x + 0.5 * np.eye(x.shape[1]), v)
+                assert np.linalg.norm(res.x - want) <= 1e-8 * np.linalg.norm(want)
+        counts = be.resident_counts
+        assert counts["filled"] > 0
+        if budget_mb == 0:
+            assert counts["resident"] == 0
+        else:
+            assert counts["resident"] > counts["filled"], counts
+    finally:
+        be.close()

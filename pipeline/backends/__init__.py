@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "solve_in_task_max_nnz": _D.solve_in_task_max_nnz,
     "solve_in_task_memory_mb": _D.solve_in_task_memory_mb,
     "solve_tasks": _D.solve_tasks,
+    "resident_memory_mb": _D.resident_memory_mb,
 }
 
 #: Options each kind accepts beyond ``dtype`` and ``languages``.
@@ -52,6 +53,7 @@ _SPECIFIC = {
         "solve_in_task_max_nnz",
         "solve_in_task_memory_mb",
         "solve_tasks",
+        "resident_memory_mb",
     ),
 }
 
@@ -82,7 +84,7 @@ def make_backend(
     **options
         ``transpose`` ({"implicit", "csr"}, local only, default ``"implicit"``);
         ``partitions_per_language``, ``solve_in_task_max_nnz``, ``solve_in_task_memory_mb``,
-        ``solve_tasks`` (spark only): the ``train.*`` keys of the same names
+        ``solve_tasks``, ``resident_memory_mb`` (spark only): the ``train.*`` keys of the same names
         (docs/configuration.md), whose defaults these are.
 
     Raises

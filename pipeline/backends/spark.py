@@ -7,10 +7,13 @@ composing three modules, one concern each:
   one job per language, whose load summary gives the column statistics and is checked against
   the manifest;
 - :mod:`~pipeline.backends.spark_passes`: one pass over X_l as one Spark job (broadcast the
-  dense block, map the cached blocks, sum the compact partials on the driver, by row range on
-  the executors, or in tasks that gather a small language's blocks);
-- :mod:`~pipeline.backends.spark_solve`: the fused CG solve, a whole solve of a language up to
-  ``train.solve_in_task_max_nnz`` nonzeros in one job (:meth:`SparkCorpusBackend.solve_gram`).
+  dense block, map the cached blocks, sum the compact partials on the driver or by row range
+  on the executors);
+- :mod:`~pipeline.backends.spark_resident`: a fused language (up to
+  ``train.solve_in_task_max_nnz`` nonzeros) kept whole in the Python workers between jobs,
+  where its passes run as tasks that each take a share of the columns;
+- :mod:`~pipeline.backends.spark_solve`: the fused CG solve, a whole solve of a fused language
+  in one job (:meth:`SparkCorpusBackend.solve_gram`).
 
 Passes are thread-safe: the solver runs one language per Python thread, i.e. concurrent jobs,
 and PySpark's pinned threads make :meth:`SparkCorpusBackend.describe` a per-thread job
@@ -25,9 +28,12 @@ Pickling
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
+import threading
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +48,14 @@ from pipeline.backends.spark_passes import (
     touch_partition,
     x_scatter_partition,
     xt_gather_partition,
+)
+from pipeline.backends.spark_resident import (
+    auto_resident_memory_mb,
+    gram_columns,
+    kept_languages,
+    run_resident,
+    x_scatter_columns,
+    xt_gather_columns,
 )
 from pipeline.backends.spark_solve import (
     CLUSTER_SOLVE_IN_TASK_MAX_NNZ,
@@ -152,6 +166,10 @@ class SparkCorpusBackend(CorpusBackend):
         Bound on the CG vectors of one solving task (:meth:`solve_gram`).
     solve_tasks : int or None
         Tasks (column groups) of one fused solve; None: the default parallelism.
+    resident_memory_mb : int or None
+        Python memory per worker for fused languages kept between jobs
+        (:mod:`~pipeline.backends.spark_resident`); 0: none; None:
+        :func:`auto_resident_memory_mb`.
     """
 
     def __init__(
@@ -166,24 +184,40 @@ class SparkCorpusBackend(CorpusBackend):
         solve_in_task_max_nnz: int | None = SOLVE_IN_TASK_MAX_NNZ,
         solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
         solve_tasks: int | None = None,
+        resident_memory_mb: int | None = None,
     ) -> None:
         super().__init__(dtype=dtype)
+        master, tasks = str(spark_context.master), solve_tasks or spark_context.defaultParallelism
         if solve_in_task_max_nnz is None:
-            solve_in_task_max_nnz = auto_solve_in_task_max_nnz(
-                str(spark_context.master), solve_tasks or int(spark_context.defaultParallelism)
-            )
+            solve_in_task_max_nnz = auto_solve_in_task_max_nnz(master, int(tasks))
+        if resident_memory_mb is None:
+            resident_memory_mb = auto_resident_memory_mb(master, int(tasks))
         self._solve_max_nnz = int(solve_in_task_max_nnz)
         self._solve_memory_mb = int(solve_in_task_memory_mb)
         self._solve_tasks = solve_tasks
         self._sc = spark_context
         self._blocks = dict(blocks)
         self._layout = layout
+        # identities of the cached RDDs across the session: a worker keeps resident
+        # languages of these tokens only
+        app = spark_context.applicationId
+        self._tokens = {lang: f"{app}/{rdd.id()}" for lang, rdd in self._blocks.items()}
+        fused_sizes = {
+            lang: (layout.nnz[lang], layout.n_docs[lang]) for lang in blocks if self._fuses(lang)
+        }
+        self._kept = kept_languages(
+            fused_sizes, int(resident_memory_mb) * 2**20, np.dtype(dtype).itemsize
+        )
+        #: Column shares of fused jobs that ran on a resident X_l, and that read the blocks.
+        self.resident_counts: Counter[str] = Counter()
+        self._resident_lock = threading.Lock()
         fused = [lang for lang in blocks if self._fuses(lang)]
         log.info(
-            "fused CG solves (one job per solve) up to %d nonzeros: %s; one job per CG "
-            "iteration: %s",
+            "fused languages (one job per solve) up to %d nonzeros: %s, resident in the "
+            "Python workers: %s; one job per CG iteration: %s",
             self._solve_max_nnz,
             ", ".join(fused) or "none",
+            ", ".join(sorted(self._kept)) or "none",
             ", ".join(lang for lang in blocks if lang not in fused) or "none",
         )
         self._column_stats = column_stats
@@ -206,6 +240,7 @@ class SparkCorpusBackend(CorpusBackend):
         solve_in_task_max_nnz: int | None = SOLVE_IN_TASK_MAX_NNZ,
         solve_in_task_memory_mb: int = SOLVE_IN_TASK_MEMORY_MB,
         solve_tasks: int | None = None,
+        resident_memory_mb: int | None = None,
         languages: Sequence[str] | None = None,
     ) -> SparkCorpusBackend:
         """Load, validate and cache the tfidf dataset at ``tfidf_path``: one job per language
@@ -228,6 +263,9 @@ class SparkCorpusBackend(CorpusBackend):
         solve_tasks : int, optional
             Tasks of one fused solve, each solving a share of the columns with its own copy
             of X_l. Default: the default parallelism.
+        resident_memory_mb : int, optional
+            Python memory per worker for the fused languages kept between jobs. Default:
+            :func:`auto_resident_memory_mb`.
         languages : sequence of str, optional
             Default: every language with training documents, sorted.
 
@@ -256,6 +294,7 @@ class SparkCorpusBackend(CorpusBackend):
             solve_in_task_max_nnz=solve_in_task_max_nnz,
             solve_in_task_memory_mb=solve_in_task_memory_mb,
             solve_tasks=solve_tasks,
+            resident_memory_mb=resident_memory_mb,
         )
 
     def close(self) -> None:
@@ -269,6 +308,7 @@ class SparkCorpusBackend(CorpusBackend):
         state = super().__getstate__()
         state["_sc"] = None
         state["_blocks"] = {}
+        state["_resident_lock"] = None
         return state
 
     # --- sizes --------------------------------------------------------------------------------
@@ -329,7 +369,7 @@ class SparkCorpusBackend(CorpusBackend):
         """One pass over ``lang``'s blocks (:func:`~pipeline.backends.spark_passes.run_pass`)
         by the route of :meth:`_pass_route`."""
         rdd = self._rdd(lang)
-        route = self._pass_route(lang, rdd.getNumPartitions(), n_rows * block.shape[1])
+        route = self._pass_route(rdd.getNumPartitions(), n_rows * block.shape[1])
         return run_pass(
             self._sc,
             rdd,
@@ -340,20 +380,56 @@ class SparkCorpusBackend(CorpusBackend):
             route=route,
             index=index,
             compact=compact,
-            gather_tasks=self._gather_tasks() if route == "gathered" else 1,
         )
 
-    def _pass_route(self, lang: str, n_parts: int, result_size: int) -> str:
-        """How a pass over ``lang``'s ``n_parts`` blocks sums partials of ``result_size``
-        values each: ``"gathered"`` for a row-partitioned language within the fused-solve
-        limit, ``"row_ranges"`` above :data:`TREE_REDUCE_ABOVE` blocks or
-        :data:`DRIVER_PARTIALS_MAX_BYTES` of partials, else ``"driver"``."""
+    def _pass_route(self, n_parts: int, result_size: int) -> str:
+        """How a pass over an unfused language's ``n_parts`` blocks sums partials of
+        ``result_size`` values each: ``"row_ranges"`` above :data:`TREE_REDUCE_ABOVE` blocks
+        or :data:`DRIVER_PARTIALS_MAX_BYTES` of partials, else ``"driver"``."""
         partial_bytes = result_size * np.dtype(self.dtype).itemsize
-        if n_parts > 1 and self._fuses(lang):
-            return "gathered"
         if n_parts > TREE_REDUCE_ABOVE or n_parts * partial_bytes > DRIVER_PARTIALS_MAX_BYTES:
             return "row_ranges"
         return "driver"
+
+    def _resident(self, lang: str, compute: Any, b: int) -> list[tuple[int, int, Any]]:
+        """Run ``compute`` on shares of ``b`` columns of a fused language, on its resident
+        X_l (:func:`~pipeline.backends.spark_resident.run_resident`)."""
+        parts, filled = run_resident(
+            self._sc, self._rdd(lang), compute, b, **self._resident_options(lang)
+        )
+        with self._resident_lock:
+            self.resident_counts["resident"] += len(parts) - filled
+            self.resident_counts["filled"] += filled
+        return parts
+
+    def _resident_options(self, lang: str) -> dict[str, Any]:
+        return {
+            "token": self._tokens[lang],
+            "live": tuple(self._tokens.values()),
+            "n_terms": self.n_terms(lang),
+            "tasks": self._gather_tasks(),
+            "keep": lang in self._kept,
+        }
+
+    def _resident_pass(
+        self, lang: str, compute: Any, block: np.ndarray, index: np.ndarray | None = None
+    ) -> list[tuple[int, int, Any]]:
+        """A pass over a fused language: broadcast ``block`` (with ``index``, the pair); each
+        task computes a share of the columns on the resident X_l. Returns the tasks'
+        ``(lo, hi, result)``, in column order."""
+        value = np.ascontiguousarray(block, dtype=self.dtype)
+        bc = self._sc.broadcast(value if index is None else (value, index))
+        try:
+            return self._resident(lang, functools.partial(compute, bc), block.shape[1])
+        finally:
+            bc.destroy()
+
+    def _columns(self, parts: list[tuple[int, int, np.ndarray]], n_rows: int) -> np.ndarray:
+        """The tasks' column shares side by side, shape (n_rows, b), in the pass dtype."""
+        out = np.empty((n_rows, parts[-1][1] if parts else 0), dtype=self.dtype)
+        for lo, hi, part in parts:
+            out[:, lo:hi] = part
+        return out
 
     def solve_gram(
         self,
@@ -380,11 +456,11 @@ class SparkCorpusBackend(CorpusBackend):
         """
         if not self._fuses(lang):
             return None
-        rdd = self._rdd(lang)
+        self._rdd(lang)  # a detached backend raises here, before any work
         self.describe(f"{name}/in-task", None)
         result, n_passes = fused_solve(
             self._sc,
-            rdd,
+            functools.partial(self._resident, lang),
             rhs,
             lam=lam,
             precond=precond,
@@ -394,7 +470,6 @@ class SparkCorpusBackend(CorpusBackend):
             x0=x0,
             dtype=np.dtype(dtype),
             memory_bytes=self._solve_memory_mb * 2**20,
-            tasks=self._gather_tasks(),
         )
         self._count("gram", result.n_column_passes, n_passes=n_passes)
         if not result.converged.all():
@@ -417,20 +492,35 @@ class SparkCorpusBackend(CorpusBackend):
         return self._concept_count[lang].copy()
 
     def _gram(self, lang: str, v: np.ndarray) -> np.ndarray:
+        if self._fuses(lang):
+            return self._columns(self._resident_pass(lang, gram_columns, v), self.n_terms(lang))
         return self._run(lang, gram_partition, v, self.n_terms(lang))
 
     def _xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray:
         # Only the language's concepts' rows of P travel: K x b would be broadcast to every
         # language (Wikipedia: millions of concepts), n_l' x b scales with the language.
         concepts = self._language_concepts[lang]
+        if self._fuses(lang):
+            parts = self._resident_pass(lang, xt_gather_columns, p[concepts], index=concepts)
+            return self._columns(parts, self.n_terms(lang))
         return self._run(lang, xt_gather_partition, p[concepts], self.n_terms(lang), index=concepts)
 
     def _x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray:
+        if self._fuses(lang):
+            rows, values = self._x_scatter_rows(lang, v)
+            out = np.zeros((self.n_concepts, v.shape[1]), dtype=values.dtype)
+            out[rows] = values
+            return out
         return self._run(lang, x_scatter_partition, v, self.n_concepts)
 
     def _x_scatter_rows(self, lang: str, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # Gathering tasks and the driver hold K_l x b, not K x b (the concepts of the language).
+        # Tasks and the driver hold K_l x b, not K x b (the concepts of the language).
         rows = self._language_concepts[lang]
+        if self._fuses(lang):
+            parts = self._resident_pass(lang, x_scatter_columns, v)
+            # every share has the language's concepts as rows, in sorted order
+            shares = [(lo, hi, values) for lo, hi, (_, values) in parts]
+            return rows, self._columns(shares, rows.size)
         out = self._run(lang, x_scatter_partition, v, self.n_concepts, index=rows, compact=True)
         return rows, out
 

@@ -8,20 +8,17 @@ One pass = one Spark job
     of ``X_p V`` as ``(unique concept ids, sums)``, never a dense ``K x b`` — and the compact
     partials are added into a dense float64 result. The broadcast is destroyed after the job.
 
-Three routes for the partials (:data:`ROUTES`; the backend picks one per pass,
+Two routes for the partials (:data:`ROUTES`; the backend picks one per pass,
 :meth:`~pipeline.backends.spark.SparkCorpusBackend._pass_route`)
     - ``"driver"``: the partials of a few blocks are collected and added straight into the
       result (``out[ids] += values``), which is cheaper than merging them first
       (bench/README.md, "Spark per-pass overhead");
     - ``"row_ranges"``: each partial is cut into row ranges summed on the executors
       (``reduceByKey``), so the driver receives every row of the result once and its memory
-      is bounded by the result, not by partitions x result;
-    - ``"gathered"``: a row-partitioned language small enough for the fused solves runs each
-      pass as tasks that each gather all its blocks and sum a share of the columns, so no
-      partial leaves a task and nothing is shuffled. Partials of row blocks are nearly dense
-      over the vocabulary (a Zipfian block touches most frequent terms), so the row-range
-      merge would shuffle about partitions x p_l x b values per pass (bench/README.md, "Spark
-      per-pass overhead").
+      is bounded by the result, not by partitions x result.
+
+A fused language (within ``train.solve_in_task_max_nnz``) runs its passes on the matrix resident
+in the Python workers instead (:mod:`pipeline.backends.spark_resident`).
 
 Nearly all of a pass's cost on one machine is fixed per Spark job (scheduling, Python task
 launch, unpickling the cached block, the broadcast), so it amortises over wide blocks and large
@@ -33,7 +30,6 @@ lambda defined in ``__main__`` is pickled by value into every job) and are shipp
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,7 +40,6 @@ from pipeline.backends.spark_blocks import CsrBlock, merge_rows
 
 __all__ = [
     "ROUTES",
-    "gathered_column_tasks",
     "gram_partition",
     "run_pass",
     "touch_partition",
@@ -53,7 +48,7 @@ __all__ = [
 ]
 
 #: The ways a pass can sum its partials (see the module docstring).
-ROUTES = ("driver", "row_ranges", "gathered")
+ROUTES = ("driver", "row_ranges")
 
 #: Target size of one row range of the executor-side merge.
 _ROW_RANGE_BYTES = 32 * 2**20
@@ -99,7 +94,7 @@ def touch_partition(blocks: Iterator[CsrBlock]) -> Iterator[int]:
     yield sum(blk.x.nnz for blk in blocks)
 
 
-# --- executor side: merging and gathering -----------------------------------------------------
+# --- executor side: merging by row range -------------------------------------------------------
 
 
 def _split_rows(
@@ -115,72 +110,7 @@ def _split_rows(
             yield key, (ids[lo:hi], values[lo:hi])
 
 
-class _ColumnSlice:
-    """Stands in for a pass's broadcast inside a gathering task: its value restricted to the
-    columns ``lo:hi`` (the first element's, for an ``(array, index)`` pair)."""
-
-    def __init__(self, bc: Any, lo: int, hi: int) -> None:
-        self._bc, self._lo, self._hi = bc, lo, hi
-
-    @property
-    def value(self) -> Any:
-        v = self._bc.value
-        if isinstance(v, tuple):
-            return (v[0][:, self._lo : self._hi], *v[1:])
-        return v[:, self._lo : self._hi]
-
-
-def _gathered_pass_columns(
-    fn: PassFunction,
-    bc: Any,
-    n_rows: int,
-    compact: bool,
-    lo: int,
-    hi: int,
-    blocks: Iterator[CsrBlock],
-) -> Iterator[tuple]:
-    """One task of a gathered pass: every cached block of the language (the coalesced RDD),
-    ``fn``'s partials of the columns ``lo:hi`` summed into one dense float64 array, block by
-    block in the same order as the driver would add them. ``compact``: only the rows listed
-    in the broadcast's index (``(block, index)``), in that order."""
-    rows = bc.value[1] if compact else None
-    out = np.zeros((n_rows if rows is None else rows.size, hi - lo), dtype=np.float64)
-    for ids, values in fn(_ColumnSlice(bc, lo, hi), blocks):
-        out[ids if rows is None else np.searchsorted(rows, ids)] += values
-    yield lo, out
-
-
 # --- driver side ------------------------------------------------------------------------------
-
-
-def gathered_column_tasks(sc: Any, rdd: Any, b: int, tasks: int, task: Callable) -> list:
-    """Split b columns over ``tasks`` tasks, each gathering every block of ``rdd`` (coalesced)
-    and running ``task(lo, hi, blocks)`` on its columns; one job, the collected records of all
-    tasks."""
-    tasks = max(1, min(b, tasks))
-    edges = np.linspace(0, b, tasks + 1).round().astype(int)
-    gathered = rdd.coalesce(1)
-    jobs = [
-        gathered.mapPartitions(functools.partial(task, int(lo), int(hi)))
-        for lo, hi in itertools.pairwise(edges)
-        if hi > lo or b == 0
-    ]
-    return (jobs[0] if len(jobs) == 1 else sc.union(jobs)).collect()
-
-
-def _gathered_pass(
-    sc: Any, rdd: Any, fn: PassFunction, bc: Any, n_rows: int, b: int, *, compact: bool, tasks: int
-) -> np.ndarray:
-    """The ``"gathered"`` route: ``tasks`` tasks each gather all blocks and sum the partials of a
-    share of the columns."""
-    rows = bc.value[1] if compact else None
-    out = np.zeros((n_rows if rows is None else rows.size, b), dtype=np.float64)
-    if b == 0:
-        return out
-    task = functools.partial(_gathered_pass_columns, fn, bc, n_rows, compact)
-    for lo, part in gathered_column_tasks(sc, rdd, b, tasks, task):
-        out[:, lo : lo + part.shape[1]] = part
-    return out
 
 
 def _sum_by_row_range(mapped: Any, n_rows: int, n_parts: int, partial_bytes: int) -> list:
@@ -207,7 +137,6 @@ def run_pass(
     route: str,
     index: np.ndarray | None = None,
     compact: bool = False,
-    gather_tasks: int = 1,
 ) -> np.ndarray:
     """One pass: broadcast ``block`` (with ``index``, the pair), run ``fn`` on every cached
     block of ``rdd``, sum the compact partials into a dense float64 array by ``route``.
@@ -225,14 +154,12 @@ def run_pass(
         Rows of the full result.
     dtype : {"float32", "float64"}
         The pass dtype.
-    route : {"driver", "row_ranges", "gathered"}
+    route : {"driver", "row_ranges"}
         How the partials are summed (module docstring).
     index : ndarray of int64, optional
         Sorted row ids broadcast with ``block``.
     compact : bool
         Return only the rows ``index``, shape (len(index), b).
-    gather_tasks : int
-        Tasks of the ``"gathered"`` route, each summing a share of the columns.
 
     Returns
     -------
@@ -244,8 +171,6 @@ def run_pass(
     bc = sc.broadcast(value if index is None else (value, index))
     b = block.shape[1]
     try:
-        if route == "gathered":
-            return _gathered_pass(sc, rdd, fn, bc, n_rows, b, compact=compact, tasks=gather_tasks)
         mapped = rdd.mapPartitions(functools.partial(fn, bc))
         if route == "row_ranges":
             partial_bytes = n_rows * b * np.dtype(dtype).itemsize

@@ -1,15 +1,15 @@
 """Fused CG solves on Spark: a language's whole CG solve ``(X_lᵀX_l + λI) X = B`` in one job.
 
 For a language with at most ``train.solve_in_task_max_nnz`` nonzeros (however many row blocks
-it is cached in), every solving task gathers all the language's cached blocks
-(:func:`~pipeline.backends.spark_passes.gathered_column_tasks`) and runs preconditioned block
-CG on its share of the right-hand-side columns: one job, one broadcast of the right-hand
-sides, one result, instead of one job per CG iteration each moving a p_l x b block both ways.
+it is cached in), every solving task runs preconditioned block CG on its share of the
+right-hand-side columns against the whole X_l, resident in its Python worker
+(:mod:`pipeline.backends.spark_resident`): one job, one broadcast of the right-hand sides,
+one result, instead of one job per CG iteration each moving a p_l x b block both ways.
 The fixed cost of a Spark job dominates a pass on small data, which is why this pays
 (bench/README.md, "Spark per-pass overhead").
 
 Two limits bound a solving task's memory: the nonzeros of the language (its copy of X_l,
-:func:`auto_solve_in_task_max_nnz`) and the CG's working vectors (the columns run in chunks,
+``train.solve_in_task_max_nnz``) and the CG's working vectors (the columns run in chunks,
 :func:`in_task_chunk`). The columns are independent CGs, so neither the split over tasks nor
 the chunking changes a result.
 """
@@ -19,13 +19,12 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from pipeline.backends.spark_blocks import CsrBlock
-from pipeline.backends.spark_passes import gathered_column_tasks
+from pipeline.backends.spark_resident import ResidentLanguage
 from pipeline.errors import ConvergenceWarning
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import BlockOperator
@@ -80,21 +79,18 @@ def in_task_chunk(memory_bytes: int, rows: int, dtype: np.dtype | type) -> int:
 # --- executor side ----------------------------------------------------------------------------
 
 
-class _BlockGram(BlockOperator):
-    """``X_lᵀX_l + λI`` (p_l × p_l) of a language from all its cached row blocks, gathered
-    into one task (executor side): products in the blocks' dtype, accumulated in the CG's
-    dtype (float64, or float32 for a float32 CG), block by block."""
+class _ResidentGram(BlockOperator):
+    """``X_lᵀX_l + λI`` (p_l × p_l) on a worker's resident X_l: products in X_l's dtype,
+    accumulated in the CG's dtype (float64, or float32 for a float32 CG)."""
 
-    def __init__(self, blocks: list[CsrBlock], n_terms: int, lam: float) -> None:
+    def __init__(self, resident: ResidentLanguage, lam: float) -> None:
+        n_terms = resident.x.shape[1]
         super().__init__((n_terms, n_terms), np.float64)
-        self.blocks, self.lam = blocks, float(lam)
+        self.x, self.lam = resident.x, float(lam)
 
     def _matmat(self, v: np.ndarray) -> np.ndarray:
         out = self.lam * v
-        for blk in self.blocks:
-            if blk.x.shape[0]:
-                sub = np.ascontiguousarray(v[blk.cols], dtype=blk.x.dtype)
-                out[blk.cols] += blk.x.T @ (blk.x @ sub)
+        out += self.x.T @ (self.x @ np.ascontiguousarray(v, dtype=self.x.dtype))
         return out
 
     _rmatmat = _matmat
@@ -128,15 +124,14 @@ def merge_cg_results(parts: list[BlockCGResult]) -> tuple[BlockCGResult, int]:
     return merged, sum(part.n_iter for part in parts)
 
 
-def _solve_columns(
-    payload_bc: Any, lo: int, hi: int, blocks: Iterator[CsrBlock]
-) -> Iterator[tuple]:
-    """One task of a fused solve: gather every cached block of the language (the task's
-    input is the whole RDD, coalesced) and run preconditioned block CG on the
-    right-hand-side columns ``lo:hi``, in chunks of at most ``chunk`` columns (bounded
-    working memory). Yields ``(lo, result, passes)``."""
+def solve_columns(
+    payload_bc: Any, resident: ResidentLanguage, lo: int, hi: int
+) -> tuple[BlockCGResult, int]:
+    """One task of a fused solve: preconditioned block CG of the right-hand-side columns
+    ``lo:hi`` on the resident X_l, in chunks of at most ``chunk`` columns (bounded working
+    memory). Returns the chunks' merged result and the passes over X_l."""
     rhs, precond, lam, rtol, maxiter, name, chunk, x0, dtype = payload_bc.value
-    op = _BlockGram(list(blocks), rhs.shape[0], lam)
+    op = _ResidentGram(resident, lam)
     parts = []
     with warnings.catch_warnings():  # the driver re-issues non-convergence
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -155,7 +150,7 @@ def _solve_columns(
                     dtype=dtype,
                 )
             )
-    yield (lo, *merge_cg_results(parts))
+    return merge_cg_results(parts)
 
 
 # --- driver side ------------------------------------------------------------------------------
@@ -163,7 +158,7 @@ def _solve_columns(
 
 def fused_solve(
     sc: Any,
-    rdd: Any,
+    run: Callable[[Callable, int], list[tuple[int, int, Any]]],
     rhs: np.ndarray,
     *,
     lam: float,
@@ -174,15 +169,17 @@ def fused_solve(
     x0: np.ndarray | None,
     dtype: np.dtype,
     memory_bytes: int,
-    tasks: int,
 ) -> tuple[BlockCGResult, int]:
-    """Solve ``(X_lᵀX_l + λI) X = rhs`` in one job over the cached blocks ``rdd``.
+    """Solve ``(X_lᵀX_l + λI) X = rhs`` in one job on the language's resident X_l.
 
     Parameters
     ----------
     sc : pyspark.SparkContext
-    rdd : pyspark.RDD of CsrBlock
-        One language's cached blocks.
+    run : callable
+        ``run(compute, b)`` runs ``compute(resident, lo, hi)`` on shares of b columns of the
+        language (:meth:`~pipeline.backends.spark.SparkCorpusBackend._resident`, over
+        :func:`~pipeline.backends.spark_resident.run_resident`) and returns the shares'
+        ``(lo, hi, result)`` in column order.
     rhs : ndarray of shape (p_l, b)
     lam, precond, rtol, maxiter, name, x0
         As in :func:`~pipeline.linalg.block_cg.block_cg` (``precond`` is its ``m``).
@@ -190,8 +187,6 @@ def fused_solve(
         The CG's working dtype.
     memory_bytes : int
         Bound on one task's CG vectors (:func:`in_task_chunk`).
-    tasks : int
-        Tasks of the job, each solving a share of the columns with its own copy of X_l.
 
     Returns
     -------
@@ -216,11 +211,9 @@ def fused_solve(
     )
     bc = sc.broadcast(payload)
     try:
-        task = functools.partial(_solve_columns, bc)
-        parts = sorted(
-            gathered_column_tasks(sc, rdd, rhs.shape[1], tasks, task), key=lambda part: part[0]
-        )
+        compute = functools.partial(solve_columns, bc)
+        parts = run(compute, rhs.shape[1])
     finally:
         bc.destroy()
-    result, _ = merge_cg_results([res for _, res, _ in parts])
-    return result, sum(passes for _, _, passes in parts)
+    result, _ = merge_cg_results([res for _, _, (res, _) in parts])
+    return result, sum(passes for _, _, (_, passes) in parts)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,12 @@ def validate(cfg: Config) -> Config:
     check_evaluate(cfg.evaluate)
     for i, p in enumerate(cfg.split.pairs):
         parse_pair(p, key=f"split.pairs[{i}]")
+    memory = cfg.spark.driver_memory
+    if memory != "auto" and not re.fullmatch(r"\d+(\.\d+)?[kmgt]?", memory.strip().lower()):
+        raise ConfigError(
+            f"spark.driver_memory = {memory!r} is neither auto nor a JVM memory size. Fix: "
+            "--set spark.driver_memory=auto (sized to the machine) or e.g. 8g or 4096m"
+        )
     t = cfg.train
     if t.setup != "joint" and (len(t.pair) != 2 or t.pair[0] == t.pair[1]):
         raise ConfigError(

@@ -51,7 +51,13 @@ class SparkConfig:
 
     master: str = param("local[2]", doc="Spark master URL for plain `python` runs.")
     app_name: str = param("cr5", doc="Spark application name.")
-    driver_memory: str = param("4g", doc="Driver JVM heap for plain `python` runs.")
+    driver_memory: str = param(
+        "auto",
+        doc="Driver JVM heap for plain `python` runs (local mode: the JVM of the driver and "
+        "the executors), a JVM size such as 8g, or auto: what the machine's usable memory "
+        "(85 % of it) leaves after the stage's Python needs, at most half of it, at least "
+        '2g (docs/performance.md, "Memory").',
+    )
     shuffle_partitions: int = param(8, lo=1, doc="spark.sql.shuffle.partitions.")
     ui: bool = param(False, doc="Start the Spark web UI.")
     conf: dict[str, str] = param(
@@ -252,6 +258,7 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams):
             "solve_in_task_max_nnz": self.solve_in_task_max_nnz,
             "solve_in_task_memory_mb": self.solve_in_task_memory_mb,
             "solve_tasks": self.solve_tasks,
+            "resident_memory_mb": self.resident_memory_mb,
         }
         if self.partitions_per_language is not None:
             opts["partitions_per_language"] = self.partitions_per_language

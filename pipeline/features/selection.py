@@ -35,8 +35,11 @@ def _list_array(values: pa.Array, owner: np.ndarray, n: int) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
-def distinct_terms_fn(tokenizer: Tokenizer) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
-    """A ``mapInArrow`` function: documents -> their distinct terms and count."""
+def distinct_terms_fn(
+    tokenizer: Tokenizer, extra: tuple[str, ...] = ()
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+    """A ``mapInArrow`` function: documents -> their distinct terms and count
+    (:data:`TOKENIZED_SCHEMA`), followed by the input columns ``extra`` unchanged."""
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -45,8 +48,9 @@ def distinct_terms_fn(tokenizer: Tokenizer) -> Callable[[Iterator[pa.RecordBatch
             distinct, docs, n_unique = distinct_tokens_per_doc(flat, doc_of, n)
             yield pa.RecordBatch.from_arrays(
                 [batch.column(k) for k in KEYS]
-                + [pa.array(n_unique, pa.int64()), _list_array(distinct, docs, n)],
-                names=[*KEYS, "n_unique", "terms"],
+                + [pa.array(n_unique, pa.int64()), _list_array(distinct, docs, n)]
+                + [batch.column(k) for k in extra],
+                names=[*KEYS, "n_unique", "terms", *extra],
             )
 
     return fn
@@ -89,6 +93,16 @@ def count_by_reason(df: DataFrame, reason: F.Column) -> dict[str, dict[str, int]
     for r in rows:
         out.setdefault(r["lang"], {})[r["reason"]] = r["count"]
     return dict(sorted(out.items()))
+
+
+def flag_heldout(spark: SparkSession, docs: DataFrame, cfg: Config) -> DataFrame:
+    """``docs`` with a boolean column ``_held``: whether the document's concept is held out
+    (``features.heldout_concepts``; all false without one)."""
+    held = heldout_concepts(spark, cfg.heldout_path())
+    if held is None:
+        return docs.withColumn("_held", F.lit(False))
+    flagged = docs.join(F.broadcast(held.withColumn("_held", F.lit(True))), "concept_id", "left")
+    return flagged.withColumn("_held", F.coalesce(F.col("_held"), F.lit(False)))
 
 
 def remove_heldout(

@@ -9,7 +9,8 @@ length filter applied; see :mod:`pipeline.features.selection`):
   index is deterministic;
 - ``idf(t) = ln(N_l / df(t))`` with N_l the number of training documents of l.
 
-Everything is a Spark aggregation; no document reaches the driver. The ``vocabulary``
+Everything is one Spark aggregation over the documents; no document reaches the driver. The
+``vocabulary``
 stage (:mod:`pipeline.stages.vocabulary`) runs it on the documents dataset and the
 Spark ML estimator (:class:`pipeline.sparkml.Cr5`) on the DataFrame it is fitted on.
 """
@@ -29,10 +30,9 @@ from pipeline.config import Config
 from pipeline.errors import InputDataError
 from pipeline.features.selection import (
     TOKENIZED_SCHEMA,
-    count_by_reason,
     distinct_terms_fn,
+    flag_heldout,
     length_reason,
-    remove_heldout,
 )
 from pipeline.text.tokenizer import Tokenizer
 
@@ -41,18 +41,64 @@ __all__ = ["dropped_language_warnings", "vocabulary_arrays", "vocabulary_frame"]
 log = logging.getLogger(__name__)
 
 
+#: Prefix of the per-document marker terms that carry a document's fate through the one
+#: aggregation of :func:`vocabulary_frame` (no word token contains a NUL character).
+_MARK = "\x00"
+_HELDOUT = "heldout"
+
+
+def _document_terms(spark: SparkSession, docs: DataFrame, cfg: Config) -> DataFrame:
+    """One row per (language, term or marker) occurrence: every document contributes one
+    marker term naming its fate (kept, a length-filter reason, or held out), and a
+    training document its distinct terms as well."""
+    docs = flag_heldout(spark, docs, cfg)
+    tokenized = docs.select("doc_id", "concept_id", "lang", "text", "_held").mapInArrow(
+        distinct_terms_fn(Tokenizer.from_config(cfg.text), extra=("_held",)),
+        TOKENIZED_SCHEMA + ", _held boolean",
+    )
+    fate = F.when(F.col("_held"), F.lit(_HELDOUT)).otherwise(
+        F.coalesce(length_reason(cfg), F.lit("kept"))
+    )
+    terms = F.when(fate == "kept", F.col("terms")).otherwise(F.array().cast("array<string>"))
+    return tokenized.select(
+        "lang", F.explode(F.concat(F.array(F.concat(F.lit(_MARK), fate)), terms)).alias("term")
+    )
+
+
+def _split_counts(
+    counts: DataFrame,
+) -> tuple[DataFrame, dict[str, dict[str, int]], dict[str, int]]:
+    """Term document frequencies, documents by reason and held-out documents per language
+    from the aggregated ``(lang, term, df)`` rows (markers collected, terms left in Spark)."""
+    marks = counts.filter(F.col("term").startswith(_MARK)).collect()
+    by_reason: dict[str, dict[str, int]] = {}
+    heldout: dict[str, int] = {}
+    for r in marks:
+        reason = r["term"][len(_MARK) :]
+        if reason == _HELDOUT:
+            heldout[r["lang"]] = r["df"]
+        else:
+            by_reason.setdefault(r["lang"], {})[reason] = r["df"]
+    df = counts.filter(~F.col("term").startswith(_MARK))
+    return df, dict(sorted(by_reason.items())), dict(sorted(heldout.items()))
+
+
 def vocabulary_frame(
     spark: SparkSession, docs: DataFrame, cfg: Config
 ) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
     """The vocabulary of the documents ``docs`` (columns ``doc_id, concept_id, lang, text``).
 
+    One pass over the documents: tokenisation and a single aggregation whose rows are the
+    training documents' term frequencies and, as marker terms, every document's fate; only
+    the aggregated counts are cached (the tokenised documents never are).
+
     Returns
     -------
     vocabulary : DataFrame
         ``lang, term, df, term_index, n_docs, idf`` (lazy).
-    tokenized : DataFrame
-        The tokenised documents, persisted (the caller unpersists it once the vocabulary
-        is materialised).
+    counts : DataFrame
+        The per-(lang, term) counts, persisted (the caller unpersists them once the
+        vocabulary is materialised).
     report : dict
         ``documents_by_reason``, ``heldout_documents``, ``training_documents`` per language.
 
@@ -61,21 +107,20 @@ def vocabulary_frame(
     InputDataError
         When no training document is left after the filters.
     """
-    docs, heldout_counts = remove_heldout(spark, docs, cfg)
-    tokenized = docs.select("doc_id", "concept_id", "lang", "text").mapInArrow(
-        distinct_terms_fn(Tokenizer.from_config(cfg.text)), TOKENIZED_SCHEMA
+    counts = (
+        _document_terms(spark, docs, cfg)
+        .groupBy("lang", "term")
+        .agg(F.count(F.lit(1)).alias("df"))
+        .persist()
     )
-    reason = length_reason(cfg)
-    tokenized = tokenized.withColumn("reason", reason).persist()
-    counts = count_by_reason(tokenized, F.col("reason"))
-    train = tokenized.filter(F.col("reason").isNull())
-    n_docs = {lang: c.get("kept", 0) for lang, c in counts.items()}
+    df, counts_by_reason, heldout_counts = _split_counts(counts)
+    n_docs = {lang: c.get("kept", 0) for lang, c in counts_by_reason.items()}
     if not any(n_docs.values()):
-        tokenized.unpersist()
+        counts.unpersist()
         f = cfg.features
         held = sum(heldout_counts.values())
         raise InputDataError(
-            f"no training documents left after the filters ({counts}; held out by "
+            f"no training documents left after the filters ({counts_by_reason}; held out by "
             f"features.heldout_concepts: {held}). Fix: lower features.min_unique_words "
             f"(now {f.min_unique_words}) or raise features.max_unique_words (now "
             f"{f.max_unique_words}), e.g. --conf conf/short-docs.yaml for short documents"
@@ -90,11 +135,6 @@ def vocabulary_frame(
         [(lang, n) for lang, n in n_docs.items() if n], "lang string, n_docs long"
     )
     f = cfg.features
-    df = (
-        train.select("lang", F.explode("terms").alias("term"))
-        .groupBy("lang", "term")
-        .agg(F.count(F.lit(1)).alias("df"))
-    )
     order = Window.partitionBy("lang").orderBy(F.desc("df"), F.asc("term"))
     vocab = (
         df.filter(F.col("df") >= f.min_df)
@@ -104,11 +144,11 @@ def vocabulary_frame(
         .withColumn("idf", F.log(F.col("n_docs") / F.col("df")).cast("float"))
     )
     report: dict[str, Any] = {
-        "documents_by_reason": counts,
+        "documents_by_reason": counts_by_reason,
         "heldout_documents": heldout_counts,
         "training_documents": n_docs,
     }
-    return vocab, tokenized, report
+    return vocab, counts, report
 
 
 def vocabulary_arrays(table: pa.Table) -> dict[str, dict[str, Any]]:

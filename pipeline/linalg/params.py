@@ -229,19 +229,27 @@ class BackendParams:
     solve_in_task_max_nnz: int | None = param(
         None,
         lo=0,
-        doc="spark backend: a language with at most this many nonzeros runs each CG solve as "
-        "ONE fused Spark job: every solving task gathers all the language's cached blocks "
-        "(~24 bytes per nonzero of Python memory per task at peak) and solves its share of "
-        "the right-hand sides, instead of one job per CG iteration; 0: never. None: in local "
-        "mode, what a quarter of the machine's memory holds for solve_tasks tasks; on a "
-        "cluster 64M (~1.5 GB per task, inside spark.executor.memoryOverhead).",
+        doc="spark backend: a language with at most this many nonzeros is fused: each CG "
+        "solve and each pass over it is ONE Spark job whose tasks work on the whole X_l, "
+        "resident in their Python worker (~8 bytes per nonzero kept, ~17 at peak while a "
+        "worker reads it from the cached blocks), instead of one job per CG iteration; "
+        "0: never. None: chosen by the memory plan from the memory given to the Python "
+        'workers (docs/performance.md, "Memory").',
+    )
+    resident_memory_mb: int | None = param(
+        None,
+        lo=0,
+        doc="spark backend: Python memory per worker for the fused languages' X_l kept "
+        "between jobs (least recently used out first); a language that does not fit is read "
+        "from the cached blocks by every job instead. 0: keep none. None: chosen by the "
+        "memory plan.",
     )
     solve_in_task_memory_mb: int = param(
         512,
         lo=1,
         doc="spark backend: working memory of one solving task's CG vectors (~9 arrays per "
         "term and right-hand side in train.cg_dtype: 36 bytes in float32, 72 in float64; "
-        "columns run in chunks that fit). With the gathered blocks "
+        "columns run in chunks that fit). With the resident X_l "
         "this is Python memory on the executor: on YARN/Kubernetes it counts against "
         "spark.executor.memoryOverhead (or spark.executor.pyspark.memory).",
     )

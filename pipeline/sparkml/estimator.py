@@ -253,13 +253,13 @@ def _fit_documents(spark: Any, docs: DataFrame, cfg: Config) -> dict[str, Any]:
     """Vocabulary, TF-IDF and training on the persisted documents ``docs``; the training
     service's summary (with the vocabulary's warnings). Unpersists what it cached."""
     t0 = time.perf_counter()
-    vocab, tokenized, report = vocabulary_frame(spark, docs, cfg)
-    frames: list[DataFrame] = [docs, tokenized]
+    vocab, counts, report = vocabulary_frame(spark, docs, cfg)
+    frames: list[DataFrame] = [docs, counts]
     try:
         vocab = vocab.select("lang", "term", "term_index", "df", "idf").cache()
         frames.append(vocab)
         arrays = vocabulary_arrays(vocab.toArrow())
-        tokenized.unpersist()
+        counts.unpersist()
         sizes = {lang: len(v["terms"]) for lang, v in arrays.items()}
         warnings_ = dropped_language_warnings(cfg, report, sizes)
         log.info("Cr5.fit: vocabulary %s in %.1f s", sizes, time.perf_counter() - t0)

@@ -2,7 +2,7 @@
 
 Reads the ``documents`` dataset and writes ``vocabulary``; the work is
 :func:`pipeline.features.vocabulary.vocabulary_frame` (every rule is there). Everything
-is a Spark aggregation; no document reaches the driver.
+is one Spark aggregation over the documents; no document reaches the driver.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ __all__ = ["build_vocabulary", "dropped_language_warnings", "run"]
 def build_vocabulary(
     spark: SparkSession, cfg: Config
 ) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
-    """Return (vocabulary DataFrame, tokenised documents (persisted), report) of the
+    """Return (vocabulary DataFrame, per-(lang, term) counts to unpersist, report) of the
     documents dataset (:func:`~pipeline.features.vocabulary.vocabulary_frame`)."""
     docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
     return vocabulary_frame(spark, docs, cfg)
 
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
-    vocab, tokenized, report = build_vocabulary(spark, cfg)
+    vocab, counts, report = build_vocabulary(spark, cfg)
     vocab = vocab.repartition("lang").sortWithinPartitions("lang", "term_index").cache()
     sizes = {r["lang"]: r["count"] for r in vocab.groupBy("lang").count().orderBy("lang").collect()}
     report["warnings"] = dropped_language_warnings(cfg, report, sizes)
@@ -50,6 +50,6 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         spark, vocab, VOCABULARY, path, manifest={"report": report}, **write_options(cfg.paths)
     )
     vocab.unpersist()
-    tokenized.unpersist()
+    counts.unpersist()
     report["path"] = path
     return report

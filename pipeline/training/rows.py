@@ -86,12 +86,44 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     t = cfg.train
     t0 = time.perf_counter()
     rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
-    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **t.backend_options())
+    options = t.backend_options() | _memory_plan(spark, cfg, rows_path)
+    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **options)
     vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
     validation = None
     if t.method == "cr5" and t.stop_rule == "validation":
         validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
     return TrainingData(backend, selection, vocab, time.perf_counter() - t0, validation=validation)
+
+
+def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any]) -> None:
+    """The train stage's memory check for rows held in a DataFrame of sizes ``report``
+    (MemoryPlanError before they are collected when the driver cannot hold the fit). A
+    Spark Connect session does not tell its properties: no check there."""
+    from pipeline.memory import Machine, TrainSizes, plan_train, spark_memory
+    from pipeline.spark import is_connect
+
+    sizes = TrainSizes.from_manifest({"report": report}, cfg.train.languages)
+    if not sizes.nnz or is_connect(spark):
+        return
+    sc = spark.sparkContext
+    mem = spark_memory(dict(sc.getConf().getAll()), sc.defaultParallelism, Machine.detect())
+    log.info("memory plan: %s", plan_train(sizes, cfg, mem).describe())
+
+
+def _memory_plan(spark: SparkSession, cfg: Config, rows_path: str) -> dict[str, Any]:
+    """Plan the fit's memory from the training rows' manifest and the session's settings
+    (:func:`pipeline.memory.plan_train`: raises MemoryPlanError, exit 2, when it cannot fit);
+    return the backend options it chose."""
+    from pipeline.memory import Machine, TrainSizes, plan_train, spark_memory
+
+    sizes = TrainSizes.from_manifest(read_manifest(spark, TFIDF, rows_path), cfg.train.languages)
+    if not sizes.nnz:
+        return {}
+    sc = spark.sparkContext
+    conf = dict(sc.getConf().getAll())
+    plan = plan_train(sizes, cfg, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
+    log.info("memory plan: %s", plan.describe())
+    return plan.backend_options(sizes, cfg.train)
 
 
 def select_training_rows(
@@ -198,6 +230,7 @@ def training_data_from_frame(
         tfidf = selected.cache()
         sizes = _selection_manifest(cfg, tfidf, report, selection, source)
     layout = TfidfLayout(sizes, selection["languages"], source)
+    _frame_memory_plan(tfidf.sparkSession, cfg, sizes)
     try:
         backend = local_backend_from_frame(tfidf, layout, dtype=t.dtype)
     finally:

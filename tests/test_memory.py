@@ -1,0 +1,200 @@
+"""The memory plan: sizes, the local heap rule, the train stage's settings, and the exit-2
+paragraph before any Spark work when a fit cannot fit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pipeline.memory as memory
+from pipeline.backends.spark_resident import (
+    FILL_BYTES_PER_NNZ,
+    kept_languages,
+    resident_bytes,
+)
+from pipeline.config import load_config
+from pipeline.memory import (
+    GiB,
+    Machine,
+    MemoryPlanError,
+    MiB,
+    SparkMemory,
+    TrainSizes,
+    format_size,
+    local_heap,
+    local_slots,
+    parse_size,
+    plan_train,
+    spark_memory,
+)
+
+#: The 1M-document Wikipedia-shaped corpus of bench/ (tfidf manifest figures).
+WIKI_1M = TrainSizes(
+    nnz={"en": 83_412_115, "it": 62_987_024, "vi": 28_869_508, "da": 21_542_827},
+    docs={"en": 423_545, "it": 315_341, "vi": 143_050, "da": 106_348},
+    terms={"en": 200_000, "it": 200_000, "vi": 200_000, "da": 200_000},
+    concepts=435_661,
+)
+
+
+def _cfg(*sets: str):
+    return load_config([], ["train.backend=spark", "train.r=100", *sets])
+
+
+def _local(gib: float, heap: int | None = None, slots: int = 2) -> SparkMemory:
+    """A local session as ``spark.driver_memory: auto`` sizes it for a WIKI_1M fit."""
+    machine = Machine(memory=int(gib * GiB), cores=slots)
+    if heap is None:
+        heap = local_heap(machine, memory.train_python_need(WIKI_1M, _cfg().train, slots))
+    return SparkMemory.local_mode(machine, heap, slots)
+
+
+def test_sizes_parse_and_format_as_spark_does():
+    assert parse_size("4g") == 4 * GiB and parse_size("512m") == 512 * MiB
+    assert parse_size("1.5GB") == int(1.5 * GiB) and parse_size("2048", default_unit="m") == 2 * GiB
+    assert format_size(10 * GiB + 5) == "10g" and format_size(700 * MiB) == "700m"
+    with pytest.raises(ValueError, match="not a memory size"):
+        parse_size("lots")
+
+
+def test_local_slots_follow_the_master():
+    assert local_slots("local", 8) == 1
+    assert local_slots("local[2]", 8) == 2
+    assert local_slots("local[*]", 8) == 8
+    assert local_slots("local[3,2]", 8) == 3
+
+
+def test_local_heap_rule():
+    """Half of the usable memory without a known need; what the need leaves, within
+    [2g, half]; whole GiB."""
+    m24 = Machine(memory=24 * GiB, cores=2)
+    assert m24.usable == int(0.85 * 24 * GiB)
+    assert local_heap(m24) == 10 * GiB  # half of 20.4 GB, rounded down
+    assert local_heap(m24, python_need=4 * GiB) == 10 * GiB  # the cap binds
+    leaves = (m24.usable - 14 * GiB - memory.JVM_NONHEAP) / memory.JVM_HEAP_FACTOR
+    assert local_heap(m24, python_need=14 * GiB) == int(leaves) // GiB * GiB
+    assert local_heap(m24, python_need=30 * GiB) == 2 * GiB  # never below the floor
+    assert local_heap(Machine(memory=512 * GiB, cores=64)) == 31 * GiB  # compressed oops
+
+
+def test_a_roomy_machine_fuses_and_keeps_every_language():
+    cfg = _cfg()
+    plan = plan_train(WIKI_1M, cfg, _local(24))
+    assert plan.fused == ["en", "it", "vi", "da"] and plan.resident == plan.fused
+    opts = plan.backend_options(WIKI_1M, cfg.train)
+    assert opts["solve_in_task_max_nnz"] == WIKI_1M.nnz["en"]
+    # the backend's own choice from the budget is the plan's
+    each = {g: (WIKI_1M.nnz[g], WIKI_1M.docs[g]) for g in plan.fused}
+    assert kept_languages(each, opts["resident_memory_mb"] * MiB, 4) == set(plan.resident)
+    # driver and two workers fit what the JVM leaves
+    assert sum(plan.driver.values()) <= plan.driver_available
+    assert sum(plan.worker.values()) <= plan.worker_available
+
+
+def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer():
+    cfg = _cfg()
+    roomy, tight = plan_train(WIKI_1M, cfg, _local(24)), plan_train(WIKI_1M, cfg, _local(12))
+    assert len(tight.resident) < len(roomy.resident)
+    assert sum(tight.worker.values()) <= tight.worker_available
+    each = {g: (WIKI_1M.nnz[g], WIKI_1M.docs[g]) for g in tight.fused}
+    budget = tight.backend_options(WIKI_1M, cfg.train)["resident_memory_mb"] * MiB
+    assert kept_languages(each, budget, 4) == set(tight.resident)
+    # a machine whose workers cannot read English fuses only the smaller languages
+    small = plan_train(WIKI_1M, cfg, _local(10))
+    assert "en" not in small.fused and small.fused
+    assert small.driver["CG vectors"] > 0  # English's CG runs on the driver
+
+
+def test_too_little_memory_stops_with_the_settings_that_fit():
+    with pytest.raises(MemoryPlanError) as err:
+        plan_train(WIKI_1M, _cfg(), _local(6))
+    text = str(err.value)
+    assert "988,284 documents" in text and "driver's Python" in text
+    assert "Fix:" in text and "\n" not in text
+
+
+def test_explicit_settings_are_kept_and_checked():
+    cfg = _cfg("train.solve_in_task_max_nnz=30000000", "train.resident_memory_mb=0")
+    plan = plan_train(WIKI_1M, cfg, _local(24))
+    assert plan.fused == ["vi", "da"] and plan.resident == []
+    assert plan.backend_options(WIKI_1M, cfg.train) == {}
+    # a worker too small for the fused language it was told to read
+    cluster = SparkMemory(False, 4, 8 * GiB, worker_python=256 * MiB, driver_python=20 * GiB)
+    with pytest.raises(MemoryPlanError, match="spark.executor.pyspark.memory"):
+        plan_train(WIKI_1M, cfg, cluster)
+
+
+def test_cluster_workers_get_their_share_of_the_executor_settings():
+    machine = Machine(memory=64 * GiB, cores=8)
+    conf = {
+        "spark.master": "yarn",
+        "spark.driver.memory": "8g",
+        "spark.executor.cores": "4",
+        "spark.executor.memory": "16g",
+        "spark.executor.memoryOverhead": "6g",
+    }
+    mem = spark_memory(conf, 99, machine)
+    assert not mem.local and mem.slots == 4 and mem.driver_heap == 8 * GiB
+    assert mem.worker_python == (6 * GiB - memory.OVERHEAD_MIN) // 4
+    mem = spark_memory({**conf, "spark.executor.pyspark.memory": "6g"}, 99, machine)
+    assert mem.worker_python == 1.5 * GiB
+    plan = plan_train(WIKI_1M, _cfg(), mem)
+    # 1.5 GB a worker: only the languages a worker can read whole beside its CG vectors
+    reads = {g: FILL_BYTES_PER_NNZ * n + 662 * MiB for g, n in WIKI_1M.nnz.items()}
+    assert plan.fused == [g for g in ("en", "it", "vi", "da") if reads[g] <= 1.5 * GiB]
+    assert plan.fused == ["vi", "da"]
+    assert sum(plan.worker.values()) <= mem.worker_python
+
+
+def test_resident_bytes_count_values_columns_and_rows():
+    assert resident_bytes(1000, 10) == 8 * 1000 + 24 * 10
+    assert resident_bytes(1000, 10, itemsize=8) == 12 * 1000 + 24 * 10
+
+
+def _write_tfidf_manifest(root, sizes: TrainSizes) -> None:
+    tfidf = root / "tfidf"
+    tfidf.mkdir(parents=True)
+    per = {
+        g: {"nnz": sizes.nnz[g], "documents": sizes.docs[g], "vocabulary": sizes.terms[g]}
+        for g in sizes.nnz
+    }
+    report = {"per_language": per, "concepts": sizes.concepts}
+    (tfidf / "_manifest.json").write_text(json.dumps({"report": report}))
+
+
+def test_train_that_cannot_fit_exits_2_before_spark_starts(tmp_path, monkeypatch, capsys):
+    """The README's train command on a machine too small for the corpus: exit 2 with one
+    paragraph, and no SparkSession is ever built."""
+    import pipeline.runner as runner
+
+    _write_tfidf_manifest(tmp_path, WIKI_1M)
+    monkeypatch.setattr(Machine, "detect", classmethod(lambda cls: Machine(4 * GiB, 2)))
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(runner, "run_stages", no_spark)
+    code = runner.main(
+        ["train"],
+        ["--set", f"paths.root={tmp_path}", "--set", "train.backend=spark", "--set", "train.r=100"],
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    message = err.strip().splitlines()
+    assert len(message) == 1 and message[0].startswith("error: train (cr5, spark backend)")
+    assert "Fix:" in message[0]
+
+
+def test_the_auto_heap_of_a_train_run_leaves_its_python_need(tmp_path, monkeypatch):
+    _write_tfidf_manifest(tmp_path, WIKI_1M)
+    monkeypatch.setattr(Machine, "detect", classmethod(lambda cls: Machine(24 * GiB, 2)))
+    cfg = load_config([], [f"paths.root={tmp_path}", "train.backend=spark", "train.r=100"])
+    heap = parse_size(memory.driver_memory(cfg, ["train"]))
+    need = memory.train_python_need(WIKI_1M, cfg.train, 2)
+    assert 2 * GiB <= heap <= 10 * GiB
+    assert memory.jvm_resident(heap) + need <= Machine(24 * GiB, 2).usable
+    # and a run whose tfidf comes from an earlier stage of the same run gets the rule's share
+    assert memory.driver_memory(cfg, ["tfidf", "train"]) == "10g"
+    cfg = load_config([], [f"paths.root={tmp_path}", "spark.driver_memory=6g"])
+    assert memory.driver_memory(cfg, ["train"]) == "6g"
