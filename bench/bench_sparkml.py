@@ -130,6 +130,82 @@ def api_rate(model_dir: str, documents: str, n_docs: int, batch: int) -> dict[st
     }
 
 
+def fit_model(docs: Any, args: argparse.Namespace, work: Path) -> tuple[Any, dict[str, Any]]:
+    """``Pipeline([SQLTransformer, Cr5])`` fitted on the documents of the first
+    ``--train-concepts`` concepts (in id order); the PipelineModel and the fit's record."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import SQLTransformer
+    from pyspark.sql import functions as F
+
+    from pipeline.model import Cr5Model
+    from pipeline.sparkml import Cr5
+
+    concepts = docs.select("concept_id").distinct().orderBy("concept_id").limit(args.train_concepts)
+    train = docs.join(F.broadcast(concepts), "concept_id")
+    pipeline = Pipeline(
+        stages=[
+            SQLTransformer(statement="SELECT doc_id, concept_id, lang, text FROM __THIS__"),
+            Cr5(r=args.r, workDir=str(work)),
+        ]
+    )
+    t0 = time.perf_counter()
+    model = pipeline.fit(train)
+    wall = time.perf_counter() - t0
+    stage = model.stages[-1]
+    summary = stage.summary
+    cr5 = Cr5Model.load(stage.modelDirectory)
+    return model, {
+        "wall_seconds": round(wall, 1),
+        "training_documents": summary["documents"],
+        "concepts": summary["concepts"],
+        "languages": summary["languages"],
+        "r": summary["r"],
+        "solver_seconds": summary["fit_seconds"],
+        "eigensolver_iterations": summary["eigensolver_iterations"],
+        "vocabulary": {lang: len(cr5.word_vectors(lang)[0]) for lang in cr5.languages},
+    }
+
+
+def time_transform(model: Any, docs: Any, n_docs: int, cores: int) -> dict[str, Any]:
+    """The PipelineModel's transform of every document into the noop sink (after a warm-up
+    of 1,000 documents that starts the Python workers): wall and CPU seconds."""
+    model.transform(docs.limit(1000)).write.format("noop").mode("overwrite").save()
+    me = os.getpid()
+    cpu0 = cpu_seconds(me)
+    t0 = time.perf_counter()
+    model.transform(docs).write.format("noop").mode("overwrite").save()
+    wall = time.perf_counter() - t0
+    cpu1 = cpu_seconds(me)
+    cpu = {k: round(cpu1[k] - cpu0[k], 1) for k in cpu0}
+    return {
+        "documents": n_docs,
+        "cores": cores,
+        "wall_seconds": round(wall, 1),
+        "docs_per_second": round(n_docs / wall, 1),
+        "docs_per_second_per_core": round(n_docs / wall / cores, 1),
+        "cpu_seconds": cpu,
+        "docs_per_cpu_second": round(n_docs / max(sum(cpu.values()), 1e-9), 1),
+    }
+
+
+def equality(model: Any, docs: Any, n: int) -> dict[str, Any]:
+    """Transform's vectors of ``n`` documents (a hash sample) against Cr5Model.embed."""
+    from pyspark.sql import functions as F
+
+    from pipeline.model import Cr5Model
+
+    sample = model.transform(docs.orderBy(F.xxhash64("doc_id")).limit(n))
+    rows = sample.select("lang", "text", "embedding").toArrow()
+    api = Cr5Model.load(model.stages[-1].modelDirectory)
+    diff = 0.0
+    for lang in pc.unique(rows.column("lang")).to_pylist():
+        sub = rows.filter(pc.equal(rows.column("lang"), lang))
+        want = api.embed(sub.column("text").combine_chunks(), lang)
+        got = np.stack(sub.column("embedding").to_numpy(zero_copy_only=False))
+        diff = max(diff, float(np.abs(got - want).max()))
+    return {"sample": rows.num_rows, "max_abs_diff": diff}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--documents", help="a documents dataset (default: generate --docs)")
@@ -158,83 +234,26 @@ def main(argv: list[str] | None = None) -> int:
         [f"spark.master={args.master}", "spark.conf={spark.ui.showConsoleProgress: 'false'}"],
     )
     spark = get_spark(cfg.spark)
-    from pyspark.ml import Pipeline
-    from pyspark.ml.feature import SQLTransformer
-    from pyspark.sql import functions as F
-
-    from pipeline.model import Cr5Model
-    from pipeline.sparkml import Cr5
-
     docs = spark.read.parquet(documents).select("doc_id", "concept_id", "lang", "text")
     n_docs = docs.count()
     emit(f"documents: {n_docs:,} at {documents}")
     res["documents"] = n_docs
 
-    # 2. fit on the first concepts (string order)
-    concepts = docs.select("concept_id").distinct().orderBy("concept_id").limit(args.train_concepts)
-    train = docs.join(F.broadcast(concepts), "concept_id")
-    pipeline = Pipeline(
-        stages=[
-            SQLTransformer(statement="SELECT doc_id, concept_id, lang, text FROM __THIS__"),
-            Cr5(r=args.r, workDir=str(work)),
-        ]
-    )
-    t0 = time.perf_counter()
-    model = pipeline.fit(train)
-    fit_wall = time.perf_counter() - t0
-    stage = model.stages[-1]
-    summary = stage.summary
-    res["fit"] = {
-        "wall_seconds": round(fit_wall, 1),
-        "training_documents": summary["documents"],
-        "concepts": summary["concepts"],
-        "languages": summary["languages"],
-        "r": summary["r"],
-        "solver_seconds": summary["fit_seconds"],
-        "eigensolver_iterations": summary["eigensolver_iterations"],
-        "vocabulary": {
-            lang: len(Cr5Model.load(stage.modelDirectory, lazy=True)._map(lang).terms)
-            for lang in stage.languages
-        },
-    }
+    model, res["fit"] = fit_model(docs, args, work)
     emit(f"fit: {json.dumps(res['fit'])}")
+    stage = model.stages[-1]
 
     # 3. the Python API on one core
     res["api"] = api_rate(stage.modelDirectory, documents, args.api_docs, args.batch)
     emit(f"API (1 core): {json.dumps(res['api'])}")
 
     # 4. transform, into the noop sink
-    model.transform(docs.limit(1000)).write.format("noop").mode("overwrite").save()
-    me = os.getpid()
-    cpu0 = cpu_seconds(me)
-    t0 = time.perf_counter()
-    model.transform(docs).write.format("noop").mode("overwrite").save()
-    wall = time.perf_counter() - t0
-    cpu1 = cpu_seconds(me)
-    cpu = {k: round(cpu1[k] - cpu0[k], 1) for k in cpu0}
-    cores = spark.sparkContext.defaultParallelism
-    res["transform"] = {
-        "documents": n_docs,
-        "cores": cores,
-        "wall_seconds": round(wall, 1),
-        "docs_per_second": round(n_docs / wall, 1),
-        "docs_per_second_per_core": round(n_docs / wall / cores, 1),
-        "cpu_seconds": cpu,
-        "docs_per_cpu_second": round(n_docs / max(sum(cpu.values()), 1e-9), 1),
-    }
+    res["transform"] = time_transform(model, docs, n_docs, spark.sparkContext.defaultParallelism)
     emit(f"transform ({args.master}): {json.dumps(res['transform'])}")
 
     # 5. equality on a sample
-    sample = model.transform(docs.orderBy(F.xxhash64("doc_id")).limit(args.sample))
-    rows = sample.select("lang", "text", "embedding").toArrow()
-    api = Cr5Model.load(stage.modelDirectory)
-    diff = 0.0
-    for lang in pc.unique(rows.column("lang")).to_pylist():
-        sub = rows.filter(pc.equal(rows.column("lang"), lang))
-        want = api.embed(sub.column("text").combine_chunks(), lang)
-        got = np.stack(sub.column("embedding").to_numpy(zero_copy_only=False))
-        diff = max(diff, float(np.abs(got - want).max()))
-    res["equality"] = {"sample": rows.num_rows, "max_abs_diff": diff}
+    res["equality"] = equality(model, docs, args.sample)
+    emit(f"equality: {json.dumps(res['equality'])}")
 
     api_rate_ = res["api"]["docs_per_second"]
     res["ratio"] = {
@@ -247,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     }
     res["machine"]["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    emit(f"equality: {json.dumps(res['equality'])}")
+    cores = res["transform"]["cores"]
     emit(
         f"transform {res['transform']['docs_per_second']:,.0f} docs/s on {cores} cores; API "
         f"{api_rate_:,.0f} docs/s on 1 core; ratio {res['ratio']['transform_over_api_per_core']}"

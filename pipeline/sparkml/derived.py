@@ -164,11 +164,11 @@ def _setter(name: str) -> Callable[[Params, Any], Params]:
     return set_
 
 
-def params_mixin(name: str, derived: Sequence[DerivedParam], doc: str) -> type:
-    """A :class:`pyspark.ml.param.Params` mixin declaring ``derived``, with a
-    ``get<Name>`` and a ``set<Name>`` method each; defaults come from the declarations and
-    are set by :meth:`set_declared_defaults`."""
-    namespace: dict[str, Any] = {"__doc__": doc, "__module__": __name__}
+def params_mixin(name: str, derived: Sequence[DerivedParam], doc: str, module: str) -> type:
+    """A :class:`pyspark.ml.param.Params` mixin named ``name`` (of module ``module``)
+    declaring ``derived``, with a ``get<Name>`` and a ``set<Name>`` method each; the stage
+    sets the declared defaults with :func:`set_declared_defaults`."""
+    namespace: dict[str, Any] = {"__doc__": doc, "__module__": module}
     for d in derived:
         namespace[d.name] = Param(Params._dummy(), d.name, d.doc, typeConverter=_Converter(d))
         title = d.name[:1].upper() + d.name[1:]

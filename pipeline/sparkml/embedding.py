@@ -15,6 +15,7 @@ under the stage's path (:mod:`pipeline.sparkml.persistence`), so ``Pipeline.save
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from collections.abc import Iterator
@@ -59,13 +60,12 @@ EmbeddingParams = params_mixin(
     EMBEDDING_PARAMS,
     "Parameters of the transform, shared by Cr5 and Cr5Embedding: the language column, "
     "the output type and the embed.* keys that apply.",
+    __name__,
 )
 
 
 def check_names(stage: Any, names: dict[str, Any]) -> None:
     """ConfigError for a keyword that is no parameter of ``stage`` (with the nearest one)."""
-    import difflib
-
     known = {p.name for p in stage.params}
     for name in names:
         if name not in known:

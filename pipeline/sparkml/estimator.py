@@ -72,6 +72,7 @@ FitParams = params_mixin(
     FIT_PARAMS,
     "Parameters of Cr5.fit: its columns and work directory, and the train.*, features.* and "
     "text.* keys that apply to a DataFrame.",
+    __name__,
 )
 
 #: What model.json records as the training rows of a fit.
@@ -141,8 +142,7 @@ class Cr5(
     def _fit(self, dataset: DataFrame) -> Cr5Embedding:
         self.configuration()  # every check, before any Spark work
         spark = dataset.sparkSession
-        t = self.getOrDefault("backend")
-        if t == "spark" and is_connect(spark):
+        if self.getOrDefault("backend") == "spark" and is_connect(spark):
             raise ConfigError(
                 "backend='spark' (train.backend) caches X as RDD blocks, which a Spark Connect "
                 "session cannot; use backend='local' (the default)"
