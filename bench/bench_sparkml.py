@@ -35,6 +35,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,6 +167,29 @@ def fit_model(docs: Any, args: argparse.Namespace, work: Path) -> tuple[Any, dic
     }
 
 
+def reuse_model(path: str) -> tuple[Any, dict[str, Any]]:
+    """The PipelineModel of ``--model`` (a saved fit): the SQL step and Cr5Embedding."""
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import SQLTransformer
+
+    from pipeline.model import Cr5Model
+    from pipeline.sparkml import Cr5Embedding
+
+    sql = SQLTransformer(statement="SELECT doc_id, concept_id, lang, text FROM __THIS__")
+    model = PipelineModel(stages=[sql, Cr5Embedding.from_model(path)])
+    cr5 = Cr5Model.load(path)
+    meta, training = cr5.meta, cr5.meta["training"]
+    return model, {
+        "reused": path,
+        "training_documents": sum(training["documents"].values()),
+        "concepts": training["concepts"],
+        "languages": meta["languages"],
+        "r": meta["r"],
+        "solver_seconds": training["fit_seconds"],
+        "vocabulary": {lang: len(cr5.word_vectors(lang)[0]) for lang in cr5.languages},
+    }
+
+
 def time_transform(model: Any, docs: Any, n_docs: int, cores: int) -> dict[str, Any]:
     """The PipelineModel's transform of every document into the noop sink (after a warm-up
     of 1,000 documents that starts the Python workers): wall and CPU seconds."""
@@ -217,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", type=int, default=1000)
     p.add_argument("--master", default="local[2]")
     p.add_argument("--workdir", help="scratch directory (default: a temporary one)")
+    p.add_argument(
+        "--model",
+        help="a model directory: used when it exists (no fit), else the fitted model is "
+        "copied there (reruns skip the fit)",
+    )
+    p.add_argument("--driver-memory", default="4g")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
 
@@ -231,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     documents = args.documents or generate_documents(args, work / "generated")
     cfg = load_config(
         [ROOT / "conf" / "local.yaml"],
-        [f"spark.master={args.master}", "spark.conf={spark.ui.showConsoleProgress: 'false'}"],
+        [
+            f"spark.master={args.master}",
+            f"spark.driver_memory={args.driver_memory}",
+            "spark.conf={spark.ui.showConsoleProgress: 'false'}",
+        ],
     )
     spark = get_spark(cfg.spark)
     docs = spark.read.parquet(documents).select("doc_id", "concept_id", "lang", "text")
@@ -239,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     emit(f"documents: {n_docs:,} at {documents}")
     res["documents"] = n_docs
 
-    model, res["fit"] = fit_model(docs, args, work)
+    if args.model and (Path(args.model) / "model.json").exists():
+        model, res["fit"] = reuse_model(args.model)
+    else:
+        model, res["fit"] = fit_model(docs, args, work)
+        if args.model:
+            shutil.copytree(model.stages[-1].modelDirectory, args.model)
     emit(f"fit: {json.dumps(res['fit'])}")
     stage = model.stages[-1]
 
