@@ -64,6 +64,12 @@ def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argp
         help="print every configuration key (type, allowed values, default, meaning) of SECTION "
         "(default: all sections) and exit",
     )
+    p.add_argument(
+        "--outputs-json",
+        metavar="FILE",
+        help="after each stage, write what it produced (datasets' paths and rows, the model's "
+        "version) to this local JSON file, read from the manifests (pipeline/outputs.py)",
+    )
     if stages is None:
         p.add_argument(
             "--stages",
@@ -87,18 +93,24 @@ def configure_logging(level: str) -> None:
 
 
 def run_stages(
-    names: Sequence[str], cfg: Config, *, log_file: str | None = None
+    names: Sequence[str],
+    cfg: Config,
+    *,
+    log_file: str | None = None,
+    outputs_json: str | None = None,
 ) -> dict[str, dict]:
     """Run stages in order in one SparkSession; return their reports by name.
 
     A session started here is stopped at the end, whatever happens, so that no Spark
     thread is left to print at exit; one that existed before (a test's) is kept. An
     exception leaves annotated with the stage that raised it and the stages that finished
-    (:func:`pipeline.failures.annotate`).
+    (:func:`pipeline.failures.annotate`). With ``outputs_json``, what each stage produced
+    is written there after it (:mod:`pipeline.outputs`).
     """
     from pyspark import SparkContext
 
     from pipeline.memory import driver_memory
+    from pipeline.outputs import stage_outputs, write_outputs
     from pipeline.spark import get_spark
 
     fns = [(n, get_stage(n)) for n in names]
@@ -107,6 +119,7 @@ def run_stages(
     reports: dict[str, dict] = {}
     current = None
     heap = None
+    outputs: dict[str, dict] = {}
     try:
         heap = driver_memory(cfg, names)
         spark = get_spark(cfg.spark, driver_memory=heap, log_file=log_file)
@@ -120,6 +133,9 @@ def run_stages(
             log.info("stage %s: finished in %.1f s", name, report["wall_seconds"])
             reports[name] = report
             print(summarize(name, report), flush=True)
+            if outputs_json:
+                outputs[name] = stage_outputs(spark, cfg, name)
+                write_outputs(outputs_json, outputs)
     except BaseException as exc:
         failures.annotate(exc, stage=current, completed=list(reports), driver_memory=heap)
         raise
@@ -243,7 +259,12 @@ def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None)
         run_log = start_run_log(log_directory(cfg.paths.root, cfg.paths.logs), names)
         if run_log is not None:
             log.info("log file: %s", run_log.path)
-        run_stages(names, cfg, log_file=str(run_log.path) if run_log else None)
+        run_stages(
+            names,
+            cfg,
+            log_file=str(run_log.path) if run_log else None,
+            outputs_json=args.outputs_json,
+        )
     except (Exception, KeyboardInterrupt) as exc:
         return report_failure(exc, run_log, settings)
     finally:

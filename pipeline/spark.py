@@ -1,4 +1,5 @@
-"""The one SparkSession factory: every job and test gets its session here."""
+"""The one SparkSession factory: every job and test gets its session here; and what a
+session offers its executors (broadcast variables, or values inside closures on Spark Connect)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import logging
 import os
 import sys
+from typing import Any
 
 from pipeline.config import SparkConfig
 from pipeline.failures import wait_for_master
@@ -113,3 +115,31 @@ def get_spark(
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+class InlineValue:
+    """A value handed to executors inside the function that uses it, with the
+    ``value``/``unpersist`` interface of a broadcast variable (Spark Connect has none)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def unpersist(self) -> None:
+        """Nothing to release: the value lives in the function's closure."""
+
+
+def share_with_workers(spark: Any, value: Any) -> Any:
+    """``value`` for the executors' Python functions, read there as ``.value``.
+
+    A broadcast variable on a classic session (sent once per executor); on a Spark Connect
+    session, which has no broadcast variables, the value travels inside the function that
+    reads it (:class:`InlineValue`), so keep it to what a task may carry (tens of MB).
+    """
+    if is_connect(spark):
+        return InlineValue(value)
+    return spark.sparkContext.broadcast(value)

@@ -13,6 +13,7 @@ them instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -104,6 +105,7 @@ if dag is not None:
             "retry_exponential_backoff": t.retry_exponential_backoff,
             "max_retry_delay": seconds(t.max_retry_delay),
             "execution_timeout": seconds(t.execution_timeout),
+            "outlets": [{"name": a.name, "uri": a.uri, "group": a.group} for a in t.outlets],
         }
     bad = {}
     for name, value in [("lambda_grid", [-1.0]), ("lambda_grid", []), ("profiles", []),
@@ -167,6 +169,19 @@ out["helpers"] = {
         "spark://node1:7077", "spark://127.0.0.1:7077,node1:7077", "yarn", "k8s://https://127.0.0.1:6443"]},
     "masters": {c: [mod._master(c), SparkSubmitHook(conn_id=c)._connection["master"]]
                 for c in ["cr5_loopback", "cr5_json", "cr5_yarn"]},
+    "asset_extra": {
+        name: mod.asset_extra(name, outputs, "K", "/runs/K")
+        for name, outputs in [
+            ("documents", {"datasets": {"documents": {"path": "/runs/K/documents", "rows": 7,
+                                                      "rows_by_lang": {"de": 3, "en": 4}}}}),
+            ("model", {"datasets": {}, "model": {"path": "/d/K/model", "version": "sha256:ab",
+                                                  "languages": ["de", "en"], "r": 20}}),
+            ("embeddings", {"datasets": {"embeddings": {"path": "/runs/K/embeddings",
+                                                        "rows": 7}},
+                            "model": {"path": "/d/K/model", "version": "sha256:ab"}}),
+            ("nothing", {}),
+        ]
+    },
 }
 # A deployment's settings: manual runs only, no retries, its own parameter defaults.
 os.environ["CR5_SCHEDULE"] = "none"
@@ -251,6 +266,45 @@ def test_task_graph_is_the_stage_chain(dagbag):
         t = tasks[stage]
         assert t["class"] == "Cr5StageOperator" and t["stage"] == stage
         assert t["upstream"] == [after] and t["downstream"] == []
+
+
+def test_tasks_declare_the_assets_they_update(dagbag):
+    tasks = dagbag["dag"]["tasks"]
+    outlets = {stage: [a["name"] for a in t["outlets"]] for stage, t in tasks.items()}
+    assert outlets == {
+        "ingest": ["cr5/documents"],
+        "split": [],
+        "vocabulary": [],
+        "tfidf": [],
+        "train": ["cr5/model"],
+        "embed": ["cr5/embeddings"],
+        "evaluate": [],
+    }
+    assert tasks["embed"]["outlets"][0] == {
+        "name": "cr5/embeddings",
+        "uri": "x-cr5://cr5_retrain/embeddings",
+        "group": "cr5",
+    }
+    # What each event's extra holds: the run, the manifest's rows, the model's version.
+    extra = dagbag["helpers"]["asset_extra"]
+    assert extra["documents"] == {
+        "run_key": "K",
+        "root": "/runs/K",
+        "path": "/runs/K/documents",
+        "rows": 7,
+        "rows_by_lang": {"de": 3, "en": 4},
+    }
+    assert extra["model"] == {
+        "run_key": "K",
+        "root": "/runs/K",
+        "path": "/d/K/model",
+        "model_version": "sha256:ab",
+        "languages": ["de", "en"],
+        "r": 20,
+    }
+    assert extra["embeddings"]["rows"] == 7
+    assert extra["embeddings"]["model_version"] == "sha256:ab"
+    assert extra["nothing"] == {"run_key": "K", "root": "/runs/K"}
 
 
 def test_retries_schedule_and_runs(dagbag):
@@ -387,6 +441,18 @@ with create_session() as s:
 print("CR5-JSON " + json.dumps(out, default=str))
 """
 
+# Runs in .venv-airflow after `airflow dags test`: the asset events the run recorded.
+ASSET_EVENTS_SNIPPET = r"""
+import json
+from airflow.models.asset import AssetEvent, AssetModel
+from airflow.utils.session import create_session
+with create_session() as s:
+    out = [{"asset": s.get(AssetModel, e.asset_id).name, "uri": s.get(AssetModel, e.asset_id).uri,
+            "task_id": e.source_task_id, "run_id": e.source_run_id, "extra": e.extra}
+           for e in s.query(AssetEvent).order_by(AssetEvent.id)]
+print("CR5-JSON " + json.dumps(out, default=str))
+"""
+
 
 def embeddings(path: Path):
     """The embeddings dataset as (doc_ids, vectors), sorted by doc_id."""
@@ -482,6 +548,35 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
             "index",
         ]:
             assert not (root / name).exists(), f"{name} under the datasets' root {root}"
+
+        # The run updated the assets, with the manifests' rows and the model's version.
+        proc = run(
+            [str(venv / "bin" / "python"), "-c", ASSET_EVENTS_SNIPPET], env, timeout=300, cwd=home
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("CR5-JSON ")]
+        events = {e["asset"]: e for e in json.loads(line[len("CR5-JSON ") :])}
+        assert sorted(events) == ["cr5/documents", "cr5/embeddings", "cr5/model"]
+        assert {e["task_id"] for e in events.values()} == {"ingest", "train", "embed"}
+        assert {e["run_id"] for e in events.values()} == {dag_run["run_id"]}
+        version = (
+            "sha256:"
+            + hashlib.sha256((driver_dir / "model" / "model.json").read_bytes()).hexdigest()[:16]
+        )
+        for asset, dataset in (("cr5/documents", "documents"), ("cr5/embeddings", "embeddings")):
+            manifest = json.loads((root / dataset / "_manifest.json").read_text())
+            extra = events[asset]["extra"]
+            assert extra["path"] == str(root / dataset) and extra["run_key"] == RUN_KEY
+            assert extra["rows"] == manifest["rows"] > 0
+            assert extra["rows_by_lang"] == manifest["rows_by_lang"]
+        assert events["cr5/embeddings"]["extra"]["model_version"] == version
+        model_extra = events["cr5/model"]["extra"]
+        assert model_extra["model_version"] == version and model_extra["r"] == 20
+        assert model_extra["path"] == str(driver_dir / "model")
+        assert model_extra["languages"] == model["languages"]
+        # and the `airflow dags test` log names them
+        log = (tmp_path / "dags-test.log").read_text()
+        assert all(f"asset {name}:" in log for name in events), "asset events not logged"
 
         # Run a task of the same DAG run again: it rewrites the same dataset, same data.
         manifest = root / "embeddings" / "_manifest.json"

@@ -156,6 +156,23 @@ def test_evaluation_builds_on_the_training_service_not_on_the_stages():
     assert not bad, sorted(bad)
 
 
+def test_spark_ml_stages_build_on_the_library_and_nothing_builds_on_them():
+    bad = {
+        f"{path.name}: {m}"
+        for path in _modules("sparkml")
+        for m in _imports(path)
+        if m.startswith(("pipeline.stages", "pipeline.evaluation"))
+    }
+    assert not bad, sorted(bad)
+    users = {
+        str(path.relative_to(ROOT))
+        for path in PKG.rglob("*.py")
+        if "sparkml" not in path.parts
+        and any(m.startswith("pipeline.sparkml") for m in _imports(path))
+    }
+    assert not users, sorted(users)
+
+
 #: Parameter declarations: modules every layer may import (numpy-free, no behaviour). Each is
 #: its own node of the package graph, so that a package importing its sibling's parameters is
 #: not counted as importing the sibling.

@@ -36,7 +36,13 @@ from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, wri
 from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import TFIDF, VOCABULARY
 
-__all__ = ["TrainingData", "load_training_data", "select_training_rows"]
+__all__ = [
+    "TrainingData",
+    "load_training_data",
+    "select_rows_frame",
+    "select_training_rows",
+    "training_data_from_frame",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,8 @@ class TrainingData:
     #: Documents of validation concepts (train.stop_rule=validation), scored at every
     #: eigensolver iteration.
     validation: Any = None
+    #: What the rows are, for ``model.json`` (None: the ``tfidf`` dataset of paths.tfidf).
+    source: str | None = None
 
     def close(self) -> None:
         """Release the backend's cached data (the Spark backend unpersists X)."""
@@ -85,6 +93,21 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     if t.method == "cr5" and t.stop_rule == "validation":
         validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
     return TrainingData(backend, selection, vocab, time.perf_counter() - t0, validation=validation)
+
+
+def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any]) -> None:
+    """The train stage's memory check for rows held in a DataFrame of sizes ``report``
+    (MemoryPlanError before they are collected when the driver cannot hold the fit). A
+    Spark Connect session does not tell its properties: no check there."""
+    from pipeline.memory import Machine, TrainSizes, plan_train, spark_memory
+    from pipeline.spark import is_connect
+
+    sizes = TrainSizes.from_manifest({"report": report}, cfg.train.languages)
+    if not sizes.nnz or is_connect(spark):
+        return
+    sc = spark.sparkContext
+    mem = spark_memory(dict(sc.getConf().getAll()), sc.defaultParallelism, Machine.detect())
+    log.info("memory plan: %s", plan_train(sizes, cfg, mem).describe())
 
 
 def _memory_plan(spark: SparkSession, cfg: Config, rows_path: str) -> dict[str, Any]:
@@ -107,23 +130,114 @@ def select_training_rows(
     spark: SparkSession, cfg: Config, tfidf_path: str
 ) -> tuple[str, dict[str, Any]]:
     """Apply the training setup; return (path of the rows to train on, report)."""
-    t = cfg.train
     manifest = read_manifest(spark, TFIDF, tfidf_path)["report"]
-    wanted = _training_languages(cfg, list(manifest["languages"]), tfidf_path)
-    report: dict[str, Any] = {"setup": t.setup, "pair": list(t.pair), "languages": wanted}
-    if t.setup == "joint" and set(wanted) == set(manifest["languages"]):
+    report, keep_all = _selection(cfg, manifest, tfidf_path)
+    if keep_all:
         return tfidf_path, report
-
-    df = read_dataset(spark, TFIDF, tfidf_path).filter(F.col("lang").isin(wanted))
-    if t.setup == "transitive":
-        df, report["shared_concepts_split"] = _split_shared_concepts(df, *t.pair)
-    df = _renumber_rows(df).cache()
-    sub = _selection_manifest(cfg, df, manifest, report, tfidf_path)
+    df = read_dataset(spark, TFIDF, tfidf_path)
+    selected, report = select_rows_frame(cfg, df, manifest, tfidf_path)
+    selected = selected.cache()
+    sub = _selection_manifest(cfg, selected, manifest, report, tfidf_path)
     path = cfg.paths.root.rstrip("/") + "/train_rows"
-    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths))
-    df.unpersist()
+    write_dataset(
+        spark, selected, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths)
+    )
+    selected.unpersist()
     report["rows_path"] = to_manifest(path, cfg.paths.root)
     return path, report
+
+
+def select_rows_frame(
+    cfg: Config, df: DataFrame, manifest: dict[str, Any], source: str
+) -> tuple[DataFrame | None, dict[str, Any]]:
+    """The training setup (``train.setup``, ``train.pair``, ``train.languages``) applied to
+    tfidf rows ``df`` whose report (sizes, languages) is ``manifest``.
+
+    Returns
+    -------
+    rows : DataFrame or None
+        The selected rows renumbered 0..n_l-1 per language (lazy), or None when the setup
+        keeps every row as it is.
+    report : dict
+        The selection (setup, pair, languages, and for transitive the split concepts), as
+        ``model.json`` records it.
+
+    Raises
+    ------
+    ConfigError
+        When a language of the setup has no rows (``source`` names the rows).
+    """
+    t = cfg.train
+    report, keep_all = _selection(cfg, manifest, source)
+    if keep_all:
+        return None, report
+    df = df.filter(F.col("lang").isin(report["languages"]))
+    if t.setup == "transitive":
+        df, report["shared_concepts_split"] = _split_shared_concepts(df, *t.pair)
+    return _renumber_rows(df), report
+
+
+def _selection(cfg: Config, manifest: dict[str, Any], source: str) -> tuple[dict[str, Any], bool]:
+    """The selection's report, and whether it keeps every row of ``manifest``'s rows."""
+    t = cfg.train
+    wanted = _training_languages(cfg, list(manifest["languages"]), source)
+    report: dict[str, Any] = {"setup": t.setup, "pair": list(t.pair), "languages": wanted}
+    return report, t.setup == "joint" and set(wanted) == set(manifest["languages"])
+
+
+def training_data_from_frame(
+    cfg: Config,
+    tfidf: DataFrame,
+    report: dict[str, Any],
+    vocabulary: dict[str, dict],
+    *,
+    source: str,
+) -> TrainingData:
+    """Training rows held in a DataFrame (not a dataset), loaded into the local backend.
+
+    Parameters
+    ----------
+    cfg : Config
+        ``train.setup``, ``train.pair``, ``train.languages``, ``train.dtype``.
+    tfidf : DataFrame
+        Rows with the ``tfidf`` dataset's columns, as
+        :func:`pipeline.features.tfidf.tfidf_frames` returns them.
+    report : dict
+        Their sizes (``languages``, ``per_language``, ``concepts``).
+    vocabulary : dict of str to dict
+        Per language: ``terms``, ``idf``, ``df`` in term_index order.
+    source : str
+        What the rows are, recorded in ``model.json`` (``training.tfidf``).
+
+    Raises
+    ------
+    ConfigError
+        For ``train.backend`` other than local (the Spark backend caches a dataset), or a
+        language of the setup without rows.
+    """
+    from pipeline.backends.loader import TfidfLayout, local_backend_from_frame
+
+    t = cfg.train
+    if t.backend != "local":
+        raise ConfigError(
+            f"training rows held in a DataFrame train with train.backend=local; got "
+            f"{t.backend!r} (the spark backend reads a tfidf dataset)"
+        )
+    t0 = time.perf_counter()
+    selected, selection = select_rows_frame(cfg, tfidf, report, source)
+    sizes = report
+    if selected is not None:
+        tfidf = selected.cache()
+        sizes = _selection_manifest(cfg, tfidf, report, selection, source)
+    layout = TfidfLayout(sizes, selection["languages"], source)
+    _frame_memory_plan(tfidf.sparkSession, cfg, sizes)
+    try:
+        backend = local_backend_from_frame(tfidf, layout, dtype=t.dtype)
+    finally:
+        if selected is not None:
+            tfidf.unpersist()
+    vocab = {lang: vocabulary[lang] for lang in backend.languages}
+    return TrainingData(backend, selection, vocab, time.perf_counter() - t0, source=source)
 
 
 def _training_languages(cfg: Config, available: list[str], tfidf_path: str) -> list[str]:

@@ -210,7 +210,7 @@ def _training_record(
     """``model.json``'s ``training`` section: the rows, the backend, the cost, the start."""
     t, backend = cfg.train, data.backend
     return {
-        "tfidf": to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
+        "tfidf": data.source or to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
         "selection": data.selection,
         "documents": {lang: backend.n_docs(lang) for lang in backend.languages},
         "concepts": backend.n_concepts,
