@@ -9,7 +9,9 @@ with one paragraph naming the key and the fix.
   probe file per root; URIs such as ``hdfs://`` or ``s3a://`` are not probed);
 - :func:`check_rank`: ``train.r`` against the data, from the manifests of datasets an
   earlier run wrote (the ``concepts`` and ``vocabulary`` manifests have the counts);
-  the train stage calls it again with the loaded data, before solving.
+  the train stage calls it again with the loaded data, before solving;
+- :func:`check_evaluation_engine`: a topic model's L1 similarity needs the local evaluation
+  engine.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 
@@ -42,7 +45,7 @@ _MASTER_FORMS = (
     ("mesos://HOST:PORT or mesos://zk://...", r"mesos://\S+"),
 )
 # Stages whose solver uses train.r (untranslated has no r).
-_RANK_METHODS = ("cr5", "cl_lsi", "cca", "opca")
+_RANK_METHODS = ("cr5", "cl_lsi", "cca", "opca", "jplsa", "cplsa", "s2net")
 
 
 def check_spark_master(master: str, *, key: str = "spark.master") -> None:
@@ -201,6 +204,18 @@ def check_rank_against_data(cfg: Config, stages: Sequence[str]) -> None:
     )
 
 
+def check_evaluation_engine(cfg: Config, stages: Sequence[str]) -> None:
+    """A topic model (train.method jplsa or cplsa) evaluated by the ``evaluate`` stage needs
+    the local evaluation engine, which computes its L1 similarity."""
+    topic = cfg.train.method in TOPIC_METHODS
+    if "evaluate" in stages and topic and cfg.evaluate.engine == "spark":
+        raise ConfigError(
+            f"train.method={cfg.train.method} is evaluated with its L1 similarity, which "
+            "the spark evaluation engine does not compute. Fix: --set "
+            "evaluate.engine=local (or auto)"
+        )
+
+
 def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> None:
     """Every check that needs no Spark; raises :class:`ConfigError` on the first problem.
 
@@ -210,4 +225,5 @@ def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> Non
         check_spark_master(cfg.spark.master)
     probed = check_output_paths(cfg)
     check_rank_against_data(cfg, stages)
+    check_evaluation_engine(cfg, stages)
     log.debug("preflight: ok (probed %s)", probed)
