@@ -69,14 +69,14 @@ class LocalGroupedCorpus(GroupedCorpus):
         n_docs = {lang: int(data[lang][0].shape[0]) for lang in langs}
         offsets = np.concatenate([[0], np.cumsum([n_docs[lang] for lang in langs])[:-1]])
         mats = [sp.csr_matrix(data[lang][0]) for lang in langs]
-        stacked = sp.vstack(mats, format="csr") if mats else sp.csr_matrix((0, 0))
+        lengths = np.concatenate([np.diff(m.indptr) for m in mats])
         blocks = build_blocks(
             lang=np.repeat(np.arange(len(langs)), [n_docs[lang] for lang in langs]),
             row=np.concatenate([np.arange(n_docs[lang]) for lang in langs]),
             concept=np.concatenate([np.asarray(data[lang][1], dtype=np.int64) for lang in langs]),
-            indptr=stacked.indptr,
-            indices=stacked.indices,
-            values=stacked.data,
+            indptr=np.concatenate([[0], np.cumsum(lengths)]),
+            indices=np.concatenate([m.indices for m in mats]),
+            values=np.concatenate([m.data for m in mats]),
             layout=layout,
             doc_offsets=offsets,
             n_blocks=n_blocks,

@@ -139,15 +139,16 @@ class S2NetParams:
     OPCA's (with ``train.gamma``); the keys ``train.s2net_*``. The dimension is ``train.r``."""
 
     s2net_learning_rates: list[float] = param(
-        default_factory=lambda: [0.1, 1.0],
+        default_factory=lambda: [10.0, 100.0],
         lo=0.0,
         lo_open=True,
         doc="Learning rates tried, each from OPCA's projection (rescaled so that training "
-        "documents project to unit median norm); with s2net_epochs, the best on validation "
-        "P@1 (cosine) is kept.",
+        "documents project to unit median norm; the step is the rate times the mean gradient "
+        "per triple, which is small once most triples are well separated); with "
+        "s2net_epochs, the best on validation P@1 (cosine) is kept.",
     )
     s2net_epochs: list[int] = param(
-        default_factory=lambda: [1, 3, 10],
+        default_factory=lambda: [0, 1, 3, 10],
         lo=0,
         doc="Epochs compared on validation (one run per learning rate, scored after these "
         "epochs); 0 is OPCA's projection itself. More than one (rate, epochs) candidate "

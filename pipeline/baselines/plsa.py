@@ -279,9 +279,10 @@ class _TopicFit:
             best_iteration=meta.get("best_iteration"),
             best_score=meta.get("best_score"),
             best_words=arrays.get("best_words"),
-            stopped_by=meta.get("stopped_by"),
             resumed_from=int(meta["iteration"]),
         )
+        # the stopping settings may differ from the saved run's (a larger cap): ask again
+        em.stopped_by = self.stop_rule_says(em) if em.iteration else None
         logger.info("%s: resumed after EM iteration %d", self.method, em.iteration)
         return em
 
@@ -304,7 +305,6 @@ class _TopicFit:
             "records": em.records,
             "best_iteration": em.best_iteration,
             "best_score": em.best_score,
-            "stopped_by": em.stopped_by,
         }
         self.store.save(STATE, arrays, meta)
         self.last_saved = time.perf_counter()

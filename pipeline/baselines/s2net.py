@@ -52,7 +52,7 @@ from pipeline.linalg.groups import GroupBlock, GroupedCorpus
 from pipeline.linalg.monitor import ValidationSet
 from pipeline.linalg.params import CR5_DEFAULTS as _D
 
-__all__ = ["batch_pairs", "fit_s2net", "triplet_loss"]
+__all__ = ["batch_loss", "batch_pairs", "fit_s2net", "triplet_loss"]
 
 logger = logging.getLogger(__name__)
 
@@ -142,10 +142,29 @@ def batch_pairs(
     return a, b, order[lo + draw]
 
 
-def _block_loss(
+def batch_loss(
     block: GroupBlock, shared: Mapping[str, Any]
 ) -> tuple[float, int, np.ndarray, np.ndarray]:
-    """(loss sum, triples, term ids, gradient sum (m', r)) of the block's share of a batch."""
+    """The loss and gradient of a block's share of one mini-batch.
+
+    Parameters
+    ----------
+    block : GroupBlock
+        TF-IDF rows.
+    shared : mapping
+        ``w`` (p, r) the map, ``batch_of`` (K,) each concept's batch this epoch, ``batch``,
+        ``epoch``, ``seed``, ``gamma``, ``negatives``.
+
+    Returns
+    -------
+    loss : float
+        Sum over the block's triples.
+    triples : int
+    ids : ndarray of int64, shape (m',)
+        The stacked term ids the batch's documents use.
+    gradient : ndarray of shape (m', r)
+        The loss sum's gradient with respect to those rows of w.
+    """
     groups = np.flatnonzero(shared["batch_of"][block.concepts] == shared["batch"])
     docs = np.flatnonzero(np.isin(block.doc_group, groups))
     rng = np.random.default_rng(
@@ -168,7 +187,7 @@ def _block_loss(
 
 
 def _step_task(block: GroupBlock, state: Any, shared: Mapping[str, Any]) -> tuple:
-    loss, k, ids, grad = _block_loss(block, shared)
+    loss, k, ids, grad = batch_loss(block, shared)
     return state, (ids, grad) if k else None, {"loss": loss, "triples": k}
 
 
@@ -362,7 +381,8 @@ def fit_s2net(
         store = checkpoint.bind(
             {
                 "method": "s2net",
-                "params": params,
+                # the epochs scored do not change the iterates: a longer run may resume
+                "params": {k: v for k, v in params.items() if k != "epochs"},
                 "languages": list(corpus.languages),
                 "terms": list(corpus.layout.sizes),
                 "documents": corpus.n_docs,
@@ -375,6 +395,8 @@ def fit_s2net(
     if saved is not None:
         arrays, meta = saved
         fit.records, fit.best, fit.best_w = meta["records"], meta["best"], arrays.get("best_w")
+        if fit.best is not None and fit.best["epoch"] not in params["epochs"]:
+            fit.best, fit.best_w = None, None  # scored for another epoch list: not a candidate
         first_rate, first_epoch, w = meta["rate_index"], meta["epoch"], arrays["w"]
         logger.info("s2net: resumed after rate %d, epoch %d", first_rate, first_epoch)
     last = max(params["epochs"])
