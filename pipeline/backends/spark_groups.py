@@ -56,9 +56,10 @@ def _blocks_of_partition(
     layout: TermLayout, offsets: list[int], n_blocks: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``: the partition's rows -> one ``(block, payload)`` record per block."""
-    table = pa.Table.from_batches(list(batches))
-    if table.num_rows == 0:
+    batches = [b for b in batches if b.num_rows]
+    if not batches:  # a partition without documents (hash partitioning of block numbers)
         return
+    table = pa.Table.from_batches(batches)
     indptr, indices, values = csr_arrays(table.column("indices"), table.column("values"))
     blocks = build_blocks(
         lang=table.column("lang_index").to_numpy(),
