@@ -8,6 +8,7 @@ tests/test_classic_methods.py.)
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -274,7 +275,7 @@ def test_distributed_em_follows_the_exact_reference(method):
         assert res.similarity == "l1" and res.folding_in == {"steps": 1, "topic_prior": 1.2}
     if joint:  # MAP EM never lowers the log posterior
         post = [e[1] for e in expected]
-        assert all(b >= a - 1e-9 for a, b in zip(post, post[1:], strict=False))
+        assert all(b >= a - 1e-9 for a, b in itertools.pairwise(post))
     else:  # the projection did work: some concepts needed steps
         assert max(r["pr_steps"] for r in recs) > 0
 
@@ -342,7 +343,9 @@ def test_projection_is_the_kl_projection():
     x, group, theta, words = projection_problem(seed=3, n_topics=2)
     eps = 0.02
     zeros = np.zeros_like(theta)
-    pr = project_posterior(x, group, theta, words, zeros, zeros, epsilon=eps, maxiter=2000, tol=1e-9)
+    pr = project_posterior(
+        x, group, theta, words, zeros, zeros, epsilon=eps, maxiter=2000, tol=1e-9
+    )
     p = posteriors(x, theta, words)
     keys = sorted(p)
     n_t = 2

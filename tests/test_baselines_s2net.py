@@ -71,7 +71,7 @@ def test_block_gradient_matches_finite_differences_of_the_block_loss():
         "gamma": 5.0,
         "negatives": 2,
     }
-    loss, k, ids, grad = batch_loss(block, shared)
+    _, k, ids, grad = batch_loss(block, shared)
     assert k > 0
     h = 1e-6
     for i, term in enumerate(ids[:6]):

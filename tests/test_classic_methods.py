@@ -101,9 +101,7 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
     langs = list(data.backend.languages)
     try:
         counts = {
-            kind: load_grouped_corpus(
-                spark, c, data.rows_path, langs, data.vocabulary, "counts"
-            )
+            kind: load_grouped_corpus(spark, c, data.rows_path, langs, data.vocabulary, "counts")
             for kind, c in cfg.items()
         }
         # the counts are the documents' in-vocabulary tokens

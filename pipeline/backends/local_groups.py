@@ -7,7 +7,7 @@ the GIL for most of it), and adds the partials in block order like the Spark eng
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -123,19 +123,32 @@ class LocalGroupedCorpus(GroupedCorpus):
         return cls(blocks, layout, n_docs, n_concepts, n_blocks=n_blocks, weighting=weighting)
 
     def _run(
-        self, task: Task, shared: Any, *, update_state: bool, description: str
-    ) -> tuple[list, list]:
+        self,
+        task: Task,
+        shared: Any,
+        *,
+        update_state: bool,
+        description: str,
+        on_partial: Callable[[Any], None],
+    ) -> list:
         def one(i: int) -> tuple[Any, Any, Any]:
             return task(self.blocks[i], self.states[i], shared)
 
         workers = min(len(self.blocks), self.max_workers)
+        states, extras = [], []
+
+        def consume(outs: Iterator[tuple[Any, Any, Any]]) -> None:
+            # in block order; each partial is added and dropped before the next one is read
+            for block, (state, part, extra) in zip(self.blocks, outs, strict=True):
+                on_partial(part)
+                states.append(state)
+                extras.append((block.index, extra))
+
         if workers <= 1:
-            outs = [one(i) for i in range(len(self.blocks))]
+            consume(one(i) for i in range(len(self.blocks)))
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix="groups") as pool:
-                outs = list(pool.map(one, range(len(self.blocks))))
+                consume(pool.map(one, range(len(self.blocks))))
         if update_state:
-            self.states = [state for state, _, _ in outs]
-        parts = [(b.index, part) for b, (_, part, _) in zip(self.blocks, outs, strict=True)]
-        extras = [(b.index, extra) for b, (_, _, extra) in zip(self.blocks, outs, strict=True)]
-        return parts, extras
+            self.states = states
+        return extras

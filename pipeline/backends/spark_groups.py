@@ -30,7 +30,7 @@ import functools
 import logging
 import math
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -187,8 +187,14 @@ class SparkGroupedCorpus(GroupedCorpus):
         )
 
     def _run(
-        self, task: Task, shared: Any, *, update_state: bool, description: str
-    ) -> tuple[list, list]:
+        self,
+        task: Task,
+        shared: Any,
+        *,
+        update_state: bool,
+        description: str,
+        on_partial: Callable[[Any], None],
+    ) -> list:
         sc = self._sc
         if sc is None or self.records is None:
             raise RuntimeError("the grouped corpus was closed")
@@ -200,6 +206,8 @@ class SparkGroupedCorpus(GroupedCorpus):
                 mapped = mapped.persist(StorageLevel.MEMORY_AND_DISK)
                 mapped.localCheckpoint()
             parts, extras = self._collect(mapped, shared)
+            for _, part in sorted(parts, key=lambda p: p[0]):
+                on_partial(part)
             if update_state:
                 records = mapped.map(_record).persist(StorageLevel.MEMORY_AND_DISK)
                 records.localCheckpoint()
@@ -211,7 +219,7 @@ class SparkGroupedCorpus(GroupedCorpus):
             sc.setJobDescription(None)
             if bc is not None:
                 bc.destroy()
-        return parts, extras
+        return extras
 
     def _collect(self, mapped: Any, shared: Any) -> tuple[list, list]:
         """The partials (route of the module docstring) and the extras of one step."""

@@ -46,7 +46,7 @@ __all__ = [
     "GroupedCorpus",
     "StepResult",
     "Task",
-    "add_partials",
+    "add_partial",
     "build_blocks",
     "default_blocks",
 ]
@@ -196,17 +196,11 @@ def default_blocks(nnz: int, requested: int | None, n_concepts: int) -> int:
     return max(1, min(int(n), max(1, int(n_concepts))))
 
 
-def add_partials(
-    parts: Sequence[tuple[int, tuple[np.ndarray, np.ndarray] | None]], n_rows: int, width: int
-) -> np.ndarray:
-    """Compact partials ``(block index, (ids, values))`` added into a dense (n_rows, width)
-    float64 array in block order (so every engine adds them in the same order)."""
-    out = np.zeros((n_rows, width), dtype=np.float64)
-    for _, part in sorted(parts, key=lambda p: p[0]):
-        if part is not None:
-            ids, values = part
-            out[ids] += values
-    return out
+def add_partial(out: np.ndarray | None, part: tuple[np.ndarray, np.ndarray] | None) -> None:
+    """Add one compact partial ``(ids, values)`` into the dense result ``out`` (in place)."""
+    if out is not None and part is not None:
+        ids, values = part
+        out[ids] += values
 
 
 @dataclass
@@ -286,15 +280,29 @@ class GroupedCorpus(ABC):
         """Run ``task`` on every block (module docstring); the summed partials (a dense
         (n_rows, width) array, None when ``width`` is 0) and the extras in block order."""
         self.steps += 1
-        parts, extras = self._run(task, shared, update_state=update_state, description=description)
-        total = add_partials(parts, n_rows, width) if width else None
+        total = np.zeros((n_rows, width), dtype=np.float64) if width else None
+        extras = self._run(
+            task,
+            shared,
+            update_state=update_state,
+            description=description,
+            on_partial=lambda part: add_partial(total, part),
+        )
         return StepResult(total, [e for _, e in sorted(extras, key=lambda p: p[0])])
 
     @abstractmethod
     def _run(
-        self, task: Task, shared: Any, *, update_state: bool, description: str
-    ) -> tuple[list, list]:
-        """``([(block index, partial)], [(block index, extra)])`` of one step."""
+        self,
+        task: Task,
+        shared: Any,
+        *,
+        update_state: bool,
+        description: str,
+        on_partial: Callable[[Any], None],
+    ) -> list:
+        """Run one step: call ``on_partial`` with every block's partial, in block order, as
+        they come (so that they need not all be held at once); return ``[(block index,
+        extra)]``."""
 
     def document_count(self) -> int:
         """Documents in all blocks (one step)."""
