@@ -63,6 +63,8 @@ def _env() -> dict[str, str]:
 
 
 def _commit() -> str | None:
+    if os.environ.get("CR5_BENCH_COMMIT"):  # run from an exported snapshot of a commit
+        return os.environ["CR5_BENCH_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -124,8 +126,9 @@ def ddtp_text(result: dict[str, Any]) -> str:
     order = [m for m in METHODS if m in table]
     lines = [
         f"Full DDTP en/de/fr/es, {result['corpus']['documents']} training documents, "
-        f"{result['corpus']['concepts']} concepts; r = {result['r']}; machine "
-        f"{result['machine'].get('cpus')} cores; chain wall {result['chain']['wall_s']} s",
+        f"{result['corpus']['concepts']} concepts; r = {result['r']}; "
+        f"{result['machine'].get('cores')} cores, {result['machine'].get('memory_gb')} GB; "
+        f"commit {result['commit']}; chain wall {result['chain']['wall_s']} s",
         "",
         "mean over the 12 directions:",
         "| method | fit (s) | P@1 cos | P@10 cos | MRR cos | P@1 CSLS | MRR CSLS | P@1 own "
@@ -282,6 +285,7 @@ def run_costs(args: argparse.Namespace) -> dict[str, Any]:
     tf = _manifest(root, "tfidf")
     return {
         "benchmark": f"training cost of each method at {args.docs} documents",
+        "workdir": str(workdir),
         "command": " ".join(sys.argv),
         "machine": machine_info(),
         "commit": _commit(),
@@ -305,6 +309,7 @@ def costs_text(result: dict[str, Any]) -> str:
     lines = [
         f"{c['documents']} training documents (bench/wikishape.py), nnz {c['nnz']}, "
         f"{c['concepts']} concepts, r = {result['r']}, train.backend=local; "
+        f"{result['machine'].get('cores')} cores, commit {result['commit']}; "
         f"JPLSA/CPLSA {result['em_iterations']} EM iterations, S2Net {result['s2net_epochs']} "
         "epoch(s) at one rate (from OPCA)",
         "",
