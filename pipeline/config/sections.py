@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipeline.baselines.params import BaselineParams
+from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
 from pipeline.linalg.params import BackendParams, Cr5Params
 from pipeline.params import param
 from pipeline.retrieval.params import RetrievalParams
@@ -219,20 +219,27 @@ class FeaturesConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig(Cr5Params, BackendParams, BaselineParams):
+class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetParams):
     """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
 
     The solver's parameters (:class:`~pipeline.linalg.params.Cr5Params`), the backend's
-    options (:class:`~pipeline.linalg.params.BackendParams`) and the baselines' γ
-    (:class:`~pipeline.baselines.params.BaselineParams`) are declared by the code that uses
+    options (:class:`~pipeline.linalg.params.BackendParams`) and the baselines' parameters
+    (:class:`~pipeline.baselines.params.BaselineParams`,
+    :class:`~pipeline.baselines.params.PlsaParams`,
+    :class:`~pipeline.baselines.params.S2NetParams`) are declared by the code that uses
     them; this section embeds them as its keys, beside the stage's own below.
     """
 
-    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"] = param(
-        "cr5",
-        doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
-        "the same model format (untranslated: a sparse selection model, r = |union "
-        "vocabulary|; the λ and solver settings do not apply to it).",
+    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca", "jplsa", "cplsa", "s2net"] = (
+        param(
+            "cr5",
+            doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
+            "the same model format (untranslated: a sparse selection model, r = |union "
+            "vocabulary|; the λ and solver settings do not apply to it; jplsa, cplsa: topic "
+            "models with r topics, fitted on term counts by EM, embedding by folding-in, "
+            "compared by L1 distance; s2net: a projection trained from OPCA's by gradient "
+            "descent). docs/classic-methods.md.",
+        )
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
         "joint",
@@ -460,6 +467,9 @@ class EvaluateConfig(RetrievalParams):
             "cl_lsi",
             "cca",
             "opca",
+            "jplsa",
+            "cplsa",
+            "s2net",
             "avg_procrustes",
             "avg_procrustes_refined",
             "avg_rcsls",
@@ -470,7 +480,8 @@ class EvaluateConfig(RetrievalParams):
         "trained on the same rows with the model's r (saved under "
         "evaluate.baseline_models_dir/<method>); avg_<map>: the word-mapping document "
         "baselines the translate_words stage saved (words.document_models_dir), evaluated on "
-        "the directions of their language pair.",
+        "the directions of their language pair. A method with a similarity of its own (L1 "
+        "for jplsa and cplsa) is scored with it too (measure l1), beside evaluate.measures.",
     )
     baseline_models_dir: str | None = param(
         None, doc="Where evaluate.methods' models go (default <paths.root>/baseline_models)."

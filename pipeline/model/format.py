@@ -5,7 +5,8 @@ Layout::
     model/
       model.json                       schema version, languages, r, λ, preprocessing,
                                        solver history, provenance, file sizes and SHA-256
-      languages/<lang>/phi.npy         Φ_lᵀ, float32, shape (p_l, r)   (phi_format "dense")
+      languages/<lang>/phi.npy         Φ_lᵀ, float32, shape (p_l, r)   (phi_format "dense";
+                                       the topic-word matrix for "topic_word")
       languages/<lang>/phi_index.npy   int64, shape (p_l,)               (phi_format "selection")
       languages/<lang>/mean.npy        μ_l, float32, shape (p_l,) (global mean, block l)
       languages/<lang>/vocabulary.parquet   term, term_index, df, idf (term_index order)
@@ -15,12 +16,19 @@ Layout::
                                        shared/gram_eigenvectors.npy Q, shape (r, r)
                                        of Φ*Φ*ᵀ = QΛQᵀ (Eq. 15), so Φ_l*ᵀ = Φ_lᵀ Λ^{1/2} Qᵀ
 
-``phi_format`` in ``model.json`` says which: ``"dense"`` (Cr5, CL-LSI, CCA, OPCA) or
+``phi_format`` in ``model.json`` says which: ``"dense"`` (Cr5, CL-LSI, CCA, OPCA, S2Net),
 ``"selection"`` (the untranslated baseline, whose map is a one-hot re-indexing of the
 language's terms into the union vocabulary: row i of Φ_lᵀ has a single 1 in column
 ``phi_index[i]``, and r is the size of the union vocabulary; such a model embeds into
-sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`). A model without
-the key is dense.
+sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`) or ``"topic_word"``
+(JPLSA, CPLSA: ``phi.npy`` is the language's topic-word matrix, p_l x T, nonnegative, each
+column summing to 1, and a document is embedded from its term counts by folding-in with the
+settings of ``model.json``'s ``folding_in`` section, ``steps`` >= 1 and ``topic_prior`` >= 1;
+:func:`pipeline.baselines.topics.fold_in`). A model without the key is dense.
+
+``schema_version`` is the lowest version that describes the model: 1 for dense and
+selection maps, 2 for topic-word maps (which a reader of version 1 would embed wrongly as a
+linear map, so it must refuse them). This library reads both.
 
 Shared arrays are optional within schema version 1: a model without them (a method that has
 none, or a model saved without them) has no ``shared_arrays`` key, loads all the same, and
@@ -52,7 +60,14 @@ from pipeline.errors import DamagedModelError, ModelError
 from pipeline.io.integrity import damaged_message
 from pipeline.io.local_dirs import staged_directory
 
-MODEL_SCHEMA_VERSION = 1
+#: The newest schema version this library writes and reads (module docstring).
+MODEL_SCHEMA_VERSION = 2
+#: Every schema version this library reads.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+#: The map kinds of ``phi_format`` and the schema version each needs.
+PHI_FORMATS = {"dense": 1, "selection": 1, "topic_word": 2}
+#: How far (float32) a topic-word column may sum from 1.
+TOPIC_SUM_TOL = 1e-3
 MODEL_JSON = "model.json"
 SHARED_DIR = "shared"
 #: Names of Cr5's shared arrays: Λ (r,) and Q (r, r) of Φ*Φ*ᵀ = QΛQᵀ.
@@ -108,6 +123,22 @@ class LanguageMap:
             problems.append(f"phi has dtype {self.phi.dtype}, expected float32")
         if problems:
             raise ModelError(f"language {lang!r}: " + "; ".join(problems))
+
+    def validate_topic_words(self, lang: str) -> None:
+        """Check a ``topic_word`` map: finite, nonnegative, each column summing to 1."""
+        phi = np.asarray(self.phi)
+        if not np.all(np.isfinite(phi)) or (phi.size and phi.min() < 0):
+            raise ModelError(
+                f"language {lang!r}: a topic-word map must hold finite nonnegative "
+                "probabilities; the model is corrupted"
+            )
+        sums = phi.sum(axis=0, dtype=np.float64)
+        if sums.size and np.max(np.abs(sums - 1.0)) > TOPIC_SUM_TOL:
+            bad = int(np.argmax(np.abs(sums - 1.0)))
+            raise ModelError(
+                f"language {lang!r}: topic {bad} of the topic-word map sums to {sums[bad]:.6g}, "
+                "not 1; the model is corrupted"
+            )
 
 
 def _sha256(path: Path) -> str:
@@ -166,6 +197,13 @@ def save_model(
     if len(kinds) > 1:
         raise ModelError("a model's languages must all be dense or all be selection maps")
     phi_format = "selection" if kinds == {True} else "dense"
+    if meta.get("folding_in") is not None:
+        if phi_format == "selection":
+            raise ModelError("a selection map cannot be a topic-word map (folding_in given)")
+        phi_format = "topic_word"
+        check_folding_in(meta["folding_in"], "meta")
+        for lang, lm in languages.items():
+            lm.validate_topic_words(lang)
     with staged_directory(path) as tmp:
         files: dict[str, dict[str, Any]] = {}
         for lang, lm in languages.items():
@@ -197,7 +235,7 @@ def save_model(
                     "sha256": _sha256(f),
                 }
         full = {
-            "schema_version": MODEL_SCHEMA_VERSION,
+            "schema_version": PHI_FORMATS[phi_format],
             "library_version": __version__,
             "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             **meta,
@@ -240,15 +278,45 @@ def read_model_json(path: str | os.PathLike) -> dict:
     except (OSError, ValueError) as exc:
         raise _damaged(path, MODEL_JSON, f"is not valid JSON ({exc})") from exc
     version = meta.get("schema_version")
-    if version != MODEL_SCHEMA_VERSION:
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
         raise ModelError(
             f"{meta_path}: schema_version {version!r} is not supported (this library reads "
-            f"{MODEL_SCHEMA_VERSION}); re-export the model with this version"
+            f"{', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}); re-export the model with this "
+            "version"
         )
     for key in ("languages", "r", "files"):
         if key not in meta:
             raise ModelError(f"{meta_path} lacks {key!r}; the model is corrupted")
+    phi_format = meta.get("phi_format", "dense")
+    if phi_format not in PHI_FORMATS:
+        raise ModelError(
+            f"{meta_path}: phi_format {phi_format!r} is not one of {sorted(PHI_FORMATS)}; the "
+            "model was written by a newer library or is corrupted"
+        )
+    if PHI_FORMATS[phi_format] > version:
+        raise ModelError(
+            f"{meta_path}: phi_format {phi_format!r} needs schema_version "
+            f"{PHI_FORMATS[phi_format]}, the file says {version}; the model is corrupted"
+        )
+    if phi_format == "topic_word":
+        check_folding_in(meta.get("folding_in"), str(meta_path))
     return meta
+
+
+def check_folding_in(settings: Any, where: str) -> dict:
+    """The ``folding_in`` section of a topic-word model: ``steps`` (int >= 1) and
+    ``topic_prior`` (number >= 1); ModelError naming ``where`` otherwise."""
+    ok = isinstance(settings, dict)
+    steps = settings.get("steps") if ok else None
+    prior = settings.get("topic_prior") if ok else None
+    ok = ok and isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1
+    ok = ok and isinstance(prior, int | float) and not isinstance(prior, bool) and prior >= 1
+    if not ok:
+        raise ModelError(
+            f"{where}: a topic-word model needs folding_in = {{steps: int >= 1, topic_prior: "
+            f"number >= 1}}; got {settings!r}. The model is corrupted"
+        )
+    return settings
 
 
 def load_model_files(
@@ -296,6 +364,8 @@ def load_model_files(
             mean=mean,
         )
         lm.validate(lang, int(meta["r"]))
+        if meta.get("phi_format") == "topic_word":
+            lm.validate_topic_words(lang)
         out[lang] = lm
     return meta, out
 

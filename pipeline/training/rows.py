@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -74,11 +74,52 @@ class TrainingData:
     validation: Any = None
     #: What the rows are, for ``model.json`` (None: the ``tfidf`` dataset of paths.tfidf).
     source: str | None = None
+    #: Where the rows were read from, and the session and configuration that loaded them
+    #: (JPLSA, CPLSA and S2Net load their concept-grouped rows from them on first use).
+    rows_path: str | None = None
+    spark: Any = None
+    cfg: Config | None = None
+    _grouped: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _validation_rows: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def grouped(self, weighting: str) -> Any:
+        """The training rows grouped by concept (:mod:`pipeline.training.groups`), loaded once
+        per weighting ("counts" or "tfidf") and shared by every fit on this data."""
+        if weighting not in self._grouped:
+            from pipeline.training.groups import load_grouped_corpus
+
+            self._grouped[weighting] = load_grouped_corpus(
+                self.spark,
+                self.cfg,
+                self.rows_path,
+                list(self.backend.languages),
+                self.vocabulary,
+                weighting,
+            )
+        return self._grouped[weighting]
+
+    def validation_rows(self, weighting: str, needed_by: str) -> Any:
+        """Validation documents as a :class:`~pipeline.linalg.monitor.ValidationSet` of
+        TF-IDF rows or term counts, loaded once per weighting."""
+        if weighting not in self._validation_rows:
+            self._validation_rows[weighting] = load_validation_set(
+                self.spark,
+                self.cfg,
+                list(self.backend.languages),
+                self.vocabulary,
+                weighting=weighting,
+                needed_by=needed_by,
+            )
+        return self._validation_rows[weighting]
 
     def close(self) -> None:
-        """Release the backend's cached data (the Spark backend unpersists X)."""
+        """Release the backend's cached data (the Spark backend unpersists X) and the grouped
+        corpora."""
         if hasattr(self.backend, "close"):
             self.backend.close()
+        for corpus in self._grouped.values():
+            corpus.close()
+        self._grouped = {}
 
 
 def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
@@ -92,7 +133,16 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     validation = None
     if t.method == "cr5" and t.stop_rule == "validation":
         validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
-    return TrainingData(backend, selection, vocab, time.perf_counter() - t0, validation=validation)
+    return TrainingData(
+        backend,
+        selection,
+        vocab,
+        time.perf_counter() - t0,
+        validation=validation,
+        rows_path=rows_path,
+        spark=spark,
+        cfg=cfg,
+    )
 
 
 def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any]) -> None:

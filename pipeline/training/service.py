@@ -43,6 +43,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Methods whose fits checkpoint (and resume) under :func:`checkpoint_dir`.
+CHECKPOINTED = ("cr5", "jplsa", "cplsa", "s2net")
+
 
 def train_model(
     spark: SparkSession, cfg: Config, data: TrainingData | None = None
@@ -77,7 +80,7 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
             sum(backend.n_terms(lang) for lang in languages),
             where=f"the training rows (train.setup={t.setup}, languages {languages})",
         )
-    ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
+    ckpt = checkpoint_dir(cfg) if t.method in CHECKPOINTED else None
     t0 = time.perf_counter()
     fitted = fit_method(t, data, ckpt)
     fit_seconds = time.perf_counter() - t0
@@ -96,7 +99,10 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "training": training,
         "versions": _versions(),
         "warnings": warnings_,
+        "similarity": fitted.similarity,
     }
+    if fitted.folding_in is not None:
+        meta["folding_in"] = fitted.folding_in
     model_path = cfg.paths.dataset("model")
     save_model(model_path, maps, meta, shared=fitted.shared)
     if ckpt and Path(ckpt).exists():
