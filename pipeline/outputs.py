@@ -40,7 +40,26 @@ def stage_outputs(spark: Any, cfg: Config, stage: str) -> dict[str, Any]:
     out: dict[str, Any] = {"datasets": datasets}
     if stage in ("train", "embed"):  # the model trained, or the one embedded with
         out["model"] = model_record(cfg.paths.dataset("model"))
+    if stage == "index":  # a driver-local directory with a manifest of its own
+        out["datasets"]["index"] = index_record(cfg.paths.index)
     return out
+
+
+def index_record(path: str) -> dict[str, Any]:
+    """A search index's identity and sizes from its ``_manifest.json``: rows, per language
+    rows, creation time, write token, and the fingerprint of the model it serves."""
+    from pipeline.search.format import read_index_manifest
+
+    manifest = read_index_manifest(path)
+    return {
+        "path": path,
+        "rows": manifest["rows"],
+        "rows_by_lang": {lang: info["rows"] for lang, info in manifest["languages"].items()},
+        "created_utc": manifest.get("created_utc"),
+        "write_token": manifest.get("write_token"),
+        "format": "faiss",
+        "model_fingerprint": manifest["model"]["fingerprint"],
+    }
 
 
 def model_record(path: str) -> dict[str, Any]:

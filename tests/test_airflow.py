@@ -278,6 +278,7 @@ def test_tasks_declare_the_assets_they_update(dagbag):
         "tfidf": [],
         "train": ["cr5/model"],
         "embed": ["cr5/embeddings"],
+        "index": ["cr5/index"],
         "evaluate": [],
     }
     assert tasks["embed"]["outlets"][0] == {
@@ -556,8 +557,8 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         assert proc.returncode == 0, proc.stderr[-3000:]
         [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("CR5-JSON ")]
         events = {e["asset"]: e for e in json.loads(line[len("CR5-JSON ") :])}
-        assert sorted(events) == ["cr5/documents", "cr5/embeddings", "cr5/model"]
-        assert {e["task_id"] for e in events.values()} == {"ingest", "train", "embed"}
+        assert sorted(events) == ["cr5/documents", "cr5/embeddings", "cr5/index", "cr5/model"]
+        assert {e["task_id"] for e in events.values()} == {"ingest", "train", "embed", "index"}
         assert {e["run_id"] for e in events.values()} == {dag_run["run_id"]}
         version = (
             "sha256:"
@@ -574,6 +575,9 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         assert model_extra["model_version"] == version and model_extra["r"] == 20
         assert model_extra["path"] == str(driver_dir / "model")
         assert model_extra["languages"] == model["languages"]
+        index_extra = events["cr5/index"]["extra"]
+        assert index_extra["rows"] == index["rows"] and index_extra["path"].endswith("index")
+        assert index_extra["model_fingerprint"] == index["model"]["fingerprint"]
         # and the `airflow dags test` log names them
         log = (tmp_path / "dags-test.log").read_text()
         assert all(f"asset {name}:" in log for name in events), "asset events not logged"

@@ -45,10 +45,11 @@ zipped from ``repo`` by each task (``deploy/submit.sh --package-only``) and ship
 ``--py-files``. Retries: ``CR5_RETRIES`` (default 2), 5-10 minutes after
 the first failure, 10-20 after the second (exponential backoff, jittered).
 
-Assets: ``ingest``, ``train`` and ``embed`` declare the assets ``cr5/documents``,
-``cr5/model`` and ``cr5/embeddings`` as outlets (:data:`OUTLETS`), so downstream DAGs can be
-scheduled on them (``schedule=[Asset.ref(name="cr5/embeddings")]``). Each event's extra
-says which run wrote what: the run key, the path, the rows (total and per language) from the
+Assets: ``ingest``, ``train``, ``embed`` and ``index`` declare the assets ``cr5/documents``,
+``cr5/model``, ``cr5/embeddings`` and ``cr5/index`` as outlets (:data:`OUTLETS`), so
+downstream DAGs can be scheduled on them (``schedule=[Asset.ref(name="cr5/embeddings")]``).
+Each event's extra says which run wrote what: the run key, the path, the rows (total and per
+language) from the
 dataset's manifest, and the model's version (the SHA-256 of its ``model.json``), languages,
 r and λ; the job hands them over in ``--outputs-json`` (pipeline/outputs.py).
 
@@ -106,12 +107,13 @@ DRIVER_LOCAL: tuple[tuple[str, str], ...] = (
 )
 
 
-#: What downstream DAGs can be scheduled on: the assets each stage's task updates. (A stage
-#: that writes a search index adds its entry here.)
+#: What downstream DAGs can be scheduled on: the assets each stage's task updates (a search
+#: service reloads on ``cr5/index``).
 OUTLETS: dict[str, tuple[str, ...]] = {
     "ingest": ("documents",),
     "train": ("model",),
     "embed": ("embeddings",),
+    "index": ("index",),
 }
 ASSETS: dict[str, Asset] = {
     name: Asset(name=f"cr5/{name}", uri=f"x-cr5://cr5_retrain/{name}", group="cr5")
