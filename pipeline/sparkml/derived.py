@@ -14,6 +14,8 @@ Parameters that do not apply to a DataFrame stage are left out (:data:`LEFT_OUT`
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from pipeline.config import (
     build_section,
     validate,
 )
+from pipeline.linalg.params import BackendParams, Cr5Params
 from pipeline.params import ParamInfo, check_params, section_params
 from pipeline.sparkml.params import StageParams
 
@@ -49,10 +52,22 @@ __all__ = [
 #: How the messages name the stages' parameters.
 OWNER = "Spark ML"
 
+
+def _other_methods(keep: tuple[type, ...] = (TrainConfig, Cr5Params, BackendParams)) -> dict:
+    """``train`` keys declared for another method than Cr5 (the baselines' parameter
+    classes that TrainConfig subclasses): no parameter of the Cr5 estimator."""
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        owner = next(c for c in TrainConfig.__mro__ if f.name in inspect.get_annotations(c))
+        if owner not in keep:
+            out[f"train.{f.name}"] = f"a parameter of another method ({owner.__name__})"
+    return out
+
+
 #: Configuration keys that are no parameter of the estimator, and why.
 LEFT_OUT: dict[str, str] = {
     "train.method": "the estimator fits Cr5 (the baselines are compared by the evaluate stage)",
-    "train.gamma": "a baseline's parameter",
+    **_other_methods(),
     "train.stop_rule": "validation stopping needs the split stage's validation concepts",
     "train.stop_patience": "validation stopping needs the split stage's validation concepts",
     "train.validation_concepts": "validation stopping needs the split stage's concepts",
