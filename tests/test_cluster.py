@@ -41,7 +41,7 @@ SAMPLE_ARGS = [
 
 
 def submit(
-    *args: str, cwd: Path | None = None, timeout: float = 600
+    *args: str, cwd: Path | None = None, timeout: float = 1200
 ) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHON=sys.executable)
     return subprocess.run(
