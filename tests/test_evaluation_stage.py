@@ -19,6 +19,7 @@ import pytest
 
 from pipeline.config import EvaluateConfig, SplitConfig, load_config
 from pipeline.errors import ConfigError, InputDataError
+from pipeline.evaluation.classify import classifier_split
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF, VOCABULARY
 from pipeline.model import Cr5Model
@@ -499,3 +500,55 @@ def test_word_mapping_baseline_is_evaluated_on_its_pair(spark, chain):
     bad = EvaluateConfig(engine="local", methods=["avg_rcsls"], plot=False)
     with pytest.raises(InputDataError, match="run the word_vectors and translate_words"):
         run_evaluation(spark, cfg, bad)
+
+
+def test_classification_transfer_is_scored_for_every_method(spark, chain):
+    root, cfg, _ = chain
+    labels = REPO / "data" / "sample" / "ddtp_sections.parquet"
+    e = EvaluateConfig(
+        engine="local",
+        pairs=["de-en"],
+        methods=["cl_lsi"],
+        report_dir=str(root / "reports-classify"),
+        classify_labels=str(labels),
+        plot=False,
+    )
+    report = run_evaluation(spark, cfg, e)
+    section = report["classification"]
+    assert set(section["methods"]) == {"cr5", "cl_lsi"}
+    assert set(section["references"]) == {"majority", "tfidf"}
+    for info in section["methods"].values():
+        assert set(info["accuracy"]) == {"de", "en"}
+        assert all(0.0 <= v <= 1.0 for row in info["accuracy"].values() for v in row.values())
+    # the majority reference recomputed by hand from the labels, splits and documents
+    label_of = {r["concept_id"]: r["label"] for r in pq.read_table(labels).to_pylist()}
+    held = {r["concept_id"] for r in _rows(spark, SPLITS, root / "splits") if r["pair"] == "de-en"}
+    docs = [
+        d
+        for d in _rows(spark, DOCUMENTS, root / "documents")
+        if d["lang"] in ("de", "en") and d["concept_id"] in held and d["concept_id"] in label_of
+    ]
+    side = {
+        d["concept_id"]: bool(classifier_split(np.array([d["concept_id"]], object), 0.5, 0)[0])
+        for d in docs
+    }
+    for src in ("de", "en"):
+        train = [
+            label_of[d["concept_id"]] for d in docs if d["lang"] == src and side[d["concept_id"]]
+        ]
+        top = sorted(set(train), key=lambda x: (-train.count(x), x))[0]
+        assert section["documents"][src]["train"] == len(train)
+        for tgt in ("de", "en"):
+            test = [
+                label_of[d["concept_id"]]
+                for d in docs
+                if d["lang"] == tgt and not side[d["concept_id"]]
+            ]
+            want = sum(t == top for t in test) / len(test)
+            assert section["references"]["majority"]["accuracy"][src][tgt] == pytest.approx(want)
+    rows = [r for r in _rows(spark, EVALUATION, report["path"]) if r["measure"] == "classify"]
+    assert {r["method"] for r in rows} == {"cr5", "cl_lsi", "majority", "tfidf"}
+    # embeddings carry the labels' information across languages: cr5 beats the majority
+    assert section["methods"]["cr5"]["cross"] > section["references"]["majority"]["cross"]
+    md = Path(report["report_md"]).read_text()
+    assert "## Crosslingual classification" in md and "| cl_lsi |" in md

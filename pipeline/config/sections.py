@@ -453,6 +453,30 @@ class EvaluateConfig(RetrievalParams):
         doc="γ of CCA and OPCA chosen on the validation concepts when two or more values are "
         "given; else train.gamma. A large γ turns both into per-language PCA.",
     )
+    classify_labels: str | None = param(
+        None,
+        doc="Parquet table (concept_id, label) of document classes: with it, evaluate also "
+        "scores crosslingual classification transfer for every method (MLDoc protocol: a "
+        "logistic regression trained on one language's embeddings of held-out concepts, "
+        "tested on every language's), with majority-class and same-language TF-IDF "
+        "references (docs/neural.md). scripts/build_ddtp_labels.py builds the DDTP packages' "
+        "Debian sections. Needs scikit-learn (the classify extra).",
+    )
+    classify_train_fraction: float = param(
+        0.5,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Share of the labelled held-out concepts whose documents train the classifier "
+        "(a seeded hash of evaluate.seed and the concept id); the rest test it.",
+    )
+    classify_c: float = param(
+        1.0,
+        lo=0.0,
+        lo_open=True,
+        doc="Inverse L2 regularisation strength of the classification logistic regression.",
+    )
     sparse_dense_limit_mb: int = param(
         2048,
         lo=1,
