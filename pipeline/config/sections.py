@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pipeline.baselines.params import BaselineParams
 from pipeline.linalg.params import BackendParams, Cr5Params
+from pipeline.neural.params import NeuralParams
 from pipeline.params import param
 from pipeline.retrieval.params import RetrievalParams
 from pipeline.wikipedia.config import WikipediaConfig
@@ -190,7 +191,7 @@ class FeaturesConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig(Cr5Params, BackendParams, BaselineParams):
+class TrainConfig(Cr5Params, BackendParams, BaselineParams, NeuralParams):
     """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
 
     The solver's parameters (:class:`~pipeline.linalg.params.Cr5Params`), the backend's
@@ -199,11 +200,15 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams):
     them; this section embeds them as its keys, beside the stage's own below.
     """
 
-    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca"] = param(
-        "cr5",
-        doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
-        "the same model format (untranslated: a sparse selection model, r = |union "
-        "vocabulary|; the λ and solver settings do not apply to it).",
+    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca", "xcnn", "tlaser", "ctlaser"] = (
+        param(
+            "cr5",
+            doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
+            "the same model format (untranslated: a sparse selection model, r = |union "
+            "vocabulary|; the λ and solver settings do not apply to it), or a neural method "
+            "trained with PyTorch (xcnn, tlaser, ctlaser: the train.neural_*, xcnn_*, tlaser_* "
+            "keys, docs/neural.md; needs the neural extra).",
+        )
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
         "joint",
@@ -431,6 +436,9 @@ class EvaluateConfig(RetrievalParams):
             "cl_lsi",
             "cca",
             "opca",
+            "xcnn",
+            "tlaser",
+            "ctlaser",
             "avg_procrustes",
             "avg_procrustes_refined",
             "avg_rcsls",

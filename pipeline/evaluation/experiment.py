@@ -288,7 +288,9 @@ def compare_methods(
                 rows += rows_m
                 continue
             if data is None:  # loaded once for every method and γ
-                data = training.load_training_data(ctx.spark, ctx.cfg)
+                # with the evaluated methods (a neural one loads validation documents)
+                cfg = dataclasses.replace(ctx.cfg, evaluate=ctx.e)
+                data = training.load_training_data(ctx.spark, cfg)
             rows_m, entries[method] = train_and_evaluate(ctx, meta, method, data)
             rows += rows_m
     finally:

@@ -18,6 +18,7 @@ from pipeline.config import TrainConfig
 from pipeline.linalg.checkpoint import CheckpointStore
 from pipeline.linalg.cr5 import Cr5Solver
 from pipeline.model.format import GRAM_EIGENVALUES, GRAM_EIGENVECTORS
+from pipeline.neural.params import NEURAL_METHODS
 from pipeline.training.rows import TrainingData
 
 __all__ = ["FittedModel", "fit_baseline", "fit_method"]
@@ -68,6 +69,10 @@ def fit_method(t: TrainConfig, data: TrainingData, checkpoint: str | None) -> Fi
     """Fit ``t.method`` on ``data`` (Cr5 checkpoints under ``checkpoint`` when given)."""
     if t.method == "cr5":
         return _fit_cr5(t, data, checkpoint)
+    if t.method in NEURAL_METHODS:
+        from pipeline.training.neural import fit_neural
+
+        return fit_neural(t, data, checkpoint)
     return _fit_baseline_model(t, data)
 
 

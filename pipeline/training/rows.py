@@ -84,6 +84,9 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     validation = None
     if t.method == "cr5" and t.stop_rule == "validation":
         validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
+    elif "xcnn" in (t.method, *cfg.evaluate.methods) and cfg.heldout_path():
+        # the epoch is chosen on the split's validation concepts
+        validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
     return TrainingData(backend, selection, vocab, time.perf_counter() - t0, validation=validation)
 
 

@@ -27,6 +27,7 @@ from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.locations import to_manifest
 from pipeline.linalg.backend import pass_delta
 from pipeline.model.format import LanguageMap, save_model
+from pipeline.neural.params import NEURAL_METHODS
 from pipeline.preflight import check_rank
 from pipeline.training.fit import FittedModel, fit_method
 from pipeline.training.rows import TrainingData, load_training_data
@@ -70,14 +71,14 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     languages = list(backend.languages)
     _log_start(t, backend, languages)
     warnings_ = training_warnings(cfg, languages)
-    if t.method != "untranslated":
+    if t.method not in ("untranslated", *NEURAL_METHODS):
         check_rank(
             t.r,
             backend.n_concepts,
             sum(backend.n_terms(lang) for lang in languages),
             where=f"the training rows (train.setup={t.setup}, languages {languages})",
         )
-    ckpt = checkpoint_dir(cfg) if t.method == "cr5" else None
+    ckpt = checkpoint_dir(cfg) if t.method in ("cr5", *NEURAL_METHODS) else None
     t0 = time.perf_counter()
     fitted = fit_method(t, data, ckpt)
     fit_seconds = time.perf_counter() - t0
