@@ -552,3 +552,45 @@ def test_classification_transfer_is_scored_for_every_method(spark, chain):
     assert section["methods"]["cr5"]["cross"] > section["references"]["majority"]["cross"]
     md = Path(report["report_md"]).read_text()
     assert "## Crosslingual classification" in md and "| cl_lsi |" in md
+
+
+def test_xcnn_is_trained_through_the_distributor_and_evaluated_beside_cr5(spark, chain):
+    pytest.importorskip("torch")
+    import dataclasses
+
+    root, cfg, _ = chain
+    cfg = dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(
+            cfg.train,
+            neural_epochs=8,
+            neural_processes=2,
+            xcnn_dim=16,
+            neural_batch_size=32,
+            neural_lr=0.03,
+        ),
+    )
+    e = EvaluateConfig(
+        engine="local", pairs=["de-en"], methods=["xcnn"], report_dir=str(root / "reports-xcnn")
+    )
+    report = run_evaluation(spark, cfg, e)
+    entry = report["methods"]["xcnn"]
+    model = Cr5Model.load(entry["model"])
+    history = model.meta["solver"]["history"]
+    assert history["processes"] == 2 and len(history["epochs"]) == 8
+    assert history["selection"] == "validation P@1"
+    scores = [h["validation_p_at_1"] for h in history["epochs"]]
+    assert history["chosen_epoch"] == 1 + int(np.argmax(scores))
+    assert model.dim == 16
+    rows = [r for r in report["results"] if r["method"] == "xcnn" and r["measure"] == "cosine"]
+    assert len(rows) == 2
+    cr5 = {r["query_lang"]: r for r in report["results"] if r["method"] == "cr5"}
+    for r in rows:
+        # the same queries and candidates as cr5; far better than a random ranking, whose
+        # expected MRR is H_N / N over N candidates
+        assert (r["n_queries"], r["n_candidates"]) == (
+            cr5[r["query_lang"]]["n_queries"],
+            cr5[r["query_lang"]]["n_candidates"],
+        )
+        n = r["n_candidates"]
+        assert r["mrr"] > 3 * sum(1 / k for k in range(1, n + 1)) / n, r["mrr"]
