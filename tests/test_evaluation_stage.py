@@ -594,3 +594,51 @@ def test_xcnn_is_trained_through_the_distributor_and_evaluated_beside_cr5(spark,
         )
         n = r["n_candidates"]
         assert r["mrr"] > 3 * sum(1 / k for k in range(1, n + 1)) / n, r["mrr"]
+
+
+def test_ctlaser_is_trained_embedded_by_the_embed_stage_and_evaluated(spark, chain, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sentencepiece")
+    import dataclasses
+
+    from pipeline.io.schemas import EMBEDDINGS
+    from pipeline.model.loading import load_model
+
+    root, cfg, _ = chain
+    cfg = dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(
+            cfg.train,
+            neural_epochs=1,
+            neural_processes=1,
+            tlaser_dim=16,
+            tlaser_heads=2,
+            tlaser_ff=32,
+            tlaser_vocab_size=500,
+            tlaser_max_tokens=24,
+            neural_batch_size=64,
+        ),
+    )
+    e = EvaluateConfig(
+        engine="local", pairs=["de-en"], methods=["ctlaser"], report_dir=str(tmp_path / "rep"),
+        plot=False,
+    )  # fmt: skip
+    report = run_evaluation(spark, cfg, e)
+    path = report["methods"]["ctlaser"]["model"]
+    model = load_model(path)
+    assert model.meta["phi_format"] == "encoder" and model.dim == 16
+    assert model.meta["solver"]["history"]["selection"] == "validation P@1"
+    rows = [r for r in report["results"] if r["method"] == "ctlaser"]
+    assert {r["query_lang"] for r in rows} == {"de", "en"}
+    # the embed stage (Python workers, batched) gives the Python API's vectors
+    emb_cfg = dataclasses.replace(
+        cfg, paths=dataclasses.replace(cfg.paths, model=path, embeddings=str(tmp_path / "emb"))
+    )
+    get_stage("embed")(spark, emb_cfg)
+    got = read_dataset(spark, EMBEDDINGS, str(tmp_path / "emb")).filter("lang = 'de'").toArrow()
+    docs = read_dataset(spark, DOCUMENTS, str(root / "documents")).filter("lang = 'de'")
+    texts = {d["doc_id"]: d["text"] for d in docs.select("doc_id", "text").toArrow().to_pylist()}
+    ids = got.column("doc_id").to_pylist()[:40]
+    want = model.embed([texts[i] for i in ids], "de")
+    vec = np.array(got.column("vector").to_pylist()[:40], dtype=np.float32)
+    np.testing.assert_allclose(vec, want, rtol=1e-4, atol=1e-5)

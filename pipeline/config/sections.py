@@ -480,10 +480,12 @@ class EvaluateConfig(RetrievalParams):
         "(a seeded hash of evaluate.seed and the concept id); the rest test it.",
     )
     classify_c: float = param(
-        1.0,
+        10.0,
         lo=0.0,
         lo_open=True,
-        doc="Inverse L2 regularisation strength of the classification logistic regression.",
+        doc="Inverse L2 regularisation strength of the classification logistic regression "
+        "(on L2-normalised vectors, whose entries are small: 1 would shrink most classifiers "
+        "to the majority class on a few hundred documents).",
     )
     sparse_dense_limit_mb: int = param(
         2048,

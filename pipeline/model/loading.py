@@ -20,12 +20,13 @@ __all__ = ["ENCODER_METHODS", "load_model"]
 ENCODER_METHODS = ("tlaser", "ctlaser")
 
 
-def load_model(path: str | os.PathLike, *, verify: bool = True) -> Any:
+def load_model(path: str | os.PathLike, *, verify: bool = True, lazy: bool = False) -> Any:
     """The model at ``path``: a :class:`~pipeline.model.Cr5Model`, or for an encoder
-    method a :class:`~pipeline.model.encoder_model.EncoderModel`."""
+    method a :class:`~pipeline.model.encoder_model.EncoderModel` (``lazy``: see
+    :meth:`Cr5Model.load`)."""
     meta = read_model_json(path)
-    if meta.get("method") in ENCODER_METHODS:
+    if meta.get("phi_format") == "encoder":
         from pipeline.model.encoder_model import EncoderModel
 
         return EncoderModel.load(path, verify=verify)
-    return Cr5Model.load(path, verify=verify)
+    return Cr5Model.load(path, verify=verify, lazy=lazy)

@@ -210,9 +210,7 @@ def distance_constraint(torch: Any, ea: Any, eb: Any, en: Any, margin: float) ->
     return pos.mean() + torch.relu(margin - neg).mean()
 
 
-def encode_texts(
-    torch: Any, model: Any, ids: list[np.ndarray], batch: int = 64
-) -> np.ndarray:
+def encode_texts(torch: Any, model: Any, ids: list[np.ndarray], batch: int = 64) -> np.ndarray:
     """Embeddings (n, d) float32 of documents given as subword ids (the start tag is added)."""
     out = []
     with torch.no_grad():
@@ -283,16 +281,16 @@ class TLaserTask:
         emb = model(src)
         tgt_lang, tgt_rows = np.concatenate([lb, la]), np.concatenate([rb, ra])
         targets = [self.ids[li][r] for li, r in zip(tgt_lang, tgt_rows)]
-        tgt_in = _pad(torch, [np.concatenate([[self.tags[li]], t]) for li, t in zip(tgt_lang, targets)])
+        tgt_in = _pad(
+            torch, [np.concatenate([[self.tags[li]], t]) for li, t in zip(tgt_lang, targets)]
+        )
         tgt_out = _pad(torch, [np.concatenate([t, [EOS]]) for t in targets])
         inner = getattr(model, "module", model)
         loss = inner.translation_loss(emb, tgt_in, tgt_out)
         if self.beta > 0:
             n = len(items)
             en = model(self._src(torch, lb, draws[items]))
-            loss = loss + self.beta * distance_constraint(
-                torch, emb[:n], emb[n:], en, self.margin
-            )
+            loss = loss + self.beta * distance_constraint(torch, emb[:n], emb[n:], en, self.margin)
         return loss
 
     def score(self, model: Any) -> float | None:

@@ -69,16 +69,68 @@ def _xcnn_task(t: TrainConfig, data: Any) -> Any:
     )
 
 
+def _tlaser_task(t: TrainConfig, data: Any) -> tuple[Any, bytes]:
+    """The T-LASER / cT-LASER task and its sentencepiece model (learned here on the training
+    documents of every language)."""
+    import pyarrow.compute as pc
+
+    from pipeline.neural.tlaser import EncoderSizes, SubwordVocabulary, TLaserTask
+
+    if data.texts is None:
+        raise ConfigError(f"train.method={t.method}: the training texts were not loaded")
+    langs = list(data.backend.languages)
+    train = data.texts["training"]
+    texts = {lang: train[lang].column("text").to_pylist() for lang in langs}
+    vocab = SubwordVocabulary.train(
+        [x for lang in langs for x in texts[lang]], langs, t.tlaser_vocab_size
+    )
+    log.info("neural: %d subword pieces learned on %d documents", len(vocab),
+             sum(len(v) for v in texts.values()))  # fmt: skip
+    sizes = EncoderSizes(
+        vocab=len(vocab),
+        dim=t.tlaser_dim,
+        heads=t.tlaser_heads,
+        layers=t.tlaser_layers,
+        ff=t.tlaser_ff,
+        max_tokens=t.tlaser_max_tokens,
+    )
+    validation = None
+    val = data.texts["validation"]
+    if val is not None and val.num_rows:
+        validation = {}
+        for lang in langs:
+            sub = val.filter(pc.equal(val.column("lang"), lang))
+            if sub.num_rows:
+                ids = vocab.encode(sub.column("text").to_pylist(), sizes.max_tokens)
+                validation[lang] = (ids, np.asarray(sub.column("concept_id").to_pylist()))
+    task = TLaserTask(
+        langs=langs,
+        ids=[vocab.encode(texts[lang], sizes.max_tokens) for lang in langs],
+        concepts=[train[lang].column("concept_index").to_numpy() for lang in langs],
+        tags=[vocab.tag(lang) for lang in langs],
+        sizes=sizes,
+        beta=t.ctlaser_beta if t.method == "ctlaser" else 0.0,
+        margin=t.ctlaser_margin,
+        validation=validation or None,
+    )
+    return task, vocab.proto
+
+
 def fit_neural(t: TrainConfig, data: Any, checkpoint: str | None) -> Any:
-    """Fit ``t.method`` on ``data``; a FittedModel (history: the per-epoch record)."""
+    """Fit ``t.method`` on ``data``; a FittedModel (history: the per-epoch record). For the
+    encoder methods, ``components`` holds the network's weights and ``shared`` the
+    sentencepiece model's bytes (as a uint8 array) under ``"subwords.model"``."""
     from pipeline.training.fit import FittedModel
 
-    if t.method != "xcnn":
-        raise ConfigError(f"train.method={t.method} is not implemented here")
-    task = _xcnn_task(t, data)
+    shared: dict[str, Any] = {}
+    if t.method == "xcnn":
+        task = _xcnn_task(t, data)
+    else:
+        task, proto = _tlaser_task(t, data)
+        shared = {"subwords.model": np.frombuffer(proto, dtype=np.uint8)}
     if task.n_items == 0:
         raise ConfigError(
-            "XCNN trains on parallel pairs, but no concept has documents in two of the "
+            f"{t.method} trains on parallel pairs, but no concept has documents in two of the "
             f"training languages {list(data.backend.languages)}"
         )
     result = train_task(task, loop_settings(t, checkpoint), t.neural_processes)
@@ -88,7 +140,8 @@ def fit_neural(t: TrainConfig, data: Any, checkpoint: str | None) -> Any:
         "resumed_after": result["resumed_after"],
         "processes": result["world_size"],
         "pairs": task.n_items,
-        "selection": "validation P@1" if data.validation is not None else "last epoch",
+        **({"vocabulary_size": task.sizes.vocab} if t.method != "xcnn" else {}),
+        "selection": "validation P@1" if task.validation is not None else "last epoch",
     }
     return FittedModel(
         components=result["weights"],
@@ -96,4 +149,5 @@ def fit_neural(t: TrainConfig, data: Any, checkpoint: str | None) -> Any:
         eigenvalues=np.zeros(0),
         history=history,
         n_iter=len(result["history"]),
+        shared=shared,
     )
