@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +217,8 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
     return {
         "weights": task.export(model),
         "history": history,
+        # this process's peak resident memory (Linux reports KiB)
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "chosen_epoch": best["epoch"],
         "resumed_after": resumed,
         "world_size": world,

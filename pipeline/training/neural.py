@@ -139,6 +139,7 @@ def fit_neural(t: TrainConfig, data: Any, checkpoint: str | None) -> Any:
         "chosen_epoch": result["chosen_epoch"],
         "resumed_after": result["resumed_after"],
         "processes": result["world_size"],
+        "peak_rss_mb_per_process": result["peak_rss_mb"],
         "pairs": task.n_items,
         **({"vocabulary_size": task.sizes.vocab} if t.method != "xcnn" else {}),
         "selection": "validation P@1" if task.validation is not None else "last epoch",
