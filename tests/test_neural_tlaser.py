@@ -111,3 +111,36 @@ def test_heads_must_divide_the_width():
 
     with pytest.raises(ConfigError, match="tlaser_heads"):
         build_module(EncoderSizes(50, dim=30, heads=4, layers=1, ff=8, max_tokens=8))
+
+
+def test_encoder_model_directory_round_trip(tmp_path):
+    from pipeline.errors import ModelError
+    from pipeline.model.encoder_model import SUBWORDS, EncoderModel
+    from pipeline.model.format import save_encoder_model
+    from pipeline.model.loading import load_model
+
+    en, de = _corpus()
+    vocab = SubwordVocabulary.train(en + de, ["en", "de"], 60)
+    task = _task()
+    torch.manual_seed(3)
+    net = task.build().eval()
+    weights = task.export(net)
+    sizes = {**task.sizes.to_dict(), "vocab": len(vocab)}
+    meta = {"method": "tlaser", "r": 32, "lam": 0.0, "languages": ["en", "de"],
+            "encoder": {"sizes": sizes, "threads": 1}}  # fmt: skip
+    save_encoder_model(tmp_path / "m", meta, weights, {SUBWORDS: vocab.proto})
+    model = load_model(tmp_path / "m")
+    assert isinstance(model, EncoderModel) and model.dim == 32 and not model.is_sparse
+    vectors, counts = model.embed_with_counts(["red house", "", None], "DE ")
+    assert counts[1] == counts[2] == 0 and not vectors[1:].any()
+    want = encode_texts(torch, net, vocab.encode(["red house"], 16))
+    np.testing.assert_allclose(vectors[:1], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ModelError, match="not in this model"):
+        model.embed(["x"], "fr")
+    # a changed weight file fails its checksum
+    f = next((tmp_path / "m" / "encoder").glob("out.weight.npy"))
+    arr = np.load(f)
+    arr[0, 0] += 1
+    np.save(f, arr)
+    with pytest.raises(ModelError, match="SHA-256"):
+        load_model(tmp_path / "m")
