@@ -233,6 +233,11 @@ def distributed_entry(task: Task, s: LoopSettings) -> dict[str, Any]:
 
     torch.set_num_threads(s.threads)
     dist.init_process_group("gloo")
+    if dist.get_rank() == 0 and not logging.getLogger().handlers:
+        # torchrun's processes start without the driver's logging: report progress from one
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     try:
         return run_loop(task, s)
     finally:
