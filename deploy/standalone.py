@@ -1,12 +1,12 @@
-"""A Spark standalone cluster (one master, one worker) on 127.0.0.1, from pip's pyspark.
+"""A Spark standalone cluster (a master and one or more workers) on 127.0.0.1, from pip's pyspark.
 
 For trying ``deploy/submit.sh --master spark://...`` on one machine, and for the
 cluster and Airflow tests. Everything binds to 127.0.0.1 on free ports; the
 processes are ours (started here, stopped here by PID).
 
-    python deploy/standalone.py [--cores 2] [--memory 4g] [--dir /tmp/cr5-standalone]
+    python deploy/standalone.py [--cores 2] [--memory 4g] [--workers 1] [--dir /tmp/cr5-standalone]
 
-prints the master URL and runs until interrupted (Ctrl-C stops master and worker).
+prints the master URL and runs until interrupted (Ctrl-C stops master and workers).
 From Python::
 
     with StandaloneCluster(workdir) as cluster:
@@ -82,18 +82,41 @@ def spark_env() -> dict[str, str]:
     return env
 
 
-class StandaloneCluster:
-    """Start a master and one worker on 127.0.0.1; stop both (by PID) on exit."""
+def session_pids(sid: int) -> list[int]:
+    """PIDs of the processes in session ``sid`` (Linux ``/proc``), the leader included."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6 of stat: the session id
+            pids.append(int(entry))
+    return sorted(pids)
 
-    def __init__(self, workdir: str | Path, *, cores: int = 2, memory: str = "4g") -> None:
+
+class StandaloneCluster:
+    """Start a master and ``workers`` workers on 127.0.0.1; stop them (by PID) on exit.
+
+    Each worker runs in a process session of its own, with the executors it launches and
+    their Python workers: :meth:`kill_worker` kills that whole session with SIGKILL (a
+    machine lost), :meth:`restart_worker` starts a fresh worker in its place.
+    """
+
+    def __init__(
+        self, workdir: str | Path, *, cores: int = 2, memory: str = "4g", workers: int = 1
+    ) -> None:
         self.workdir = Path(workdir)
         self.cores = cores
         self.memory = memory
+        self.n_workers = workers
         self.port = free_port()
         self.webui_port = free_port()
-        self.worker_port = free_port()
-        self.worker_webui_port = free_port()
         self.procs: list[subprocess.Popen] = []
+        self.workers: dict[int, subprocess.Popen] = {}
 
     @property
     def master_url(self) -> str:
@@ -104,7 +127,7 @@ class StandaloneCluster:
         return f"http://{HOST}:{self.webui_port}"
 
     def _start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
-        logf = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives with the process)
+        logf = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (lives with the process)
         # A session of its own: Ctrl-C in a terminal reaches only our stop().
         proc = subprocess.Popen(
             [spark_class(), *args],
@@ -119,10 +142,7 @@ class StandaloneCluster:
         log.info("started %s (pid %d)", name, proc.pid)
         return proc
 
-    def start(self, timeout: float = 90.0) -> StandaloneCluster:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / "worker").mkdir(exist_ok=True)
-        (self.workdir / "local").mkdir(exist_ok=True)
+    def _env(self) -> dict[str, str]:
         env = spark_env()
         env.update(
             SPARK_LOCAL_IP=HOST,
@@ -130,6 +150,13 @@ class StandaloneCluster:
             SPARK_WORKER_DIR=str(self.workdir / "worker"),
             SPARK_LOG_DIR=str(self.workdir),
         )
+        return env
+
+    def start(self, timeout: float = 90.0) -> StandaloneCluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "worker").mkdir(exist_ok=True)
+        (self.workdir / "local").mkdir(exist_ok=True)
+        env = self._env()
         try:
             self._start(
                 "master",
@@ -145,35 +172,64 @@ class StandaloneCluster:
                 env,
             )
             self._wait(lambda s: True, timeout, "master")
-            self._start(
-                "worker",
-                [
-                    "org.apache.spark.deploy.worker.Worker",
-                    self.master_url,
-                    "--host",
-                    HOST,
-                    "--port",
-                    str(self.worker_port),
-                    "--webui-port",
-                    str(self.worker_webui_port),
-                    "--cores",
-                    str(self.cores),
-                    "--memory",
-                    self.memory,
-                    "--work-dir",
-                    str(self.workdir / "worker"),
-                ],
-                env,
-            )
-            self._wait(
-                lambda s: any(w.get("state") == "ALIVE" for w in s.get("workers", [])),
-                timeout,
-                "worker",
-            )
+            for index in range(self.n_workers):
+                self._start_worker(index, env)
+            self._wait_workers(timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_worker(self, index: int, env: dict[str, str]) -> subprocess.Popen:
+        work = self.workdir / "worker" / str(index)
+        work.mkdir(parents=True, exist_ok=True)
+        proc = self._start(
+            "worker" if index == 0 else f"worker-{index}",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                self.master_url,
+                "--host",
+                HOST,
+                "--port",
+                str(free_port()),
+                "--webui-port",
+                str(free_port()),
+                "--cores",
+                str(self.cores),
+                "--memory",
+                self.memory,
+                "--work-dir",
+                str(work),
+            ],
+            env,
+        )
+        self.workers[index] = proc
+        return proc
+
+    def _wait_workers(self, timeout: float) -> None:
+        n = len(self.workers)
+        self._wait(
+            lambda s: sum(w.get("state") == "ALIVE" for w in s.get("workers", [])) >= n,
+            timeout,
+            f"{n} worker(s)",
+        )
+
+    def kill_worker(self, index: int) -> list[int]:
+        """SIGKILL worker ``index`` with its executors and their Python workers (its process
+        session); return the PIDs that were in it."""
+        proc = self.workers.pop(index)
+        pids = session_pids(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        self.procs.remove(proc)
+        return pids
+
+    def restart_worker(self, index: int, timeout: float = 90.0) -> None:
+        """Start a new worker in place of worker ``index`` and wait until it is ALIVE."""
+        if index in self.workers:
+            raise ValueError(f"worker {index} is running")
+        self._start_worker(index, self._env())
+        self._wait_workers(timeout)
 
     def status(self) -> dict:
         """The master's JSON status page (workers, applications)."""
@@ -197,7 +253,7 @@ class StandaloneCluster:
         raise TimeoutError(f"standalone {what} not ready after {timeout:.0f} s; see {self.workdir}")
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the worker, then the master (SIGTERM, then SIGKILL), by the PIDs we started."""
+        """Stop the workers, then the master (SIGTERM, then SIGKILL), by the PIDs we started."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 # The worker's shutdown hook kills the executors it launched.
@@ -208,6 +264,7 @@ class StandaloneCluster:
                     proc.kill()
                     proc.wait(timeout)
         self.procs.clear()
+        self.workers.clear()
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()
@@ -220,13 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--memory", default="4g")
+    p.add_argument("--workers", type=int, default=1, help="workers on this machine")
     p.add_argument("--dir", default=None, help="logs and work directory (default: a temp dir)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="cr5-standalone-"))
-    with StandaloneCluster(workdir, cores=args.cores, memory=args.memory) as cluster:
+    with StandaloneCluster(
+        workdir, cores=args.cores, memory=args.memory, workers=args.workers
+    ) as cluster:
         print(f"master {cluster.master_url}  web UI {cluster.webui_url}  logs {workdir}")
-        print("Ctrl-C stops the master and the worker.", flush=True)
+        print("Ctrl-C stops the master and the workers.", flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     return 0

@@ -1,9 +1,13 @@
-"""``python -m pipeline``: embedding and model import without Spark.
+"""``python -m pipeline``: embedding, model import and search without Spark.
 
     python -m pipeline embed --model out/model --lang de [--input FILE] [--output FILE]
                              [--format jsonl|npy] [--normalize] [--batch 10000]
     python -m pipeline import-cr5 --out models/cr5 --lang en=en.txt.gz --lang de=de.txt.gz
                                   [--idf-from out/vocabulary]
+    python -m pipeline verify out/            # or a dataset, or a model directory
+    python -m pipeline search --index out/index --lang en [--targets de,fr] [-k 10] [--csls]
+                              [--json] [--input FILE] [TEXT ...]
+    python -m pipeline search-server --index out/index [--host 127.0.0.1] [--port 8080]
 
 ``embed`` reads one document per line (stdin by default) and writes one vector per
 line: JSON Lines (``{"line": i, "n_terms": k, "vector": [...]}``, streamed in batches)
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -167,6 +172,182 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_targets(paths: Sequence[str]) -> list[str]:
+    """The datasets and models to verify: each path itself when it is one, else (a run
+    root) the datasets and models directly under it and under its ``*_models/``."""
+    out = []
+    for path in paths:
+        if any(os.path.isfile(os.path.join(path, f)) for f in ("_manifest.json", "model.json")):
+            out.append(path)
+            continue
+        if not os.path.isdir(path):
+            raise InputDataError(
+                f"{path}: no such directory. Fix: give a dataset, a model "
+                "directory or a run root (paths.root)."
+            )
+        found = []
+        for name in sorted(os.listdir(path)):
+            child = os.path.join(path, name)
+            if name.startswith(".") or not os.path.isdir(child):
+                continue
+            if name.endswith("_models"):
+                found += [
+                    os.path.join(child, m)
+                    for m in sorted(os.listdir(child))
+                    if os.path.isfile(os.path.join(child, m, "model.json"))
+                ]
+            elif any(
+                os.path.isfile(os.path.join(child, f)) for f in ("_manifest.json", "model.json")
+            ):
+                found.append(child)
+        if not found:
+            raise InputDataError(
+                f"{path}: holds no dataset (_manifest.json) and no model "
+                "(model.json). Fix: give a dataset, a model or a run root."
+            )
+        out += found
+    return out
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check every file of datasets and models against their manifests, checksums included."""
+    from pipeline.errors import DamagedDatasetError
+    from pipeline.io.integrity import verify_local
+    from pipeline.model.format import read_model_json, verify_files
+
+    damaged = 0
+    for target in _verify_targets(args.paths):
+        try:
+            if os.path.isfile(os.path.join(target, "model.json")):
+                meta = read_model_json(target)
+                verify_files(target, meta, list(meta["languages"]), checksums=True, reading=False)
+                files = meta["files"]
+                print(
+                    f"ok: model at {os.path.abspath(target)}: {len(files)} files, "
+                    f"{sum(f['bytes'] for f in files.values())} bytes, SHA-256 checksums match"
+                )
+            else:
+                print(verify_local(target))
+        except DamagedDatasetError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            damaged += 1
+    return 2 if damaged else 0
+
+
+def _open_index(args: argparse.Namespace, *, preload: bool) -> object:
+    from pipeline.search import SearchIndex
+
+    return SearchIndex.open(
+        args.index,
+        model=args.model,
+        ef_search=args.ef_search,
+        csls_rerank=args.csls_rerank,
+        max_k=args.max_k,
+        preload=preload,
+    )
+
+
+def _query_texts(args: argparse.Namespace) -> list[str]:
+    if args.text and args.input:
+        raise InputDataError("give the query as TEXT or with --input, not both")
+    if args.text:
+        return [" ".join(args.text)]
+    stream, name = _open_input(args.input)
+    try:
+        texts = [line for line in _lines(stream, name) if line.strip()]
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    if not texts:
+        raise InputDataError(
+            f"{name} has no query text. Fix: pass the text as arguments "
+            "(python -m pipeline search --index out/index --lang en 'some words') or one "
+            "query per line with --input."
+        )
+    return texts
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    index = _open_index(args, preload=False)
+    texts = _query_texts(args)
+    results = index.query(texts, args.lang, args.targets, args.k, csls=args.csls)
+    for text, hits in zip(texts, results):
+        if args.json:
+            print(
+                json.dumps({"q": text, "results": [h.to_dict() for h in hits]}, ensure_ascii=False)
+            )
+            continue
+        measure = "CSLS" if args.csls else "cosine"
+        print(f"# {text[:70]!r} ({args.lang}, {len(hits)} result(s), {measure})")
+        for h in hits:
+            title = (h.title or h.doc_id).replace("\n", " ")
+            print(f"{h.rank:>3}  {h.language}  {h.score:+.4f}  {title[:60]}  [{h.doc_id}]")
+            if h.snippet:
+                print(f"         {' '.join(h.snippet.split())[:90]}")
+    return 0
+
+
+def cmd_search_server(args: argparse.Namespace) -> int:
+    from pipeline.search.server import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    index = _open_index(args, preload=True)
+    try:
+        serve(index, args.host, args.port)
+    except OSError as exc:
+        raise InputDataError(
+            f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}). Fix: pick "
+            "another --port (0: any free port) or stop what uses it."
+        ) from None
+    return 0
+
+
+def _index_arguments(p: argparse.ArgumentParser) -> None:
+    from pipeline.config import SEARCH_DEFAULTS
+
+    p.add_argument("--index", required=True, help="index directory (paths.index)")
+    p.add_argument("--model", help="model directory (default: the one the index was built with)")
+    p.add_argument("--ef-search", type=_positive_int, help="HNSW candidate list (default: built)")
+    p.add_argument(
+        "--csls-rerank",
+        type=_positive_int,
+        help="cosine candidates re-ranked by CSLS (default: the index's)",
+    )
+    p.add_argument(
+        "--max-k",
+        type=_positive_int,
+        default=SEARCH_DEFAULTS.max_k,
+        help=f"largest k accepted (default {SEARCH_DEFAULTS.max_k})",
+    )
+
+
+def _add_search_commands(sub: argparse._SubParsersAction) -> None:
+    from pipeline.config import SEARCH_DEFAULTS
+
+    s = sub.add_parser("search", help="query a search index (the index stage's output)")
+    _index_arguments(s)
+    s.add_argument("--lang", required=True, help="language of the query text")
+    s.add_argument(
+        "--targets", help="comma-separated languages to search (default: all but --lang)"
+    )
+    s.add_argument(
+        "-k",
+        type=int,
+        default=None,
+        help=f"results per target language (default {SEARCH_DEFAULTS.default_k})",
+    )
+    s.add_argument("--csls", action="store_true", help="re-rank by CSLS instead of cosine")
+    s.add_argument("--json", action="store_true", help="one JSON object per query")
+    s.add_argument("--input", help="file with one query per line ('-': standard input)")
+    s.add_argument("text", nargs="*", help="the query text")
+    s.set_defaults(fn=cmd_search)
+    v = sub.add_parser("search-server", help="serve a search index over HTTP (page + JSON)")
+    _index_arguments(v)
+    v.add_argument("--host", default=SEARCH_DEFAULTS.host, help="address to listen on")
+    v.add_argument("--port", type=int, default=SEARCH_DEFAULTS.port, help="port (0: any free port)")
+    v.set_defaults(fn=cmd_search_server)
+
+
 def cmd_config_reference(args: argparse.Namespace) -> int:
     from pipeline.config import reference_markdown
 
@@ -203,14 +384,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     i.add_argument("--idf-from", help="Parquet with lang, term, idf (e.g. out/vocabulary)")
     i.set_defaults(fn=cmd_import)
+    v = sub.add_parser(
+        "verify",
+        help="check datasets and models against their manifests: every file's size and "
+        "checksum (exit 2 when one is damaged)",
+    )
+    v.add_argument("paths", nargs="+", metavar="PATH", help="a dataset, a model or a run root")
+    v.set_defaults(fn=cmd_verify)
     c = sub.add_parser(
         "config-reference", help="print every configuration key as Markdown (docs/configuration.md)"
     )
     c.add_argument("--section", action="append", help="only this section; repeatable")
     c.set_defaults(fn=cmd_config_reference)
+    _add_search_commands(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        # One paragraph on the console, the trace in a log file (pipeline/failures.py).
+        from pipeline import failures
+
+        trace = failures.fallback_log(failures.full_trace(exc))
+        where = f"python -m pipeline {args.command}"
+        failure = failures.describe(failures.annotate(exc, stage=where), log_file=trace)
+        failures.print_paragraph(failure)
+        return failure.exit_code

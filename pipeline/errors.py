@@ -33,6 +33,17 @@ class ConcurrentWriteError(DatasetIntegrityError):
     """Another run is writing the same dataset (or took over this run's write lock)."""
 
 
+class DamagedDatasetError(PipelineError, RuntimeError):
+    """A published dataset or model no longer matches its manifest (a file truncated, changed,
+    missing or unreadable since it was written): the message names the dataset, the file, the
+    stage that writes it and the command that rebuilds it."""
+
+
+class EnvironmentFailure(PipelineError, RuntimeError):
+    """The environment failed (an unreachable cluster, lost executors, no memory or disk
+    space, changed permissions): the message names what failed, where, and the fix."""
+
+
 class ModelError(PipelineError, ValueError):
     """A model directory is missing, corrupted, truncated or of an unknown version."""
 
@@ -47,3 +58,7 @@ class BreakdownError(SolverError):
 
 class ConvergenceWarning(UserWarning):
     """A solver stopped at its iteration cap before meeting its tolerance."""
+
+
+class DamagedModelError(ModelError, DamagedDatasetError):
+    """A model file no longer matches ``model.json`` (truncated, changed or missing)."""

@@ -243,31 +243,52 @@ def check_range(info: ParamInfo, value: Any, *, key: str, where: str = "") -> No
             )
 
 
-def check_params(cls: type, values: Mapping[str, Any], *, owner: str, prefix: str = "") -> None:
+def check_params(
+    cls: type,
+    values: Mapping[str, Any],
+    *,
+    owner: str,
+    prefix: str | None = "",
+    names: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Check keyword arguments against the fields of section ``cls`` that declare them.
 
-    Used by estimators at ``fit`` so that a solver called from Python gets the same checks
-    as a configuration file (names not declared by ``cls`` are skipped).
+    Used by estimators at ``fit`` (and the Spark ML stages when a parameter is set) so that
+    a solver called from Python gets the same checks as a configuration file (names not
+    declared by ``cls`` are skipped). ``names`` maps a field to the name the caller knows
+    it by (e.g. ``cg_rtol`` to the Spark ML parameter ``cgRtol``); ``prefix`` None: the
+    fields are no configuration keys (the message names none).
+
+    Returns
+    -------
+    dict
+        The checked values, converted where lossless (an int for a float field, a list for
+        a tuple), under their field names.
 
     Raises
     ------
     ConfigError
         ``"<owner> parameter '<name>' must be <allowed>; got <value> (configuration key
-        <prefix><name>)"``.
+        <prefix><field>)"``.
     """
     infos = {info.name: info for info in section_params(cls)}
+    out = {}
     for name, value in values.items():
         info = infos.get(name)
         if info is None:
             continue
+        key = (prefix or "") + name
         try:
-            coerced = coerce(info.type, value, key=prefix + name)
-            check_range(info, coerced, key=prefix + name)
+            coerced = coerce(info.type, value, key=key)
+            check_range(info, coerced, key=key)
         except ConfigError:
+            shown = (names or {}).get(name, name)
+            where = "" if prefix is None else f" (configuration key {key})"
             raise ConfigError(
-                f"{owner} parameter {name!r} must be {info.allowed()}; got {value!r} "
-                f"(configuration key {prefix}{name})"
+                f"{owner} parameter {shown!r} must be {info.allowed()}; got {value!r}{where}"
             ) from None
+        out[name] = coerced
+    return out
 
 
 def check_section(obj: Any, *, prefix: str) -> None:

@@ -12,6 +12,8 @@ with one paragraph naming the key and the fix.
   the train stage calls it again with the loaded data, before solving;
 - :func:`pipeline.memory.preflight_train`: the train stage's memory plan, when its data
   exists (``MemoryPlanError`` names the settings that would fit).
+- :func:`check_evaluation_engine`: a topic model's L1 similarity needs the local evaluation
+  engine.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 
+from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.io.local_manifest import dataset_manifest, local_fs_path
@@ -42,7 +45,7 @@ _MASTER_FORMS = (
     ("mesos://HOST:PORT or mesos://zk://...", r"mesos://\S+"),
 )
 # Stages whose solver uses train.r (untranslated has no r).
-_RANK_METHODS = ("cr5", "cl_lsi", "cca", "opca")
+_RANK_METHODS = ("cr5", "cl_lsi", "cca", "opca", "jplsa", "cplsa", "s2net")
 
 
 def check_spark_master(master: str, *, key: str = "spark.master") -> None:
@@ -78,6 +81,7 @@ def output_roots(cfg: Config) -> dict[str, str]:
             "model",
             "embeddings",
             "evaluation",
+            "index",
         )
     }
     if cfg.train.checkpoint_dir:
@@ -172,6 +176,18 @@ def check_rank_against_data(cfg: Config, stages: Sequence[str]) -> None:
     )
 
 
+def check_evaluation_engine(cfg: Config, stages: Sequence[str]) -> None:
+    """A topic model (train.method jplsa or cplsa) evaluated by the ``evaluate`` stage needs
+    the local evaluation engine, which computes its L1 similarity."""
+    topic = cfg.train.method in TOPIC_METHODS
+    if "evaluate" in stages and topic and cfg.evaluate.engine == "spark":
+        raise ConfigError(
+            f"train.method={cfg.train.method} is evaluated with its L1 similarity, which "
+            "the spark evaluation engine does not compute. Fix: --set "
+            "evaluate.engine=local (or auto)"
+        )
+
+
 def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> None:
     """Every check that needs no Spark; raises :class:`ConfigError` on the first problem.
 
@@ -185,4 +201,5 @@ def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> Non
         from pipeline.memory import preflight_train
 
         preflight_train(cfg, stages)
+    check_evaluation_engine(cfg, stages)
     log.debug("preflight: ok (probed %s)", probed)

@@ -7,8 +7,11 @@ Usage (``spark-submit`` or plain ``python``)::
 ``--help-config [SECTION]`` prints the configuration reference. The whole configuration is
 loaded and checked (every key's type and range, cross-field rules) before a SparkSession starts.
 
-Exit status: 0 on success, 2 on a user error (bad configuration or input; the
-message says what to fix), 1 on anything unexpected.
+Exit status: 0 on success, 2 on a user error (bad configuration or input) or a failure of
+the environment (unreachable master, lost executors, memory or disk exhausted, changed
+permissions, a damaged dataset; :mod:`pipeline.failures`), 1 on anything unexpected (a bug).
+Each failure prints one paragraph saying what to fix; the full trace, Python's and Java's,
+goes to the run's log file (:mod:`pipeline.runlog`, ``paths.logs``), named at its end.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline import failures
 from pipeline.config import Config, load_config, reference_markdown
 from pipeline.errors import PipelineError
+from pipeline.runlog import RunLog, log_directory, start_run_log
 from pipeline.stages import DEMO_CHAIN, get_stage
 
 log = logging.getLogger("pipeline")
@@ -59,6 +64,12 @@ def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argp
         help="print every configuration key (type, allowed values, default, meaning) of SECTION "
         "(default: all sections) and exit",
     )
+    p.add_argument(
+        "--outputs-json",
+        metavar="FILE",
+        help="after each stage, write what it produced (datasets' paths and rows, the model's "
+        "version) to this local JSON file, read from the manifests (pipeline/outputs.py)",
+    )
     if stages is None:
         p.add_argument(
             "--stages",
@@ -77,26 +88,83 @@ def configure_logging(level: str) -> None:
     )
     # py4j chatters at INFO about every gateway call.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # Python warnings go through logging: a line on the console, the details in the log file.
+    logging.captureWarnings(True)
 
 
-def run_stages(names: Sequence[str], cfg: Config) -> dict[str, dict]:
-    """Run stages in order in one SparkSession; return their reports by name."""
+def run_stages(
+    names: Sequence[str],
+    cfg: Config,
+    *,
+    log_file: str | None = None,
+    outputs_json: str | None = None,
+) -> dict[str, dict]:
+    """Run stages in order in one SparkSession; return their reports by name.
+
+    A session started here is stopped at the end, whatever happens, so that no Spark
+    thread is left to print at exit; one that existed before (a test's) is kept. An
+    exception leaves annotated with the stage that raised it and the stages that finished
+    (:func:`pipeline.failures.annotate`). With ``outputs_json``, what each stage produced
+    is written there after it (:mod:`pipeline.outputs`).
+    """
+    from pyspark import SparkContext
+
     from pipeline.memory import driver_memory
+    from pipeline.outputs import stage_outputs, write_outputs
     from pipeline.spark import get_spark
 
     fns = [(n, get_stage(n)) for n in names]
-    spark = get_spark(cfg.spark, driver_memory=driver_memory(cfg, names))
+    created = SparkContext._active_spark_context is None
+    spark = None
     reports: dict[str, dict] = {}
-    for name, fn in fns:
-        t0 = time.perf_counter()
-        log.info("stage %s: starting", name)
-        spark.sparkContext.setJobGroup(name, f"cr5 stage {name}", interruptOnCancel=True)
-        report = fn(spark, cfg)
-        report["wall_seconds"] = round(time.perf_counter() - t0, 2)
-        log.info("stage %s: finished in %.1f s", name, report["wall_seconds"])
-        reports[name] = report
-        print(summarize(name, report), flush=True)
+    current = None
+    heap = None
+    outputs: dict[str, dict] = {}
+    try:
+        heap = driver_memory(cfg, names)
+        spark = get_spark(cfg.spark, driver_memory=heap, log_file=log_file)
+        for name, fn in fns:
+            current = name
+            t0 = time.perf_counter()
+            log.info("stage %s: starting", name)
+            spark.sparkContext.setJobGroup(name, f"cr5 stage {name}", interruptOnCancel=True)
+            report = fn(spark, cfg)
+            report["wall_seconds"] = round(time.perf_counter() - t0, 2)
+            log.info("stage %s: finished in %.1f s", name, report["wall_seconds"])
+            reports[name] = report
+            print(summarize(name, report), flush=True)
+            if outputs_json:
+                outputs[name] = stage_outputs(spark, cfg, name)
+                write_outputs(outputs_json, outputs)
+    except BaseException as exc:
+        failures.annotate(exc, stage=current, completed=list(reports), driver_memory=heap)
+        raise
+    finally:
+        if created and spark is not None:
+            _stop(spark)
     return reports
+
+
+def _stop(spark) -> None:  # spark: pyspark.sql.SparkSession
+    """Stop the session; a JVM that is already gone is not an error here."""
+    try:
+        spark.stop()
+    except Exception:
+        log.debug("stopping the SparkSession failed", exc_info=True)
+
+
+def run_settings(cfg: Config) -> dict[str, str]:
+    """The settings a failure paragraph quotes (:func:`pipeline.failures.describe`)."""
+    from pipeline.spark import launched_by_spark_submit
+
+    settings = {
+        "spark.master": cfg.spark.master,
+        "spark.driver_memory": cfg.spark.driver_memory,
+        **{str(k): str(v) for k, v in cfg.spark.conf.items()},
+    }
+    if launched_by_spark_submit():
+        settings.update({"submitted": "true", "spark.master": "spark-submit's --master"})
+    return settings
 
 
 def summarize(name: str, report: dict) -> str:
@@ -165,21 +233,65 @@ def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None)
         names = list(DEMO_CHAIN)
     else:
         names = [s.strip() for s in args.stages.split(",") if s.strip()]
+    run_log: RunLog | None = None
+    settings: dict[str, str] = {}
     try:
         profiles = args.conf or ([str(DEFAULT_PROFILE)] if DEFAULT_PROFILE.exists() else [])
+        failures.set_invocation(
+            f"jobs/{names[0] if stages and len(names) == 1 else 'chain'}.py",
+            profiles,
+            args.overrides,
+        )
         cfg = load_config(profiles, args.overrides)
+        settings = run_settings(cfg)
         if cfg.spark.driver_malloc_tuning:
             from pipeline.allocator import tune_malloc
 
             tune_malloc()
         for name in names:
             get_stage(name)  # fail on a typo before starting Spark
+        from pipeline.io.integrity import configure as configure_integrity
         from pipeline.preflight import run_preflight
         from pipeline.spark import launched_by_spark_submit
 
+        configure_integrity(checksum_max_bytes=cfg.paths.checksum_max_bytes)
         run_preflight(cfg, names, submitted=launched_by_spark_submit())
-        run_stages(names, cfg)
-    except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        run_log = start_run_log(log_directory(cfg.paths.root, cfg.paths.logs), names)
+        if run_log is not None:
+            log.info("log file: %s", run_log.path)
+        run_stages(
+            names,
+            cfg,
+            log_file=str(run_log.path) if run_log else None,
+            outputs_json=args.outputs_json,
+        )
+    except (Exception, KeyboardInterrupt) as exc:
+        return report_failure(exc, run_log, settings)
+    finally:
+        if run_log is not None:
+            run_log.close()
     return 0
+
+
+def report_failure(exc: BaseException, run_log: RunLog | None, settings: dict[str, str]) -> int:
+    """Print the one paragraph of ``exc`` on the console, write its full trace to the log
+    file (or, for a bug before the log file exists, to a file in the temporary directory),
+    and return the exit status."""
+    context = failures.context_of(exc)
+    heap = context.get("driver_memory")
+    if heap and settings.get("spark.driver_memory") == "auto" and "submitted" not in settings:
+        settings = {**settings, "spark.driver_memory": f"auto, which gave {heap}"}
+    where = run_log.path if run_log is not None else None
+    if where is None and not isinstance(exc, PipelineError):
+        where = failures.fallback_log(failures.full_trace(exc))
+    failure = failures.describe(
+        exc,
+        log_file=str(where) if where else None,
+        settings=settings,
+        completed=context.get("completed", ()),
+    )
+    if run_log is not None:
+        log.debug("failure: %s", failure.paragraph)
+        run_log.write(failures.full_trace(exc))
+    failures.print_paragraph(failure)
+    return failure.exit_code

@@ -1,13 +1,18 @@
-"""The one SparkSession factory: every job and test gets its session here."""
+"""The one SparkSession factory: every job and test gets its session here; and what a
+session offers its executors (broadcast variables, or values inside closures on Spark Connect)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from typing import Any
 
 from pipeline.config import SparkConfig
+from pipeline.failures import wait_for_master
 from pipeline.java import ensure_java
+from pipeline.runlog import child_output_to, jvm_output_to
 
 log = logging.getLogger(__name__)
 
@@ -44,29 +49,44 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
     return props
 
 
-def get_spark(cfg: SparkConfig, driver_memory: str | None = None):  # -> SparkSession
+def get_spark(
+    cfg: SparkConfig, driver_memory: str | None = None, *, log_file: str | None = None
+):  # -> SparkSession
     """Build (or reuse) the SparkSession described by ``cfg``.
 
     Under ``spark-submit`` the master, deploy mode and driver memory are the
     command line's; otherwise ``cfg.master`` (default ``local[2]``) is used and a
     local JVM is started with ``driver_memory`` (the runner's memory plan,
     :func:`pipeline.memory.driver_memory`), else ``cfg.driver_memory``, whose ``auto`` is
-    the heap of :func:`pipeline.memory.local_heap` for this machine.
+    the heap of :func:`pipeline.memory.local_heap` for this machine. A ``spark://`` master
+    is waited for up to ``cfg.master_wait_seconds``. With ``log_file``, a JVM started here
+    (or a spark-submit JVM without a SparkContext yet) sends its output to that file
+    (:mod:`pipeline.runlog`); a session that exists already is left as it is.
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     submitted = launched_by_spark_submit()
+    fresh = SparkContext._active_spark_context is None
     if submitted:
         from pyspark import SparkConf
 
         # The JVM is up already; its conf holds spark-submit's --master.
+        SparkContext._ensure_initialized()  # connects to it (no SparkContext yet)
         master = None
-        local = SparkConf().get("spark.master", "").startswith("local")
+        submitted_master = SparkConf().get("spark.master", "")
+        local = submitted_master.startswith("local")
+        if fresh:
+            wait_for_master(submitted_master, cfg.master_wait_seconds, key="--master")
+            if log_file:
+                jvm_output_to(SparkContext._jvm, log_file)
     else:
         how = ensure_java()
         log.info("Java: %s", how)
         master = cfg.master
         local = master.startswith("local")
+        if fresh:
+            wait_for_master(master, cfg.master_wait_seconds)
     if local:
         # Python workers must run this interpreter (and virtualenv), not the python3 on
         # PATH; on a cluster the executors' Python is the cluster's business
@@ -87,6 +107,39 @@ def get_spark(cfg: SparkConfig, driver_memory: str | None = None):  # -> SparkSe
         builder = builder.config("spark.driver.memory", driver_memory)
     for key, value in spark_properties(cfg, local=local).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    launch = log_file if fresh and SparkContext._gateway is None else None
+    if log_file and fresh:
+        # Spark's progress bar would only draw into the log file.
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
+    with child_output_to(launch) if launch else contextlib.nullcontext():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+class InlineValue:
+    """A value handed to executors inside the function that uses it, with the
+    ``value``/``unpersist`` interface of a broadcast variable (Spark Connect has none)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def unpersist(self) -> None:
+        """Nothing to release: the value lives in the function's closure."""
+
+
+def share_with_workers(spark: Any, value: Any) -> Any:
+    """``value`` for the executors' Python functions, read there as ``.value``.
+
+    A broadcast variable on a classic session (sent once per executor); on a Spark Connect
+    session, which has no broadcast variables, the value travels inside the function that
+    reads it (:class:`InlineValue`), so keep it to what a task may carry (tens of MB).
+    """
+    if is_connect(spark):
+        return InlineValue(value)
+    return spark.sparkContext.broadcast(value)

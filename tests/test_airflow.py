@@ -13,6 +13,7 @@ them instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -28,6 +29,8 @@ DAG_FOLDER = REPO / "deploy" / "airflow"
 DAG_FILE = DAG_FOLDER / "cr5_dag.py"
 PROJECT_BIN = REPO / ".venv" / "bin"
 CHAIN = ["ingest", "split", "vocabulary", "tfidf", "train", "embed", "evaluate"]
+#: Tasks off the chain, and the chain task each runs after.
+BRANCHES = {"index": "embed"}
 LOGICAL_DATE = "2025-01-03T03:00:00+00:00"
 RUN_KEY = "20250103T030000"
 
@@ -102,6 +105,7 @@ if dag is not None:
             "retry_exponential_backoff": t.retry_exponential_backoff,
             "max_retry_delay": seconds(t.max_retry_delay),
             "execution_timeout": seconds(t.execution_timeout),
+            "outlets": [{"name": a.name, "uri": a.uri, "group": a.group} for a in t.outlets],
         }
     bad = {}
     for name, value in [("lambda_grid", [-1.0]), ("lambda_grid", []), ("profiles", []),
@@ -165,6 +169,19 @@ out["helpers"] = {
         "spark://node1:7077", "spark://127.0.0.1:7077,node1:7077", "yarn", "k8s://https://127.0.0.1:6443"]},
     "masters": {c: [mod._master(c), SparkSubmitHook(conn_id=c)._connection["master"]]
                 for c in ["cr5_loopback", "cr5_json", "cr5_yarn"]},
+    "asset_extra": {
+        name: mod.asset_extra(name, outputs, "K", "/runs/K")
+        for name, outputs in [
+            ("documents", {"datasets": {"documents": {"path": "/runs/K/documents", "rows": 7,
+                                                      "rows_by_lang": {"de": 3, "en": 4}}}}),
+            ("model", {"datasets": {}, "model": {"path": "/d/K/model", "version": "sha256:ab",
+                                                  "languages": ["de", "en"], "r": 20}}),
+            ("embeddings", {"datasets": {"embeddings": {"path": "/runs/K/embeddings",
+                                                        "rows": 7}},
+                            "model": {"path": "/d/K/model", "version": "sha256:ab"}}),
+            ("nothing", {}),
+        ]
+    },
 }
 # A deployment's settings: manual runs only, no retries, its own parameter defaults.
 os.environ["CR5_SCHEDULE"] = "none"
@@ -231,16 +248,64 @@ def test_dag_folder_loads_without_import_errors(dagbag):
 def test_task_graph_is_the_stage_chain(dagbag):
     dag = dagbag["dag"]
     tasks = dag["tasks"]
-    assert sorted(tasks) == sorted(CHAIN)
+    assert sorted(tasks) == sorted(CHAIN + list(BRANCHES))
     if dag["topological"] is not None:
-        assert dag["topological"] == CHAIN
+        order = dag["topological"]
+        assert [t for t in order if t in CHAIN] == CHAIN
+        for stage, after in BRANCHES.items():
+            assert order.index(stage) > order.index(after)
     for i, stage in enumerate(CHAIN):
         t = tasks[stage]
         assert t["class"] == "Cr5StageOperator" and t["is_spark_submit"]
         assert t["stage"] == stage
         assert t["conn_id"] == "spark_default"
         assert t["upstream"] == ([CHAIN[i - 1]] if i else [])
-        assert t["downstream"] == ([CHAIN[i + 1]] if i + 1 < len(CHAIN) else [])
+        branches = [b for b, after in BRANCHES.items() if after == stage]
+        assert t["downstream"] == sorted(([CHAIN[i + 1]] if i + 1 < len(CHAIN) else []) + branches)
+    for stage, after in BRANCHES.items():
+        t = tasks[stage]
+        assert t["class"] == "Cr5StageOperator" and t["stage"] == stage
+        assert t["upstream"] == [after] and t["downstream"] == []
+
+
+def test_tasks_declare_the_assets_they_update(dagbag):
+    tasks = dagbag["dag"]["tasks"]
+    outlets = {stage: [a["name"] for a in t["outlets"]] for stage, t in tasks.items()}
+    assert outlets == {
+        "ingest": ["cr5/documents"],
+        "split": [],
+        "vocabulary": [],
+        "tfidf": [],
+        "train": ["cr5/model"],
+        "embed": ["cr5/embeddings"],
+        "index": ["cr5/index"],
+        "evaluate": [],
+    }
+    assert tasks["embed"]["outlets"][0] == {
+        "name": "cr5/embeddings",
+        "uri": "x-cr5://cr5_retrain/embeddings",
+        "group": "cr5",
+    }
+    # What each event's extra holds: the run, the manifest's rows, the model's version.
+    extra = dagbag["helpers"]["asset_extra"]
+    assert extra["documents"] == {
+        "run_key": "K",
+        "root": "/runs/K",
+        "path": "/runs/K/documents",
+        "rows": 7,
+        "rows_by_lang": {"de": 3, "en": 4},
+    }
+    assert extra["model"] == {
+        "run_key": "K",
+        "root": "/runs/K",
+        "path": "/d/K/model",
+        "model_version": "sha256:ab",
+        "languages": ["de", "en"],
+        "r": 20,
+    }
+    assert extra["embeddings"]["rows"] == 7
+    assert extra["embeddings"]["model_version"] == "sha256:ab"
+    assert extra["nothing"] == {"run_key": "K", "root": "/runs/K"}
 
 
 def test_retries_schedule_and_runs(dagbag):
@@ -301,6 +366,7 @@ def test_stage_command_lines(dagbag):
         "--set", 'evaluate.lambda_models_dir="/local/runs/K/lambda_models"',
         "--set", 'evaluate.baseline_models_dir="/local/runs/K/baseline_models"',
         "--set", 'evaluate.report_dir="/local/runs/K/reports"',
+        "--set", 'paths.index="/local/runs/K/index"',
         "--set", 'ingest.input="hdfs:///dumps/20250101/docs: new"',
         "--set", 'ingest.languages=["en", "de"]',
         "--set", "evaluate.lambda_grid=[0.1, 1.0, 10.0]",
@@ -334,6 +400,7 @@ def test_stage_settings_parse_as_the_jobs_read_them(dagbag):
     assert cfg.evaluate.report_dir == "/local/runs/K/reports"
     assert cfg.evaluate.lambda_models_dir == "/local/runs/K/lambda_models"
     assert cfg.evaluate.baseline_models_dir == "/local/runs/K/baseline_models"
+    assert cfg.paths.index == "/local/runs/K/index"
     assert cfg.ingest.input == "hdfs:///dumps/20250101/docs: new"
     assert list(cfg.ingest.languages) == ["en", "de"]
     assert list(cfg.evaluate.lambda_grid) == [0.1, 1.0, 10.0]
@@ -372,6 +439,18 @@ with create_session() as s:
             "tasks": {ti.task_id: {"state": str(ti.state), "try_number": ti.try_number}
                       for ti in s.query(TaskInstance).filter(TaskInstance.run_id == r.run_id)}}
            for r in runs]
+print("CR5-JSON " + json.dumps(out, default=str))
+"""
+
+# Runs in .venv-airflow after `airflow dags test`: the asset events the run recorded.
+ASSET_EVENTS_SNIPPET = r"""
+import json
+from airflow.models.asset import AssetEvent, AssetModel
+from airflow.utils.session import create_session
+with create_session() as s:
+    out = [{"asset": s.get(AssetModel, e.asset_id).name, "uri": s.get(AssetModel, e.asset_id).uri,
+            "task_id": e.source_task_id, "run_id": e.source_run_id, "extra": e.extra}
+           for e in s.query(AssetEvent).order_by(AssetEvent.id)]
 print("CR5-JSON " + json.dumps(out, default=str))
 """
 
@@ -438,7 +517,7 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         )
         status = cluster.status()
         apps = status.get("completedapps", []) + status.get("activeapps", [])
-        assert len(apps) >= len(CHAIN), f"expected one application per stage: {apps}"
+        assert len(apps) >= len(CHAIN) + len(BRANCHES), f"one application per stage: {apps}"
 
         proc = run([str(venv / "bin" / "python"), "-c", STATES_SNIPPET], env, timeout=300, cwd=home)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -447,7 +526,7 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         assert dag_run["state"] == "success", dag_run
         assert dag_run["conf"]["root"] == str(runs)
         states = {t: s["state"] for t, s in dag_run["tasks"].items()}
-        assert states == dict.fromkeys(CHAIN, "success")
+        assert states == dict.fromkeys(CHAIN + list(BRANCHES), "success")
 
         # Every stage's output, under this run's own root (datasets) and driver directory.
         for name in ["documents", "splits", "vocabulary", "tfidf", "concepts", "embeddings",
@@ -458,8 +537,50 @@ def test_dags_test_runs_the_chain_on_a_standalone_cluster(tmp_path):
         report = json.loads((driver_dir / "reports" / "evaluation.json").read_text())
         assert report["r"] == 20 and report["results"]
         assert (driver_dir / "reports" / "evaluation.md").exists()
-        for name in ["model", "reports", "checkpoints", "lambda_models", "baseline_models"]:
+        index = json.loads((driver_dir / "index" / "_manifest.json").read_text())
+        assert index["model"]["fingerprint"] and index["rows"] > 0
+        assert index["csls"]["sources"]  # the CSLS job ran on the cluster's executors
+        for name in [
+            "model",
+            "reports",
+            "checkpoints",
+            "lambda_models",
+            "baseline_models",
+            "index",
+        ]:
             assert not (root / name).exists(), f"{name} under the datasets' root {root}"
+
+        # The run updated the assets, with the manifests' rows and the model's version.
+        proc = run(
+            [str(venv / "bin" / "python"), "-c", ASSET_EVENTS_SNIPPET], env, timeout=300, cwd=home
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("CR5-JSON ")]
+        events = {e["asset"]: e for e in json.loads(line[len("CR5-JSON ") :])}
+        assert sorted(events) == ["cr5/documents", "cr5/embeddings", "cr5/index", "cr5/model"]
+        assert {e["task_id"] for e in events.values()} == {"ingest", "train", "embed", "index"}
+        assert {e["run_id"] for e in events.values()} == {dag_run["run_id"]}
+        version = (
+            "sha256:"
+            + hashlib.sha256((driver_dir / "model" / "model.json").read_bytes()).hexdigest()[:16]
+        )
+        for asset, dataset in (("cr5/documents", "documents"), ("cr5/embeddings", "embeddings")):
+            manifest = json.loads((root / dataset / "_manifest.json").read_text())
+            extra = events[asset]["extra"]
+            assert extra["path"] == str(root / dataset) and extra["run_key"] == RUN_KEY
+            assert extra["rows"] == manifest["rows"] > 0
+            assert extra["rows_by_lang"] == manifest["rows_by_lang"]
+        assert events["cr5/embeddings"]["extra"]["model_version"] == version
+        model_extra = events["cr5/model"]["extra"]
+        assert model_extra["model_version"] == version and model_extra["r"] == 20
+        assert model_extra["path"] == str(driver_dir / "model")
+        assert model_extra["languages"] == model["languages"]
+        index_extra = events["cr5/index"]["extra"]
+        assert index_extra["rows"] == index["rows"] and index_extra["path"].endswith("index")
+        assert index_extra["model_fingerprint"] == index["model"]["fingerprint"]
+        # and the `airflow dags test` log names them
+        log = (tmp_path / "dags-test.log").read_text()
+        assert all(f"asset {name}:" in log for name in events), "asset events not logged"
 
         # Run a task of the same DAG run again: it rewrites the same dataset, same data.
         manifest = root / "embeddings" / "_manifest.json"

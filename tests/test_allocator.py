@@ -29,7 +29,7 @@ def test_tune_malloc_applies_on_glibc_and_is_idempotent():
 def test_the_runner_tunes_malloc_unless_configured_off(monkeypatch, tmp_path):
     calls: list[int] = []
     monkeypatch.setattr("pipeline.allocator.tune_malloc", lambda: calls.append(1) or True)
-    monkeypatch.setattr(runner, "run_stages", lambda names, cfg: None)
+    monkeypatch.setattr(runner, "run_stages", lambda names, cfg, **kwargs: None)
     monkeypatch.setattr("pipeline.preflight.run_preflight", lambda *a, **k: None)
     root = f"paths.root={tmp_path}"
     assert runner.main(["vocabulary"], ["--set", root]) == 0

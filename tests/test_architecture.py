@@ -56,6 +56,17 @@ def test_model_api_loads_no_spark_backend_or_evaluation():
     assert not {m for m in loaded if m.startswith(forbidden)}, sorted(loaded)
 
 
+def test_search_queries_load_no_spark():
+    """The query side (API, CLI, HTTP service) starts without Spark; only the index stage's
+    library, pipeline/search/build.py, imports it."""
+    loaded = _fresh_import("pipeline.search.server")
+    assert not {m for m in loaded if m.startswith(("pyspark", "pipeline.stages"))}, sorted(loaded)
+    for path in _modules("search"):
+        if path.name != "build.py":
+            bad = {m for m in _imports(path) if m.startswith(("pyspark", "pipeline.stages"))}
+            assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
 def test_config_is_a_leaf():
     # the bottom layer, and the numpy-free parameter modules of the maths that config embeds
     allowed = {
@@ -148,6 +159,23 @@ def test_evaluation_builds_on_the_training_service_not_on_the_stages():
     assert not bad, sorted(bad)
 
 
+def test_spark_ml_stages_build_on_the_library_and_nothing_builds_on_them():
+    bad = {
+        f"{path.name}: {m}"
+        for path in _modules("sparkml")
+        for m in _imports(path)
+        if m.startswith(("pipeline.stages", "pipeline.evaluation"))
+    }
+    assert not bad, sorted(bad)
+    users = {
+        str(path.relative_to(ROOT))
+        for path in PKG.rglob("*.py")
+        if "sparkml" not in path.parts
+        and any(m.startswith("pipeline.sparkml") for m in _imports(path))
+    }
+    assert not users, sorted(users)
+
+
 #: Parameter declarations: modules every layer may import (numpy-free, no behaviour). Each is
 #: its own node of the package graph, so that a package importing its sibling's parameters is
 #: not counted as importing the sibling.
@@ -218,3 +246,13 @@ def test_the_cycle_check_sees_a_cycle(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "_package_graph", lambda: graph)
     with pytest.raises(AssertionError, match="pipeline.linalg"):
         test_packages_import_one_way()
+
+
+def test_the_error_boundary_sits_at_the_bottom():
+    """pipeline/failures.py serves every layer (io annotates writes, the runner and the CLI
+    report through it): it imports nothing of the pipeline but its exceptions, and neither
+    Spark nor Py4J, whose errors it recognises by name."""
+    inner = {
+        m for m in _imports(PKG / "failures.py") if m.startswith(("pipeline", "pyspark", "py4j"))
+    }
+    assert inner and all(m.startswith("pipeline.errors") for m in inner), sorted(inner)

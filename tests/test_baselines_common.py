@@ -71,5 +71,13 @@ def test_pencil_warns_at_cap_and_is_seeded():
 
 
 def test_registry_names_the_fit_functions():
-    assert set(FIT_FUNCTIONS) == {"untranslated", "cl_lsi", "cca", "opca"}
+    assert set(FIT_FUNCTIONS) == {
+        "untranslated",
+        "cl_lsi",
+        "cca",
+        "opca",
+        "jplsa",
+        "cplsa",
+        "s2net",
+    }
     assert BaselineResult.__dataclass_fields__.keys() >= {"components", "eigenvalues", "history"}

@@ -1,6 +1,7 @@
-"""deploy/submit.sh on a real Spark standalone cluster (master + worker on 127.0.0.1).
+"""deploy/submit.sh on a real Spark standalone cluster (a master and two workers on 127.0.0.1).
 
-The slow test starts a master and a worker from pip's pyspark, submits the whole demo
+The slow test starts a master and two workers from pip's pyspark (two executor JVMs, each
+with its own Python workers, the driver apart), submits the whole demo
 chain on the bundled sample through ``deploy/submit.sh --master spark://127.0.0.1:P``
 and checks that every dataset equals the same chain run in local mode; it stops what
 it started by PID. The fast tests check submit.sh's command lines (``--dry-run``).
@@ -140,11 +141,17 @@ def test_bad_arguments_exit_2(args, message):
 def test_chain_on_standalone_cluster_equals_local_mode(tmp_path):
     standalone = load_standalone()
     local_wall = run_chain("local[2]", tmp_path / "local")
-    with standalone.StandaloneCluster(tmp_path / "cluster", cores=2, memory="4g") as cluster:
+    with standalone.StandaloneCluster(
+        tmp_path / "cluster", cores=1, memory="2g", workers=2
+    ) as cluster:
         pids = [p.pid for p in cluster.procs]
         cluster_wall = run_chain(cluster.master_url, tmp_path / "standalone")
         apps = cluster.status().get("completedapps", []) + cluster.status().get("activeapps", [])
         assert any(app.get("name") == "cr5" for app in apps), apps
+        # both workers ran executors of the chain (two executor JVMs, not one)
+        for index in range(2):
+            work = tmp_path / "cluster" / "worker" / str(index)
+            assert any(work.glob("app-*/*/stderr")), f"worker {index} ran no executor"
     for pid in pids:  # stopped by PID: the processes are gone
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

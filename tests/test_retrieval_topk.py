@@ -259,7 +259,7 @@ def test_normalize_rows_zero_rows_stay_zero() -> None:
 
 def test_retrieve_registry() -> None:
     q, c, targets = random_data(6, 40, 5, seed=3)
-    assert set(SIMILARITIES) == {"cosine", "csls"}
+    assert set(SIMILARITIES) == {"cosine", "csls", "l1"}
     res = retrieve("cosine", q, c, targets, k=3)
     assert res.similarity == "cosine" and res.csls_source is None
     np.testing.assert_array_equal(res.indices, cosine_retrieval(q, c, targets, k=3).indices)

@@ -1,7 +1,8 @@
 """Airflow DAG ``cr5_retrain``: the Cr5 chain, one spark-submit per stage.
 
 ``ingest → split → vocabulary → tfidf → train → embed → evaluate`` (pipeline/stages/__init__.py's
-DEMO_CHAIN), each a :class:`Cr5StageOperator` (a ``SparkSubmitOperator`` from
+DEMO_CHAIN), and ``index`` (the search index, :data:`BRANCHES`) after ``embed``, beside
+``evaluate``; each a :class:`Cr5StageOperator` (a ``SparkSubmitOperator`` from
 ``apache-airflow-providers-apache-spark``) submitting ``jobs/<stage>.py`` in client mode
 to the master of the Airflow connection ``spark_default`` (``CR5_SPARK_CONN_ID`` to
 change it). See deploy/airflow/README.md and the README's "Schedule with Airflow".
@@ -44,6 +45,14 @@ zipped from ``repo`` by each task (``deploy/submit.sh --package-only``) and ship
 ``--py-files``. Retries: ``CR5_RETRIES`` (default 2), 5-10 minutes after
 the first failure, 10-20 after the second (exponential backoff, jittered).
 
+Assets: ``ingest``, ``train``, ``embed`` and ``index`` declare the assets ``cr5/documents``,
+``cr5/model``, ``cr5/embeddings`` and ``cr5/index`` as outlets (:data:`OUTLETS`), so
+downstream DAGs can be scheduled on them (``schedule=[Asset.ref(name="cr5/embeddings")]``).
+Each event's extra says which run wrote what: the run key, the path, the rows (total and per
+language) from the
+dataset's manifest, and the model's version (the SHA-256 of its ``model.json``), languages,
+r and λ; the job hands them over in ``--outputs-json`` (pipeline/outputs.py).
+
 Schedule: ``CR5_SCHEDULE`` (a cron expression, or "none" for manual runs only), by default
 03:00 UTC on the 3rd and 22nd of the month, two days after Wikimedia's twice-monthly dumps.
 Scheduled runs use the parameters' defaults: set them for a deployment with ``CR5_PARAMS``
@@ -60,12 +69,13 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, BaseHook, Param
+from airflow.sdk import DAG, Asset, BaseHook, Param
 from airflow.sdk.exceptions import AirflowFailException
 
 REPO = Path(os.environ.get("CR5_REPO") or Path(__file__).resolve().parents[2])
@@ -78,6 +88,10 @@ from pipeline.params import json_schema  # noqa: E402
 from pipeline.stages import DEMO_CHAIN  # noqa: E402
 
 CHAIN: tuple[str, ...] = DEMO_CHAIN
+#: Stages that branch off the chain: (stage, the chain stage it runs after). The search index
+#: needs only the embeddings, so it runs beside evaluate (it needs faiss in the venv:
+#: pip install 'cr5-on-spark[search]').
+BRANCHES: tuple[tuple[str, str], ...] = (("index", "embed"),)
 CONN_ID = os.environ.get("CR5_SPARK_CONN_ID", "spark_default")
 SCHEDULE = os.environ.get("CR5_SCHEDULE", "0 3 3,22 * *")
 RETRIES = int(os.environ.get("CR5_RETRIES", "2"))
@@ -89,7 +103,23 @@ DRIVER_LOCAL: tuple[tuple[str, str], ...] = (
     ("evaluate.lambda_models_dir", "lambda_models"),
     ("evaluate.baseline_models_dir", "baseline_models"),
     ("evaluate.report_dir", "reports"),
+    ("paths.index", "index"),
 )
+
+
+#: What downstream DAGs can be scheduled on: the assets each stage's task updates (a search
+#: service reloads on ``cr5/index``).
+OUTLETS: dict[str, tuple[str, ...]] = {
+    "ingest": ("documents",),
+    "train": ("model",),
+    "embed": ("embeddings",),
+    "index": ("index",),
+}
+ASSETS: dict[str, Asset] = {
+    name: Asset(name=f"cr5/{name}", uri=f"x-cr5://cr5_retrain/{name}", group="cr5")
+    for names in OUTLETS.values()
+    for name in names
+}
 
 
 # This deployment's parameter defaults (what scheduled runs use), over the built-in ones.
@@ -228,6 +258,22 @@ def stage_arguments(params: dict[str, Any], root: str, driver_dir: str | None = 
     return args
 
 
+def asset_extra(name: str, outputs: dict[str, Any], key: str, root: str) -> dict[str, Any]:
+    """The extra of asset ``name``'s event: the run, and what the stage's outputs (its
+    ``--outputs-json``, read from the manifests) say about the dataset or model."""
+    extra: dict[str, Any] = {"run_key": key, "root": root}
+    model = outputs.get("model")
+    if name == "model" and model:
+        extra.update({k if k != "version" else "model_version": v for k, v in model.items()})
+        return extra
+    dataset = outputs.get("datasets", {}).get(name)
+    if dataset:
+        extra.update(dataset)
+    if model:  # the model the embeddings were made with
+        extra["model_version"] = model["version"]
+    return extra
+
+
 def is_on_this_machine(master: str) -> bool:
     """A local[...] master, or a standalone master on the loopback interface."""
     if master.startswith("local"):
@@ -249,6 +295,7 @@ class Cr5StageOperator(SparkSubmitOperator):
     def __init__(self, *, stage: str, conn_id: str = CONN_ID, **kwargs: Any) -> None:
         kwargs.setdefault("task_id", stage)
         kwargs.setdefault("name", f"cr5-{stage}")
+        kwargs.setdefault("outlets", [ASSETS[name] for name in OUTLETS.get(stage, ())])
         super().__init__(application=f"jobs/{stage}.py", conn_id=conn_id, **kwargs)
         self.stage = stage
         self.cr5_conn_id = conn_id
@@ -304,9 +351,26 @@ class Cr5StageOperator(SparkSubmitOperator):
         # spark-submit's environment and working directory, for this task only. Not
         # through env_vars: on YARN and Kubernetes the hook forwards those to the remote
         # driver, where this machine's PATH and JAVA_HOME mean nothing.
-        with _process_environment(env, repo):
-            super().execute(context)
+        with tempfile.TemporaryDirectory(prefix="cr5-outputs-") as tmp:
+            outputs_file = Path(tmp) / "outputs.json"
+            self.application_args = [*self.application_args, "--outputs-json", str(outputs_file)]
+            with _process_environment(env, repo):
+                super().execute(context)
+            outputs = json.loads(outputs_file.read_text()) if outputs_file.exists() else {}
+        self._record_assets(context, outputs.get(self.stage, {}), key, root)
         return {"root": root, "driver_dir": driver_dir or root}
+
+    def _record_assets(self, context: Any, outputs: dict[str, Any], key: str, root: str) -> None:
+        """Put what the stage wrote into its outlets' asset events."""
+        names = OUTLETS.get(self.stage, ())
+        if names and not outputs:
+            self.log.warning(
+                "stage %s reported no outputs; its asset events carry the run only", self.stage
+            )
+        for name in names:
+            extra = asset_extra(name, outputs, key, root)
+            context["outlet_events"][ASSETS[name]].extra = extra
+            self.log.info("asset %s: %s", ASSETS[name].name, json.dumps(extra, default=str))
 
 
 def package_library(repo: Path, python: Path) -> str:
@@ -377,10 +441,15 @@ def _process_environment(env: dict[str, str], cwd: Path) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def build_dag(dag_id: str = "cr5_retrain", stages: Sequence[str] = CHAIN) -> DAG:
+def build_dag(
+    dag_id: str = "cr5_retrain",
+    stages: Sequence[str] = CHAIN,
+    branches: Sequence[tuple[str, str]] = BRANCHES,
+) -> DAG:
     with DAG(
         dag_id=dag_id,
-        description="Cr5 crosslingual embeddings: ingest, split, features, train, embed, evaluate",
+        description="Cr5 crosslingual embeddings: ingest, split, features, train, embed, "
+        "evaluate, search index",
         schedule=None if SCHEDULE.strip().lower() in ("", "none") else SCHEDULE,
         start_date=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
         catchup=False,
@@ -397,11 +466,15 @@ def build_dag(dag_id: str = "cr5_retrain", stages: Sequence[str] = CHAIN) -> DAG
         doc_md=__doc__,
     ) as dag:
         previous = None
+        tasks = {}
         for stage in stages:
             task = Cr5StageOperator(stage=stage)
             if previous is not None:
                 previous >> task
-            previous = task
+            previous = tasks[stage] = task
+        for stage, after in branches:
+            if after in tasks:
+                tasks[after] >> Cr5StageOperator(stage=stage)
     return dag
 
 

@@ -10,6 +10,11 @@ contract; its implementations live here, as siblings behind one factory, :func:`
   :mod:`~pipeline.backends.spark_solve` (a whole CG solve as one Spark job);
 - :mod:`~pipeline.backends.loader`: reading the ``tfidf`` dataset into either.
 
+The concept-grouped corpus of JPLSA, CPLSA and S2Net
+(:class:`~pipeline.linalg.groups.GroupedCorpus`) has the same two engines,
+:mod:`~pipeline.backends.local_groups` and :mod:`~pipeline.backends.spark_groups`, built by
+:func:`make_grouped_corpus`.
+
 Importing this package imports neither Spark nor a backend module; :func:`make_backend`
 imports the one it builds.
 
@@ -27,7 +32,7 @@ from pipeline.errors import ConfigError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
 from pipeline.linalg.params import BACKEND_DEFAULTS as _D
 
-__all__ = ["BACKEND_KINDS", "DEFAULTS", "make_backend"]
+__all__ = ["BACKEND_KINDS", "DEFAULTS", "make_backend", "make_grouped_corpus"]
 
 #: Allowed values of ``kind``.
 BACKEND_KINDS = ("local", "spark")
@@ -112,3 +117,45 @@ def make_backend(
     return SparkCorpusBackend.from_tfidf(
         spark, tfidf_path, dtype=dtype, languages=languages, **opts
     )
+
+
+def make_grouped_corpus(
+    kind: Literal["local", "spark"],
+    frame: Any,
+    *,
+    layout: Any,
+    n_docs: dict[str, int],
+    n_concepts: int,
+    n_blocks: int,
+    weighting: str,
+) -> Any:
+    """Build the concept-grouped corpus of ``frame`` on engine ``kind``.
+
+    Parameters
+    ----------
+    kind : {"local", "spark"}
+        ``"local"``: collected to the driver
+        (:class:`~pipeline.backends.local_groups.LocalGroupedCorpus`); ``"spark"``: cached on
+        the executors (:class:`~pipeline.backends.spark_groups.SparkGroupedCorpus`).
+    frame : DataFrame
+        One row per training document: ``lang_index, row, concept_index, indices, values``.
+    layout : TermLayout
+    n_docs : dict of str to int
+    n_concepts : int
+    n_blocks : int
+    weighting : {"counts", "tfidf"}
+
+    Returns
+    -------
+    GroupedCorpus
+    """
+    if kind not in BACKEND_KINDS:
+        raise ConfigError(f"backend kind must be one of {BACKEND_KINDS}; got {kind!r}")
+    opts = {"n_blocks": n_blocks, "weighting": weighting}
+    if kind == "local":
+        from pipeline.backends.local_groups import LocalGroupedCorpus
+
+        return LocalGroupedCorpus.from_frame(frame, layout, n_docs, n_concepts, **opts)
+    from pipeline.backends.spark_groups import SparkGroupedCorpus
+
+    return SparkGroupedCorpus.from_frame(frame, layout, n_docs, n_concepts, **opts)

@@ -29,6 +29,7 @@ __all__ = [
     "arrow_to_csr",
     "check_rows",
     "csr_arrays",
+    "local_backend_from_frame",
     "local_backend_from_tfidf",
     "read_tfidf_layout",
 ]
@@ -262,11 +263,54 @@ def local_backend_from_tfidf(
     InputDataError
         Bad rows (see :func:`arrow_to_csr`) or a document count differing from the manifest.
     """
+    layout = read_tfidf_layout(spark, tfidf_path, languages)
+    tables = _language_tables(spark, tfidf_path, layout.languages)
+    return _local_backend(layout, tables, dtype=dtype, transpose=transpose)
+
+
+def local_backend_from_frame(
+    tfidf: Any,
+    layout: TfidfLayout,
+    *,
+    dtype: str = "float32",
+    transpose: str = "implicit",
+):
+    """A :class:`~pipeline.backends.local.LocalCorpusBackend` holding the rows of a DataFrame.
+
+    Parameters
+    ----------
+    tfidf : DataFrame
+        Rows with the ``tfidf`` dataset's columns (at least ``lang, row, concept_index,
+        indices, values``), numbered 0..n_l-1 per language; collected to the driver one
+        language at a time (``toArrow``, which Spark Connect sessions have too).
+    layout : TfidfLayout
+        The sizes the rows must have (languages, p_l, n_l, K).
+    dtype, transpose
+        As for :func:`local_backend_from_tfidf`.
+
+    Raises
+    ------
+    InputDataError
+        Bad rows (see :func:`arrow_to_csr`) or a document count differing from ``layout``.
+    """
+    tables = (
+        (lang, _collect_language(tfidf, lang, "the fitted DataFrame")) for lang in layout.languages
+    )
+    return _local_backend(layout, tables, dtype=dtype, transpose=transpose)
+
+
+def _local_backend(
+    layout: TfidfLayout,
+    tables: Iterator[tuple[str, pa.Table]],
+    *,
+    dtype: str,
+    transpose: str,
+):
+    """Each language's table converted by :func:`arrow_to_csr` and checked against ``layout``."""
     from pipeline.backends.local import LocalCorpusBackend
 
-    layout = read_tfidf_layout(spark, tfidf_path, languages)
     data = {}
-    for lang, table in _language_tables(spark, tfidf_path, layout.languages):
+    for lang, table in tables:
         x, concepts = arrow_to_csr(
             table, layout.n_terms[lang], lang=lang, n_concepts=layout.n_concepts
         )
@@ -293,7 +337,6 @@ def _language_tables(
     corpus exceeds Spark's default limit). Delta tables and other stores are collected through
     Spark (``toArrow()``); there the limit applies and the error says so.
     """
-    from pyspark.sql import functions as F
 
     from pipeline.io import delta
     from pipeline.io.arrow_scan import arrow_dataset
@@ -308,18 +351,25 @@ def _language_tables(
         return
     df = read_dataset(spark, TFIDF, tfidf_path)
     for lang in languages:
-        try:
-            table = df.filter(F.col("lang") == lang).select(*_TFIDF_COLUMNS).toArrow()
-        except Exception as exc:
-            if "maxResultSize" not in str(exc):
-                raise
-            raise ConfigError(
-                f"train.backend=local collects language {lang!r} of {tfidf_path} to the driver "
-                f"and it exceeds spark.driver.maxResultSize ({_first_line(exc)}). Fix: raise "
-                "it (spark.conf: {spark.driver.maxResultSize: 8g} as in conf/cluster.yaml; 0 "
-                "= unlimited), or train with train.backend=spark."
-            ) from None
-        yield lang, table
+        yield lang, _collect_language(df, lang, tfidf_path)
+
+
+def _collect_language(df: Any, lang: str, where: str) -> pa.Table:
+    """One language's rows of the tfidf frame ``df`` collected to the driver as Arrow;
+    ConfigError naming the fix when they exceed ``spark.driver.maxResultSize``."""
+    from pyspark.sql import functions as F
+
+    try:
+        return df.filter(F.col("lang") == lang).select(*_TFIDF_COLUMNS).toArrow()
+    except Exception as exc:
+        if "maxResultSize" not in str(exc):
+            raise
+        raise ConfigError(
+            f"train.backend=local collects language {lang!r} of {where} to the driver "
+            f"and it exceeds spark.driver.maxResultSize ({_first_line(exc)}). Fix: raise "
+            "it (spark.conf: {spark.driver.maxResultSize: 8g} as in conf/cluster.yaml; 0 "
+            "= unlimited), or train with train.backend=spark."
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:

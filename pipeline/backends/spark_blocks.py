@@ -80,7 +80,10 @@ def arrow_block_record(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordB
     batches = [b for b in batches if b.num_rows]
     if not batches:
         return
-    table = pa.Table.from_batches(batches)
+    # In row order: the rows of a partition come from the shuffle in the order its blocks
+    # were fetched, which differs when a lost executor's partition is recomputed; sorted,
+    # a retried block (and every sum over it) is the same to the bit.
+    table = pa.Table.from_batches(batches).sort_by("row")
     rows = table.column("row").to_numpy().astype(np.int64)
     concepts = table.column("concept_index").to_numpy().astype(np.int64)
     error = None

@@ -8,10 +8,17 @@ embeds a TF-IDF row of language l as ``x @ components[l]``, like Cr5's Φ_lᵀ:
   vocabulary (identical strings shared); sparse selection maps;
 * :func:`~pipeline.baselines.cl_lsi.fit_cl_lsi` — SVD of the concept × stacked-term matrix YᵀX;
 * :func:`~pipeline.baselines.cca.fit_cca` — regularised (multi-set) CCA on concept-aligned views;
-* :func:`~pipeline.baselines.opca.fit_opca` — oriented PCA, S v = σ (N + γI) v.
+* :func:`~pipeline.baselines.opca.fit_opca` — oriented PCA, S v = σ (N + γI) v;
+* :func:`~pipeline.baselines.plsa.fit_jplsa`, :func:`~pipeline.baselines.plsa.fit_cplsa` —
+  topic models of the concepts (joint, and coupled by posterior regularisation), MAP EM on a
+  :class:`~pipeline.linalg.groups.GroupedCorpus` of term counts; their ``components[l]`` are
+  topic-word matrices that embed by folding-in (:mod:`pipeline.baselines.topics`);
+* :func:`~pipeline.baselines.s2net.fit_s2net` — a siamese linear projection trained from
+  OPCA's by mini-batch gradient descent on a GroupedCorpus of TF-IDF rows.
 
-They share the solver parameters of :class:`pipeline.linalg.params.Cr5Params`; γ is declared
-in :mod:`pipeline.baselines.params` (the configuration's ``train`` section embeds both). The
+They share the solver parameters of :class:`pipeline.linalg.params.Cr5Params`; their own are
+declared in :mod:`pipeline.baselines.params` (the configuration's ``train`` section embeds
+them). The
 names below load on first use (:mod:`pipeline.lazy`), so that importing that module loads no
 numpy.
 """
@@ -27,8 +34,17 @@ if TYPE_CHECKING:
     from pipeline.baselines.cl_lsi import fit_cl_lsi
     from pipeline.baselines.common import BaselineResult, pencil_eigsh
     from pipeline.baselines.opca import fit_opca
-    from pipeline.baselines.params import BaselineParams
+    from pipeline.baselines.params import (
+        GROUPED_METHODS,
+        TOPIC_METHODS,
+        BaselineParams,
+        PlsaParams,
+        S2NetParams,
+    )
+    from pipeline.baselines.plsa import fit_cplsa, fit_jplsa
     from pipeline.baselines.registry import FIT_FUNCTIONS
+    from pipeline.baselines.s2net import fit_s2net
+    from pipeline.baselines.topics import fold_in
     from pipeline.baselines.untranslated import fit_untranslated, selection_maps, union_vocabulary
 
 __getattr__, __dir__ = lazy_exports(
@@ -40,7 +56,15 @@ __getattr__, __dir__ = lazy_exports(
         "pencil_eigsh": "common",
         "fit_opca": "opca",
         "BaselineParams": "params",
+        "PlsaParams": "params",
+        "S2NetParams": "params",
+        "fit_cplsa": "plsa",
+        "fit_jplsa": "plsa",
         "FIT_FUNCTIONS": "registry",
+        "GROUPED_METHODS": "params",
+        "TOPIC_METHODS": "params",
+        "fit_s2net": "s2net",
+        "fold_in": "topics",
         "fit_untranslated": "untranslated",
         "selection_maps": "untranslated",
         "union_vocabulary": "untranslated",
@@ -49,12 +73,20 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "FIT_FUNCTIONS",
+    "GROUPED_METHODS",
+    "TOPIC_METHODS",
     "BaselineParams",
     "BaselineResult",
+    "PlsaParams",
+    "S2NetParams",
     "fit_cca",
     "fit_cl_lsi",
+    "fit_cplsa",
+    "fit_jplsa",
     "fit_opca",
+    "fit_s2net",
     "fit_untranslated",
+    "fold_in",
     "pencil_eigsh",
     "selection_maps",
     "union_vocabulary",

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
-from pipeline.baselines.params import BaselineParams
+from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import LanczosResult
@@ -79,22 +79,32 @@ class BaselineResult:
         passes over X, timings.
     mean : dict of str to ndarray of shape (p_l,), optional
         The centring vector used by the fit (for optional centring at inference), or None.
+    folding_in : dict, optional
+        For the topic models: ``components[l]`` is the language's topic-word matrix
+        (p_l, T), and a document is embedded from its term counts by folding-in with these
+        settings (``steps``, ``topic_prior``; :func:`pipeline.baselines.topics.fold_in`), not
+        as ``x @ components[l]``. None for the linear maps.
+    similarity : str
+        The method's own similarity of two embeddings (``"l1"`` for topic distributions);
+        cosine for the others.
     """
 
     components: dict
     eigenvalues: np.ndarray
     history: dict
     mean: dict[str, np.ndarray] | None = None
+    folding_in: dict | None = None
+    similarity: str = "cosine"
 
 
 def check_params(
     method: str, params: dict, rules: dict[str, tuple[str, Callable]] | None = None
 ) -> None:
     """Validate ``params``: the keys declared as ``train.*`` against their one declaration
-    (:class:`~pipeline.linalg.params.Cr5Params`,
-    :class:`~pipeline.baselines.params.BaselineParams`), then the method's own ``rules``
+    (:class:`~pipeline.linalg.params.Cr5Params` and the classes of
+    :mod:`pipeline.baselines.params`), then the method's own ``rules``
     (``{name: (description, predicate)}``); raise ValueError (a ConfigError)."""
-    for declared in (Cr5Params, BaselineParams):
+    for declared in (Cr5Params, BaselineParams, PlsaParams, S2NetParams):
         check_declared(declared, params, owner=method, prefix="train.")
     for name, (desc, ok) in (rules or {}).items():
         if not ok(params[name]):

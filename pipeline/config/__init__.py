@@ -19,6 +19,7 @@ from pipeline.config.pairs import all_pairs, canonical, parse_pair
 from pipeline.config.reference import param_info, reference_markdown
 from pipeline.config.sections import (
     EVALUATE_DEFAULTS,
+    SEARCH_DEFAULTS,
     TEXT_DEFAULTS,
     TRAIN_DEFAULTS,
     Config,
@@ -27,6 +28,7 @@ from pipeline.config.sections import (
     FeaturesConfig,
     IngestConfig,
     PathsConfig,
+    SearchConfig,
     SparkConfig,
     SplitConfig,
     TextConfig,
@@ -37,6 +39,7 @@ from pipeline.wikipedia.config import WikipediaConfig
 
 __all__ = [
     "EVALUATE_DEFAULTS",
+    "SEARCH_DEFAULTS",
     "TEXT_DEFAULTS",
     "TRAIN_DEFAULTS",
     "Config",
@@ -45,6 +48,7 @@ __all__ = [
     "FeaturesConfig",
     "IngestConfig",
     "PathsConfig",
+    "SearchConfig",
     "SparkConfig",
     "SplitConfig",
     "TextConfig",

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config.pairs import parse_pair
 from pipeline.config.sections import Config, EvaluateConfig
 from pipeline.errors import ConfigError
@@ -197,6 +198,7 @@ def validate(cfg: Config) -> Config:
             f"train.setup={t.setup!r} needs train.pair to name two different languages, "
             f"e.g. --set 'train.pair=[en, de]' (got {t.pair!r})"
         )
+    _check_classic_methods(cfg)
     w = cfg.words
     if len(w.pair) != 2 or w.pair[0] == w.pair[1]:
         raise ConfigError(
@@ -211,6 +213,33 @@ def validate(cfg: Config) -> Config:
             "(try utf-8, latin-1, cp1252, utf-16)"
         ) from exc
     return cfg
+
+
+def _check_classic_methods(cfg: Config) -> None:
+    """JPLSA, CPLSA and S2Net settings that need other sections (before any Spark work)."""
+    t, e = cfg.train, cfg.evaluate
+    methods = {t.method, *e.methods}
+    no_splits = cfg.features.heldout_concepts is None
+    if methods & set(TOPIC_METHODS) and t.plsa_stop_rule == "validation" and no_splits:
+        raise ConfigError(
+            "train.plsa_stop_rule=validation scores the split stage's validation concepts, but "
+            "features.heldout_concepts is not set. Fix: set features.heldout_concepts: splits "
+            "(and rerun vocabulary and tfidf), or train.plsa_stop_rule=likelihood"
+        )
+    if "s2net" in methods:
+        if not t.s2net_learning_rates or not t.s2net_epochs:
+            raise ConfigError(
+                "train.s2net_learning_rates and train.s2net_epochs must each name at least one "
+                f"value; got {t.s2net_learning_rates} and {t.s2net_epochs}"
+            )
+        several = len(t.s2net_learning_rates) * len(set(t.s2net_epochs)) > 1
+        if several and no_splits:
+            raise ConfigError(
+                "s2net chooses among train.s2net_learning_rates x train.s2net_epochs on the "
+                "split stage's validation concepts, but features.heldout_concepts is not set. "
+                "Fix: set features.heldout_concepts: splits, or give one learning rate and one "
+                "epoch count"
+            )
 
 
 def check_evaluate(e: EvaluateConfig) -> None:
@@ -228,4 +257,10 @@ def check_evaluate(e: EvaluateConfig) -> None:
         raise ConfigError(
             "evaluate.methods has untranslated, whose sparse vectors need the local engine; "
             "set evaluate.engine=local (or auto) or drop untranslated"
+        )
+    topic = [m for m in e.methods if m in TOPIC_METHODS]
+    if topic and e.engine == "spark":
+        raise ConfigError(
+            f"evaluate.methods has {', '.join(topic)}, whose L1 similarity the spark evaluation "
+            "engine does not compute; set evaluate.engine=local (or auto) or drop them"
         )

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipeline.baselines.params import BaselineParams
+from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
 from pipeline.linalg.params import BackendParams, Cr5Params
 from pipeline.neural.params import NeuralParams
 from pipeline.params import param
@@ -26,6 +26,7 @@ from pipeline.wikipedia.config import WikipediaConfig
 
 __all__ = [
     "EVALUATE_DEFAULTS",
+    "SEARCH_DEFAULTS",
     "TEXT_DEFAULTS",
     "TRAIN_DEFAULTS",
     "Config",
@@ -34,6 +35,7 @@ __all__ = [
     "FeaturesConfig",
     "IngestConfig",
     "PathsConfig",
+    "SearchConfig",
     "SparkConfig",
     "SplitConfig",
     "TextConfig",
@@ -64,6 +66,13 @@ class SparkConfig:
     conf: dict[str, str] = param(
         default_factory=dict,
         doc='Extra Spark properties, e.g. {"spark.executor.memory": "8g"}.',
+    )
+    master_wait_seconds: float = param(
+        20.0,
+        lo=0.0,
+        doc="A spark:// master that does not accept connections is retried for this long "
+        "before the run stops (exit 2) with a message naming it, instead of Spark's own "
+        "minute of registration attempts; 0: one attempt (pipeline/failures.py).",
     )
     driver_malloc_tuning: bool = param(
         True,
@@ -103,6 +112,21 @@ class PathsConfig:
         "(every min(30 s, this / 4)) is older than this (on the writer's own host a dead pid "
         "is recognised at once); only then are they removed by another run.",
     )
+    checksum_max_bytes: int = param(
+        1 << 30,
+        lo=0,
+        doc="Readers check the SHA-256 of every file of a dataset (or model) whose files total "
+        "at most this many bytes, and the sizes of every file always, against the manifest "
+        "its writer recorded; a damaged dataset stops the stage (exit 2) naming the file and "
+        "the command that rebuilds it. 0: sizes only. `python -m pipeline verify PATH` checks "
+        "any size (pipeline/io/integrity.py).",
+    )
+    logs: str | None = param(
+        None,
+        doc="Directory of the run logs: each job writes <logs>/<stages>-<UTC time>-<pid>.log "
+        "with its full log, Spark's output and the trace of any failure (the console gets one "
+        "paragraph). Default: <root>/logs when root is a local directory, else ./logs.",
+    )
     documents: str | None = param(
         None, doc="Path of the documents dataset (default <root>/documents)."
     )
@@ -113,6 +137,11 @@ class PathsConfig:
     model: str | None = param(None, doc="Path of the model directory.")
     embeddings: str | None = param(None, doc="Path of the embeddings dataset.")
     evaluation: str | None = param(None, doc="Path of the evaluation dataset.")
+    index: str | None = param(
+        None,
+        doc="Directory of the search index (stage index; default <root>/index). The driver "
+        "writes it with plain file I/O, like the model: a local (or locally mounted) path.",
+    )
     word_vectors: str | None = param(
         None, doc="Directory of the monolingual word vectors (stage word_vectors)."
     )
@@ -191,23 +220,40 @@ class FeaturesConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig(Cr5Params, BackendParams, BaselineParams, NeuralParams):
+class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetParams, NeuralParams):
     """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
 
     The solver's parameters (:class:`~pipeline.linalg.params.Cr5Params`), the backend's
-    options (:class:`~pipeline.linalg.params.BackendParams`) and the baselines' γ
-    (:class:`~pipeline.baselines.params.BaselineParams`) are declared by the code that uses
+    options (:class:`~pipeline.linalg.params.BackendParams`) and the baselines' parameters
+    (:class:`~pipeline.baselines.params.BaselineParams`,
+    :class:`~pipeline.baselines.params.PlsaParams`,
+    :class:`~pipeline.baselines.params.S2NetParams`) are declared by the code that uses
     them; this section embeds them as its keys, beside the stage's own below.
     """
 
-    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca", "xcnn", "tlaser", "ctlaser"] = (
+    method: Literal[
+        "cr5",
+        "untranslated",
+        "cl_lsi",
+        "cca",
+        "opca",
+        "jplsa",
+        "cplsa",
+        "s2net",
+        "xcnn",
+        "tlaser",
+        "ctlaser",
+    ] = (
         param(
             "cr5",
             doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
             "the same model format (untranslated: a sparse selection model, r = |union "
-            "vocabulary|; the λ and solver settings do not apply to it), or a neural method "
-            "trained with PyTorch (xcnn, tlaser, ctlaser: the train.neural_*, xcnn_*, tlaser_* "
-            "keys, docs/neural.md; needs the neural extra).",
+            "vocabulary|; the λ and solver settings do not apply to it; jplsa, cplsa: topic "
+            "models with r topics, fitted on term counts by EM, embedding by folding-in, "
+            "compared by L1 distance; s2net: a projection trained from OPCA's by gradient "
+            "descent; docs/classic-methods.md), or a neural method trained with PyTorch "
+            "(xcnn, tlaser, ctlaser: the train.neural_*, xcnn_*, tlaser_* keys, "
+            "docs/neural.md; needs the neural extra).",
         )
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
@@ -436,6 +482,9 @@ class EvaluateConfig(RetrievalParams):
             "cl_lsi",
             "cca",
             "opca",
+            "jplsa",
+            "cplsa",
+            "s2net",
             "xcnn",
             "tlaser",
             "ctlaser",
@@ -449,7 +498,8 @@ class EvaluateConfig(RetrievalParams):
         "trained on the same rows with the model's r (saved under "
         "evaluate.baseline_models_dir/<method>); avg_<map>: the word-mapping document "
         "baselines the translate_words stage saved (words.document_models_dir), evaluated on "
-        "the directions of their language pair.",
+        "the directions of their language pair. A method with a similarity of its own (L1 "
+        "for jplsa and cplsa) is scored with it too (measure l1), beside evaluate.measures.",
     )
     baseline_models_dir: str | None = param(
         None, doc="Where evaluate.methods' models go (default <paths.root>/baseline_models)."
@@ -569,6 +619,81 @@ class WordsConfig:
 
 
 @dataclass(frozen=True)
+class SearchConfig:
+    """Stage ``index`` and the search service (:mod:`pipeline.search`): one nearest-neighbour
+    index per language over the ``embeddings`` dataset, searched by cosine (inner product of
+    L2-normalised vectors), optionally re-ranked by CSLS.
+
+    The ``index`` stage reads the build keys; the Python API, ``python -m pipeline search``
+    and the HTTP service take their query defaults (ef_search, CSLS re-rank depth, k, port)
+    from the query keys, which each of them can override per call. Why these defaults:
+    docs/search.md.
+    """
+
+    index_type: Literal["auto", "flat", "hnsw"] = param(
+        "auto",
+        doc="flat: exact inner product (faiss IndexFlatIP); hnsw: a graph index (faiss "
+        "IndexHNSWFlat) whose candidates are scored exactly on the stored vectors; auto: flat "
+        "for a language of up to search.flat_max_rows documents, hnsw above.",
+    )
+    flat_max_rows: int = param(
+        20_000,
+        lo=0,
+        doc="index_type auto: languages with at most this many documents get an exact flat "
+        "index (a single query scans them all).",
+    )
+    shard_rows: int = param(
+        250_000,
+        lo=1,
+        doc="Documents per shard: a language with n documents is cut into ceil(n / shard_rows) "
+        "shards by a hash of doc_id, each built by one Spark task and written as one file; a "
+        "query searches every shard of a language and merges their top-k. Bounds the memory "
+        "of one build task and of the driver while it writes a shard.",
+    )
+    hnsw_m: int = param(32, lo=2, doc="HNSW: neighbours per node (graph degree; memory, recall).")
+    hnsw_ef_construction: int = param(
+        80, lo=1, doc="HNSW: candidate list while building (build time, graph quality)."
+    )
+    ef_search: int = param(
+        96,
+        lo=1,
+        doc="HNSW: candidate list while searching (latency against recall); at least the "
+        "number of results asked for is used.",
+    )
+    build_threads: int = param(
+        1,
+        lo=1,
+        doc="faiss threads per build task. 1 keeps an HNSW build deterministic (a rerun "
+        "writes the same index); Spark runs the shards' tasks in parallel.",
+    )
+    csls: bool = param(
+        True,
+        doc="Precompute CSLS terms: for each indexed document and each other indexed language, "
+        "the mean cosine of its evaluate.csls_k nearest documents of that language (the "
+        "r_S of pipeline/retrieval/csls.py over the whole collection), so queries can be "
+        "re-ranked by CSLS.",
+    )
+    csls_ef_search: int = param(
+        64,
+        lo=1,
+        doc="HNSW candidate list of the CSLS precomputation's neighbour searches.",
+    )
+    csls_rerank: int = param(
+        100,
+        lo=1,
+        doc="Query time, CSLS: the top this many cosine candidates of each target language are "
+        "re-ranked by 2 cos - r_T(query) - r_S(document).",
+    )
+    default_k: int = param(10, lo=1, doc="Results per target language when a query names none.")
+    max_k: int = param(100, lo=1, doc="Largest k a query may ask for.")
+    snippet_chars: int = param(
+        280, lo=0, doc="Characters of each document's text kept in the index as its snippet."
+    )
+    host: str = param("127.0.0.1", doc="Address the HTTP search service listens on.")
+    port: int = param(8080, lo=0, hi=65535, doc="Port of the HTTP search service (0: any free).")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration of a pipeline run."""
 
@@ -583,6 +708,7 @@ class Config:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     wikipedia: WikipediaConfig = field(default_factory=WikipediaConfig)
     words: WordsConfig = field(default_factory=WordsConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -608,3 +734,4 @@ class Config:
 TRAIN_DEFAULTS = TrainConfig()
 TEXT_DEFAULTS = TextConfig()
 EVALUATE_DEFAULTS = EvaluateConfig()
+SEARCH_DEFAULTS = SearchConfig()

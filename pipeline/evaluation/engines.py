@@ -26,6 +26,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config import Config, EvaluateConfig
 from pipeline.errors import ConfigError
 from pipeline.evaluation.protocol import Direction
@@ -268,6 +269,11 @@ class SparkEngine:
             )
             source = s.column("vector").combine_chunks().flatten().to_numpy().reshape(-1, r)
         results = {}
+        if "l1" in measures:
+            raise ConfigError(
+                "the spark evaluation engine does not compute the L1 similarity of topic "
+                "models; set evaluate.engine=local (or auto)"
+            )
         try:
             for m in measures:
                 kw: dict[str, Any] = {"block_q": e.block_q, "block_c": e.block_c}
@@ -302,10 +308,14 @@ def open_engine(
     name = e.engine
     if name == "auto":
         name = "spark" if largest > e.local_max_candidates else "local"
-        if name == "spark" and "untranslated" in e.methods:
+        needs = [m for m in e.methods if m == "untranslated" or m in TOPIC_METHODS]
+        if cfg.train.method in TOPIC_METHODS:
+            needs.append(cfg.train.method)
+        if name == "spark" and needs:
             log.warning(
-                "evaluate: local engine for all methods (untranslated's sparse vectors need it), "
-                "although %d candidates exceed evaluate.local_max_candidates=%d",
+                "evaluate: local engine for all methods (%s need it: sparse vectors, L1 "
+                "similarity), although %d candidates exceed evaluate.local_max_candidates=%d",
+                ", ".join(needs),
                 largest,
                 e.local_max_candidates,
             )

@@ -37,6 +37,7 @@ from pipeline.evaluation.protocol import (
     directions_of,
     evaluate_role,
     method_params,
+    model_measures,
     plan,
     validation_score,
 )
@@ -142,7 +143,7 @@ def evaluate_model(
     t0 = time.perf_counter()
     ctx.engine.use_model(model_path)
     test = evaluate_role(
-        ctx.engine, ctx.directions, ctx.splits_rows, "test", list(ctx.e.measures), ctx.e
+        ctx.engine, ctx.directions, ctx.splits_rows, "test", model_measures(meta, ctx.e), ctx.e
     )
     seconds = time.perf_counter() - t0
     lam = float(meta["lam"])
@@ -154,6 +155,7 @@ def evaluate_model(
         "r": int(meta["r"]),
         "lam": lam,
         "params": method_params(method, lam, ctx.cfg.train.gamma),
+        "similarity": str(meta.get("similarity", "cosine")),
         "fit_seconds": meta.get("training", {}).get("fit_seconds"),
         "test_seconds": round(seconds, 2),
     }
@@ -168,7 +170,9 @@ def train_and_evaluate(
     Same training rows (train.* selection), same r as the evaluated model (its λ for cr5),
     same splits, candidates and engine: only the method differs. CCA and OPCA take γ from
     ``evaluate.gamma_grid`` when it has two or more values, chosen on the validation
-    concepts like λ (otherwise ``train.gamma``). ``data`` is the loaded training rows
+    concepts like λ (otherwise ``train.gamma``). A method with a similarity of its own (the
+    topic models' L1) is scored with it too
+    (:func:`~pipeline.evaluation.protocol.model_measures`). ``data`` is the loaded training rows
     (:func:`pipeline.training.load_training_data`), shared by every fit.
     """
     spark, cfg, e, engine = ctx.spark, ctx.cfg, ctx.e, ctx.engine
@@ -210,16 +214,19 @@ def train_and_evaluate(
     path = best["model"]
     t0 = time.perf_counter()
     engine.use_model(path)
-    rows = evaluate_role(engine, directions, splits_rows, "test", list(e.measures), e)
+    trained_meta = read_model_json(path)
+    measures = model_measures(trained_meta, e)
+    rows = evaluate_role(engine, directions, splits_rows, "test", measures, e)
     test_seconds = time.perf_counter() - t0
     for row in rows:
         row["lam"] = lam
         row["method"] = method
     return rows, {
         "model": path,
-        "r": int(read_model_json(path)["r"]),
+        "r": int(trained_meta["r"]),
         "lam": lam,
         "params": method_params(method, lam, best["gamma"]),
+        "similarity": str(trained_meta.get("similarity", "cosine")),
         "fit_seconds": best["fit_seconds"],
         "train_wall_seconds": round(train_wall, 2),
         "test_seconds": round(test_seconds, 2),

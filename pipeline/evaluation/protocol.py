@@ -29,6 +29,7 @@ __all__ = [
     "directions_of",
     "evaluate_role",
     "method_params",
+    "model_measures",
     "plan",
     "role_concepts",
     "validation_score",
@@ -134,12 +135,24 @@ def evaluate_role(
 
 
 def method_params(method: str, lam: float, gamma: float) -> dict[str, float]:
-    """The regularisation that applies to ``method`` (for the report)."""
+    """The regularisation that applies to ``method`` (for the report; S2Net: OPCA's γ, which
+    it starts from)."""
     if method == "cr5":
         return {"λ": lam}
-    if method in ("cca", "opca"):
+    if method in ("cca", "opca", "s2net"):
         return {"γ": gamma}
     return {}
+
+
+def model_measures(meta: dict[str, Any], e: EvaluateConfig) -> list[str]:
+    """The measures a model is scored with: ``evaluate.measures``, and the similarity its
+    method defines (``model.json``'s ``similarity``, e.g. ``"l1"`` for a topic model) when
+    that is not among them."""
+    measures = list(e.measures)
+    own = str(meta.get("similarity", "cosine"))
+    if own != "cosine" and own not in measures:
+        measures.append(own)
+    return measures
 
 
 def validation_score(

@@ -95,21 +95,33 @@ def _methods_section(report: dict[str, Any]) -> list[str]:
         "Trained on the same rows and evaluated on the same queries and candidates.",
         "",
         "| method | r | regularisation | fit (s) | test (s) | mean P@1 (cosine) "
-        "| mean MRR (cosine) | model |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| mean MRR (cosine) | mean P@1, MRR (own similarity) | model |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for name, info in methods.items():
+
+    def means(name: str, measure: str) -> tuple[float, float]:
         rows = [
             r
             for r in report["results"]
-            if r.get("method", "cr5") == name and r["measure"] == "cosine"
+            if r.get("method", "cr5") == name and r["measure"] == measure
         ]
-        p1 = sum(r["precision_at"].get(1, 0.0) for r in rows) / len(rows) if rows else float("nan")
-        mrr = sum(r["mrr"] for r in rows) / len(rows) if rows else float("nan")
+        if not rows:
+            return float("nan"), float("nan")
+        p1 = sum(r["precision_at"].get(1, 0.0) for r in rows) / len(rows)
+        return p1, sum(r["mrr"] for r in rows) / len(rows)
+
+    for name, info in methods.items():
+        p1, mrr = means(name, "cosine")
+        own = info.get("similarity", "cosine")
+        own_cell = "–"
+        if own != "cosine":
+            op1, omrr = means(name, own)
+            own_cell = f"{own}: {op1:.3f}, {omrr:.3f}"
         reg = ", ".join(f"{k} = {v:g}" for k, v in info.get("params", {}).items())
         out.append(
             f"| {name} | {info['r']} | {reg or '–'} | {info.get('fit_seconds')} | "
-            f"{info.get('test_seconds')} | {p1:.3f} | {mrr:.3f} | `{info['model']}` |"
+            f"{info.get('test_seconds')} | {p1:.3f} | {mrr:.3f} | {own_cell} | "
+            f"`{info['model']}` |"
         )
     for name, info in methods.items():
         sel = info.get("gamma_selection")

@@ -1,4 +1,6 @@
-"""TF-IDF rows of validation concepts, for the train stage's ``train.stop_rule: validation``.
+"""Rows of validation concepts, for the train stage's validation rules: Cr5's
+``train.stop_rule: validation`` and S2Net's choice of learning rate and epochs (TF-IDF rows),
+and the topic models' ``train.plsa_stop_rule: validation`` (term counts, ``weighting="counts"``).
 
 The split stage's validation concepts are held out of vocabulary, IDF and training in every
 language (docs/design.md, evaluation protocol), so their documents are an honest validation
@@ -6,8 +8,9 @@ set for the eigensolver's stopping rule. The ``train.validation_concepts`` conce
 split priority are taken (the same ones the evaluation's λ selection scores first); their
 documents in the training languages are collected to the driver (a few thousand short texts)
 and weighted with the training vocabulary and IDF through
-:func:`~pipeline.features.weighting.tfidf_matrix`, the function the embedding API uses, so a
-validation document gets exactly the vector the trained model would give it.
+:func:`~pipeline.features.weighting.tfidf_matrix` (or counted by
+:func:`~pipeline.features.weighting.count_matrix`), the functions the embedding API uses, so
+a validation document gets exactly the input the trained model would give it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config
 from pipeline.errors import ConfigError, InputDataError
-from pipeline.features.weighting import LanguageVocabulary, tfidf_matrix
+from pipeline.features.weighting import LanguageVocabulary, count_matrix, tfidf_matrix
 from pipeline.io.datasets import read_dataset, read_table
 from pipeline.io.schemas import DOCUMENTS
 from pipeline.linalg.monitor import ValidationSet
@@ -33,17 +36,24 @@ __all__ = ["load_validation_set", "validation_documents"]
 log = logging.getLogger(__name__)
 
 
-def validation_documents(spark: SparkSession, cfg: Config, languages: list[str]) -> pa.Table:
+def validation_documents(
+    spark: SparkSession,
+    cfg: Config,
+    languages: list[str],
+    *,
+    needed_by: str = "train.stop_rule=validation",
+) -> pa.Table:
     """The ``train.validation_concepts`` validation concepts' documents in ``languages``:
-    columns lang, concept_id, text (one document per language and concept), sorted."""
+    columns lang, concept_id, text (one document per language and concept), sorted.
+    ``needed_by``: the setting that asked for them (named in errors)."""
     path = cfg.heldout_path()
     fix = (
         "Fix: run the split stage and set features.heldout_concepts: splits (before the "
-        "vocabulary stage), or use train.stop_rule: residual."
+        f"vocabulary stage), or change {needed_by}."
     )
     if not path:
         raise ConfigError(
-            "train.stop_rule=validation scores the split stage's validation concepts, but "
+            f"{needed_by} scores the split stage's validation concepts, but "
             f"features.heldout_concepts is not set. {fix}"
         )
     splits = read_table(spark, path)
@@ -74,18 +84,26 @@ def validation_documents(spark: SparkSession, cfg: Config, languages: list[str])
 
 
 def load_validation_set(
-    spark: SparkSession, cfg: Config, languages: list[str], vocabulary: dict[str, dict]
+    spark: SparkSession,
+    cfg: Config,
+    languages: list[str],
+    vocabulary: dict[str, dict],
+    *,
+    weighting: str = "tfidf",
+    needed_by: str = "train.stop_rule=validation",
 ) -> ValidationSet:
-    """Validation documents of the training languages as TF-IDF rows.
+    """Validation documents of the training languages as TF-IDF rows (``weighting="tfidf"``)
+    or term counts (``"counts"``).
 
     ``vocabulary[lang]``: ``terms`` (pyarrow array, term_index order) and ``idf``.
+    ``needed_by``: the setting that asked for them (named in errors).
     """
     path = cfg.heldout_path()
     fix = (
         "Fix: run the split stage and set features.heldout_concepts: splits (before the "
-        "vocabulary stage), or use train.stop_rule: residual."
+        f"vocabulary stage), or change {needed_by}."
     )
-    docs = validation_documents(spark, cfg, languages)
+    docs = validation_documents(spark, cfg, languages, needed_by=needed_by)
     tokenizer = Tokenizer.from_settings(cfg.to_dict()["text"])
     rows, concepts = {}, {}
     for lang in languages:
@@ -93,12 +111,13 @@ def load_validation_set(
         if sub.num_rows == 0:
             continue
         vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
-        rows[lang] = tfidf_matrix(sub.column("text").combine_chunks(), tokenizer, vocab)
+        weigh = count_matrix if weighting == "counts" else tfidf_matrix
+        rows[lang] = weigh(sub.column("text").combine_chunks(), tokenizer, vocab)
         concepts[lang] = np.array(sub.column("concept_id").to_pylist(), dtype=str)
     validation = ValidationSet(rows, concepts)
     if not validation.directions:
         raise InputDataError(
-            f"train.stop_rule=validation: no validation concept of {path} has documents in "
+            f"{needed_by}: no validation concept of {path} has documents in "
             f"two of the training languages {languages} (documents per language: "
             f"{ {lang: int(x.shape[0]) for lang, x in rows.items()} }). {fix}"
         )

@@ -1,8 +1,9 @@
-"""TF-IDF weighting of tokenised documents, without Spark.
+"""TF-IDF weighting (and raw term counts) of tokenised documents, without Spark.
 
 Shared by the ``tfidf`` stage (inside ``mapInArrow``) and the embedding API, so a
 document gets exactly the same vector in training, in batch embedding and in a
-notebook.
+notebook. The topic models (JPLSA, CPLSA) fit and fold in raw in-vocabulary term counts
+(:func:`count_rows`, :func:`count_matrix`), counted by the same tokeniser and lookup.
 """
 
 from __future__ import annotations
@@ -76,6 +77,43 @@ def tfidf_rows(
     indptr = np.zeros(n_docs + 1, dtype=np.int32)
     np.cumsum(np.bincount(docs, minlength=n_docs), out=indptr[1:])
     return indptr, terms.astype(np.int32), values
+
+
+def count_rows(
+    tokens: pa.Array, doc_of_token: np.ndarray, n_docs: int, vocab: LanguageVocabulary
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """In-vocabulary term counts of a batch of documents, as CSR arrays.
+
+    Every vocabulary term counts, also one with idf 0 (which the TF-IDF rows leave out).
+
+    Parameters
+    ----------
+    tokens : pyarrow string array of shape (n_tokens,)
+    doc_of_token : ndarray of int64, shape (n_tokens,)
+    n_docs : int
+    vocab : LanguageVocabulary
+
+    Returns
+    -------
+    indptr : ndarray of int32, shape (n_docs + 1,)
+    indices : ndarray of int32, shape (nnz,), sorted within each row
+    counts : ndarray of float32, shape (nnz,)
+    """
+    ids = vocab.lookup(tokens)
+    known = ids >= 0
+    p = max(len(vocab), 1)
+    keys, counts = np.unique(doc_of_token[known] * p + ids[known], return_counts=True)
+    docs, terms = keys // p, keys % p
+    indptr = np.zeros(n_docs + 1, dtype=np.int32)
+    np.cumsum(np.bincount(docs, minlength=n_docs), out=indptr[1:])
+    return indptr, terms.astype(np.int32), counts.astype(np.float32)
+
+
+def count_matrix(texts: pa.Array, tokenizer: Tokenizer, vocab: LanguageVocabulary) -> sp.csr_matrix:
+    """Tokenise ``texts`` and count known terms: csr_matrix of float32, shape (n_texts, p_l)."""
+    tokens, doc_of = tokenizer.flat_tokens(texts)
+    indptr, indices, counts = count_rows(tokens, doc_of, len(texts), vocab)
+    return sp.csr_matrix((counts, indices, indptr), shape=(len(texts), len(vocab)))
 
 
 def tfidf_matrix(texts: pa.Array, tokenizer: Tokenizer, vocab: LanguageVocabulary) -> sp.csr_matrix:

@@ -49,11 +49,13 @@ from pipeline import __version__
 from pipeline.errors import (
     ConcurrentWriteError,
     ConfigError,
+    DamagedDatasetError,
     DatasetIntegrityError,
     DatasetNotFoundError,
     InputDataError,
 )
-from pipeline.io import delta
+from pipeline.failures import annotate
+from pipeline.io import delta, integrity
 from pipeline.io.hadoop import HadoopFS as HadoopFS  # re-exported: stages import it here
 from pipeline.io.publish import MANIFEST, FileOps, LocalFS, data_files, publish, recover, write_lock
 from pipeline.io.schemas import DatasetSpec
@@ -175,6 +177,34 @@ def write_dataset(
     default_wait, default_stale = _path_defaults()
     wait = default_wait if wait_seconds is None else wait_seconds
     stale = default_stale if stale_seconds is None else stale_seconds
+    try:
+        _write_locked(
+            spark, fs, ops, where, spec, data, files, full, format, wait, stale, expected_rows
+        )
+    except BaseException as exc:
+        # A failure names the dataset it was writing (pipeline/failures.py).
+        annotate(exc, dataset=spec.name, path=path)
+        raise
+    log.info("wrote dataset %s to %s (%s, %s rows)", spec.name, path, format, full.get("rows"))
+    return full
+
+
+def _write_locked(
+    spark: SparkSession,
+    fs: HadoopFS,
+    ops: FileOps,
+    where: str,
+    spec: DatasetSpec,
+    data: DataFrame | None,
+    files: Callable[[str], Mapping[str, Any]] | None,
+    full: dict[str, Any],
+    format: Format,
+    wait: float,
+    stale: float,
+    expected_rows: int | None,
+) -> None:
+    """The locked part of :func:`write_dataset`: a Delta commit or the Parquet publish."""
+    path = where
     with write_lock(ops, where, wait_seconds=wait, stale_seconds=stale, dataset=spec.name) as lock:
         full["write_token"] = lock.owner.token
         if format == "delta":
@@ -200,8 +230,6 @@ def write_dataset(
                 lock,
                 lambda tmp: _write_parquet(spark, ops, spec, tmp, data, files, full, expected_rows),
             )
-    log.info("wrote dataset %s to %s (%s, %s rows)", spec.name, path, format, full.get("rows"))
-    return full
 
 
 def _base_manifest(
@@ -248,7 +276,9 @@ def _write_parquet(
     manifest["files"] = data_files(ops, tmp)
     count = _count_rows_local if files is not None else _count_rows
     manifest.update(count(spark, spec, tmp, manifest["files"], expected))
-    text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+    store = None if isinstance(ops, LocalFS) else ops.file_checksum  # type: ignore[attr-defined]
+    manifest["checksums"] = integrity.file_checksums(tmp, manifest["files"], store_checksum=store)
+    text = json.dumps(integrity.seal(manifest), indent=2, sort_keys=True, default=str)
     ops.write_text(f"{tmp}/{MANIFEST}", text)
     return manifest
 
@@ -385,13 +415,66 @@ def _manifest_of(fs: HadoopFS, spec: DatasetSpec, path: str) -> dict[str, Any]:
             return found
         what = "is a Delta table without a cr5 manifest in its commits"
     elif fs.exists(f"{root}/{MANIFEST}"):
-        return json.loads(fs.read_text(f"{root}/{MANIFEST}"))
+        return _checked_manifest(fs, root, name=spec.name, producer=spec.producer)
     else:
         what = "does not exist" if not fs.exists(path) else f"is incomplete (no {MANIFEST})"
     raise DatasetNotFoundError(
         f"dataset {spec.name!r} at {path} {what}. Fix: run the {spec.producer!r} stage first "
         f"(python jobs/{spec.producer}.py --conf conf/<profile>.yaml), or point "
         f"paths.{spec.name} at an existing dataset."
+    )
+
+
+def _checked_manifest(fs: HadoopFS, root: str, *, name: str, producer: str) -> dict[str, Any]:
+    """The manifest of the Parquet dataset at ``root``, after checking the dataset's files
+    against it (:func:`verify_files`: sizes always, checksums up to
+    ``paths.checksum_max_bytes``). ``name`` and ``producer`` name it unless the manifest
+    does."""
+    root = root.rstrip("/")
+    where = _ops(fs, root)[1]
+    try:
+        manifest = json.loads(fs.read_text(f"{root}/{MANIFEST}"))
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DamagedDatasetError(
+            integrity.damaged_message(
+                dataset=name,
+                path=where,
+                producer=producer,
+                file=MANIFEST,
+                what=f"is not a readable manifest ({exc})",
+            )
+        ) from None
+    verify_files(fs, root, manifest, name=name, producer=producer)
+    return manifest
+
+
+def verify_files(
+    fs: HadoopFS,
+    root: str,
+    manifest: Mapping[str, Any],
+    *,
+    name: str,
+    producer: str,
+    checksums: bool | None = None,
+) -> bool:
+    """Check the files of the Parquet dataset at ``root`` against ``manifest``; raise
+    :class:`~pipeline.errors.DamagedDatasetError`. Returns whether checksums were compared
+    (``checksums``: True always, False never, None up to ``paths.checksum_max_bytes``).
+    The manifest's ``dataset`` and ``producer`` name it in the message, else ``name`` and
+    ``producer``."""
+    ops, where = _ops(fs, root)
+    local = isinstance(ops, LocalFS)
+    return integrity.verify_dataset(
+        where,
+        manifest,
+        dataset=str(manifest.get("dataset") or name),
+        producer=str(manifest.get("producer") or producer),
+        list_files=None if local else fs.list_files,
+        store_checksum=None if local else fs.file_checksum,
+        checksums=checksums,
+        manifest_name=MANIFEST,
     )
 
 
@@ -402,15 +485,21 @@ def read_dataset(spark: SparkSession, spec: DatasetSpec, path: str) -> DataFrame
     """
     fs = HadoopFS(spark, path)
     _manifest_of(fs, spec, path)
-    return conform(read_table(spark, path, fs=fs), spec)
+    return conform(read_table(spark, path, fs=fs, verify=False), spec)
 
 
-def read_table(spark: SparkSession, path: str, *, fs: HadoopFS | None = None) -> DataFrame:
+def read_table(
+    spark: SparkSession, path: str, *, fs: HadoopFS | None = None, verify: bool = True
+) -> DataFrame:
     """Read the Parquet file(s) or the Delta table (current version) at ``path``.
 
-    For inputs that need not be datasets of this pipeline (no manifest required).
+    For inputs that need not be datasets of this pipeline (no manifest required). A
+    directory that holds a manifest is one, and with ``verify`` its files are checked
+    against it first (:func:`verify_files`), like :func:`read_dataset` does.
     """
     fs = fs or HadoopFS(spark, path)
     if delta.is_delta_table(fs, path):
         return delta.read_delta(spark, path)
+    if verify and fs.exists(f"{path.rstrip('/')}/{MANIFEST}"):
+        _checked_manifest(fs, path, name=path.rstrip("/").rsplit("/", 1)[-1], producer="")
     return spark.read.parquet(path)

@@ -86,6 +86,18 @@ class HadoopFS:
             out[full[len(base) :] if full.startswith(base) else full] = int(st.getLen())
         return out
 
+    def file_checksum(self, p: str) -> str | None:
+        """The store's checksum of file ``p`` as ``"algorithm:hex"`` (HDFS: an MD5 of the
+        blocks' CRCs, computed by the datanodes without moving the data), or None when the
+        store keeps none (the local file system)."""
+        try:
+            checksum = self.fs.getFileChecksum(self._Path(p))
+        except Exception:  # a store that does not implement it
+            return None
+        if checksum is None:
+            return None
+        return f"{checksum.getAlgorithmName()}:{bytes(checksum.getBytes()).hex()}"
+
     def is_local(self) -> bool:
         return str(self.fs.getUri().getScheme() or "file") == "file"
 

@@ -35,8 +35,12 @@ def dataset_manifest(path: str) -> dict[str, Any] | None:
         return None
     file = os.path.join(local, "_manifest.json")
     if os.path.isfile(file):
-        with open(file, encoding="utf-8") as f:
-            return json.load(f)
+        # A manifest that does not parse is reported, with the fix, by the stage's reader
+        # (pipeline/io/integrity.py); the checks before Spark go without it.
+        with open(file, encoding="utf-8") as f, contextlib.suppress(ValueError):
+            found = json.load(f)
+            return found if isinstance(found, dict) else None
+        return None
     if os.path.isdir(os.path.join(local, "_delta_log")):
         from pipeline.io.delta import read_delta_manifest
         from pipeline.io.publish import LocalFS

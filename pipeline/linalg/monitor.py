@@ -34,7 +34,13 @@ from pipeline.errors import ConfigError
 from pipeline.linalg.dense import tall_matmul, tall_t_matmul
 from pipeline.ranking import pessimistic_ranks
 
-__all__ = ["IterationMonitor", "ValidationSet", "orthonormal_rows", "orthonormalising_map"]
+__all__ = [
+    "IterationMonitor",
+    "ValidationSet",
+    "neg_l1_scores",
+    "orthonormal_rows",
+    "orthonormalising_map",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +85,16 @@ def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     """
     t, lam, q = orthonormalising_map(phi_star_t)
     return tall_matmul(phi_star_t, t.astype(phi_star_t.dtype)), lam, q
+
+
+def neg_l1_scores(q: np.ndarray, c: np.ndarray, max_elements: int = 1 << 22) -> np.ndarray:
+    """``-‖q_i − c_j‖₁`` for every pair: ndarray of shape (n_q, n_c) (queries in chunks of
+    at most ``max_elements`` difference entries)."""
+    out = np.empty((q.shape[0], c.shape[0]))
+    step = max(1, max_elements // max(1, c.shape[0] * max(1, c.shape[1])))
+    for lo in range(0, q.shape[0], step):
+        out[lo : lo + step] = -np.abs(q[lo : lo + step, None, :] - c[None, :, :]).sum(axis=2)
+    return out
 
 
 @dataclass
@@ -148,12 +164,37 @@ class ValidationSet:
             e = np.asarray(x @ np.asarray(phi_t[lang], dtype=np.float64))
             if transform is not None:
                 e = e @ transform
-            norms = np.linalg.norm(e, axis=1, keepdims=True)
-            emb[lang] = e / np.where(norms > 0, norms, 1.0)
+            emb[lang] = e
+        return self.p_at_1_of(emb)
+
+    def p_at_1_of(
+        self, embeddings: Mapping[str, np.ndarray], similarity: str = "cosine"
+    ) -> tuple[float, dict[str, float]]:
+        """Mean P@1 over the directions, and per direction, of given embeddings.
+
+        ``embeddings[l]`` (m_l, r): the validation rows of language l embedded by any method.
+        ``similarity``: ``"cosine"``, or ``"l1"`` (score = minus the L1 distance, for topic
+        distributions). Ties count against the target (:mod:`pipeline.ranking`).
+        """
+        if not self._directions:
+            raise ValueError("the validation set has no pair of languages sharing a concept")
+        if similarity not in ("cosine", "l1"):
+            raise ValueError(f"similarity must be 'cosine' or 'l1'; got {similarity!r}")
+        emb = {}
+        for lang, e in embeddings.items():
+            e = np.asarray(e, dtype=np.float64)
+            if similarity == "cosine":
+                norms = np.linalg.norm(e, axis=1, keepdims=True)
+                e = e / np.where(norms > 0, norms, 1.0)
+            emb[lang] = e
         per = {}
         for l1, l2, i1, i2 in self._directions:
+            if similarity == "cosine":
+                scores = emb[l1][i1] @ emb[l2].T
+            else:
+                scores = neg_l1_scores(emb[l1][i1], emb[l2])
             # the project's ranking rule: a candidate tying with the target counts against it
-            ranks = pessimistic_ranks(emb[l1][i1] @ emb[l2].T, i2)
+            ranks = pessimistic_ranks(scores, i2)
             per[f"{l1}->{l2}"] = float(np.mean(ranks == 1))
         return float(np.mean(list(per.values()))), per
 

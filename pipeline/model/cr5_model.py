@@ -11,6 +11,13 @@ vocabulary of its languages (r = |U|, often 10⁵–10⁶) and embeds into spars
 ``embed``/``embed_with_counts`` return a scipy.sparse csr_matrix instead of an ndarray
 (:attr:`Cr5Model.is_sparse`).
 
+A model with ``phi_format == "topic_word"`` (JPLSA, CPLSA) embeds a text into its topic
+distribution: the in-vocabulary term counts (no IDF, no normalisation) folded in with the
+language's topic-word matrix (:func:`pipeline.baselines.topics.fold_in`, the settings of
+``model.json``'s ``folding_in``), a nonnegative vector summing to 1 (zero for a text with
+no known word); :attr:`Cr5Model.similarity` is then ``"l1"``, the distance such vectors are
+compared by.
+
 Word vectors (:meth:`Cr5Model.word_vectors`) come in two variants: ``"phi"``, the rows of
 the orthonormalised map Φ_lᵀ (what documents are embedded with), and ``"phi_star"``, the rows
 of the map before Eq. 15's orthonormalisation, Φ_l*ᵀ = Â⁻¹ C P restricted to language l,
@@ -29,8 +36,9 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
+from pipeline.baselines.topics import fold_in
 from pipeline.errors import ModelError
-from pipeline.features.weighting import LanguageVocabulary, tfidf_matrix
+from pipeline.features.weighting import LanguageVocabulary, count_matrix, tfidf_matrix
 from pipeline.model.format import (
     GRAM_EIGENVALUES,
     GRAM_EIGENVECTORS,
@@ -102,6 +110,17 @@ class Cr5Model:
         return self.meta.get("phi_format", "dense") == "selection"
 
     @property
+    def is_topic_model(self) -> bool:
+        """True for topic-word models (JPLSA, CPLSA): texts embed by folding-in."""
+        return self.meta.get("phi_format", "dense") == "topic_word"
+
+    @property
+    def similarity(self) -> str:
+        """The similarity the model's method defines for its vectors: ``"l1"`` (topic
+        distributions, compared by minus their L1 distance) or ``"cosine"``."""
+        return str(self.meta.get("similarity", "cosine"))
+
+    @property
     def dim(self) -> int:
         """r, the embedding dimension."""
         return int(self.meta["r"])
@@ -132,6 +151,13 @@ class Cr5Model:
         arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), type=pa.string())
         return tfidf_matrix(arr, self.tokenizer, self._vocab[lang])
 
+    def counts(self, texts: Sequence[str | None], lang: str) -> sp.csr_matrix:
+        """In-vocabulary term counts of ``texts``: csr_matrix of shape (n_texts, p_l), float32."""
+        lang = canonical_lang(lang)
+        self._map(lang)
+        arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), type=pa.string())
+        return count_matrix(arr, self.tokenizer, self._vocab[lang])
+
     def embed_with_counts(
         self, texts: Sequence[str | None], lang: str
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -145,6 +171,16 @@ class Cr5Model:
         """
         if isinstance(texts, str):
             raise TypeError("embed takes a sequence of texts; wrap a single text in a list")
+        if self.is_topic_model:
+            x = self.counts(texts, lang)
+            settings = self.meta["folding_in"]
+            theta = fold_in(
+                x,
+                self._map(lang).phi,
+                steps=int(settings["steps"]),
+                topic_prior=float(settings["topic_prior"]),
+            )
+            return theta.astype(np.float32), np.diff(x.indptr).astype(np.int64)
         x = self.tfidf(texts, lang)
         phi = self._map(lang).phi
         if sp.issparse(phi):

@@ -5,7 +5,8 @@ Layout::
     model/
       model.json                       schema version, languages, r, λ, preprocessing,
                                        solver history, provenance, file sizes and SHA-256
-      languages/<lang>/phi.npy         Φ_lᵀ, float32, shape (p_l, r)   (phi_format "dense")
+      languages/<lang>/phi.npy         Φ_lᵀ, float32, shape (p_l, r)   (phi_format "dense";
+                                       the topic-word matrix for "topic_word")
       languages/<lang>/phi_index.npy   int64, shape (p_l,)               (phi_format "selection")
       languages/<lang>/mean.npy        μ_l, float32, shape (p_l,) (global mean, block l)
       languages/<lang>/vocabulary.parquet   term, term_index, df, idf (term_index order)
@@ -15,12 +16,19 @@ Layout::
                                        shared/gram_eigenvectors.npy Q, shape (r, r)
                                        of Φ*Φ*ᵀ = QΛQᵀ (Eq. 15), so Φ_l*ᵀ = Φ_lᵀ Λ^{1/2} Qᵀ
 
-``phi_format`` in ``model.json`` says which: ``"dense"`` (Cr5, CL-LSI, CCA, OPCA) or
+``phi_format`` in ``model.json`` says which: ``"dense"`` (Cr5, CL-LSI, CCA, OPCA, S2Net),
 ``"selection"`` (the untranslated baseline, whose map is a one-hot re-indexing of the
 language's terms into the union vocabulary: row i of Φ_lᵀ has a single 1 in column
 ``phi_index[i]``, and r is the size of the union vocabulary; such a model embeds into
-sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`). A model without
-the key is dense.
+sparse vectors, see :meth:`pipeline.model.Cr5Model.embed_with_counts`) or ``"topic_word"``
+(JPLSA, CPLSA: ``phi.npy`` is the language's topic-word matrix, p_l x T, nonnegative, each
+column summing to 1, and a document is embedded from its term counts by folding-in with the
+settings of ``model.json``'s ``folding_in`` section, ``steps`` >= 1 and ``topic_prior`` >= 1;
+:func:`pipeline.baselines.topics.fold_in`). A model without the key is dense.
+
+``schema_version`` is the lowest version that describes the model: 1 for dense and
+selection maps, 2 for topic-word maps (which a reader of version 1 would embed wrongly as a
+linear map, so it must refuse them). This library reads both.
 
 Shared arrays are optional within schema version 1: a model without them (a method that has
 none, or a model saved without them) has no ``shared_arrays`` key, loads all the same, and
@@ -48,10 +56,18 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from pipeline import __version__
-from pipeline.errors import ModelError
+from pipeline.errors import DamagedModelError, ModelError
+from pipeline.io.integrity import damaged_message
 from pipeline.io.local_dirs import staged_directory
 
-MODEL_SCHEMA_VERSION = 1
+#: The newest schema version this library writes and reads (module docstring).
+MODEL_SCHEMA_VERSION = 2
+#: Every schema version this library reads.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+#: The map kinds of ``phi_format`` and the schema version each needs.
+PHI_FORMATS = {"dense": 1, "selection": 1, "topic_word": 2, "encoder": 2}
+#: How far (float32) a topic-word column may sum from 1.
+TOPIC_SUM_TOL = 1e-3
 MODEL_JSON = "model.json"
 SHARED_DIR = "shared"
 #: Names of Cr5's shared arrays: Λ (r,) and Q (r, r) of Φ*Φ*ᵀ = QΛQᵀ.
@@ -107,6 +123,22 @@ class LanguageMap:
             problems.append(f"phi has dtype {self.phi.dtype}, expected float32")
         if problems:
             raise ModelError(f"language {lang!r}: " + "; ".join(problems))
+
+    def validate_topic_words(self, lang: str) -> None:
+        """Check a ``topic_word`` map: finite, nonnegative, each column summing to 1."""
+        phi = np.asarray(self.phi)
+        if not np.all(np.isfinite(phi)) or (phi.size and phi.min() < 0):
+            raise ModelError(
+                f"language {lang!r}: a topic-word map must hold finite nonnegative "
+                "probabilities; the model is corrupted"
+            )
+        sums = phi.sum(axis=0, dtype=np.float64)
+        if sums.size and np.max(np.abs(sums - 1.0)) > TOPIC_SUM_TOL:
+            bad = int(np.argmax(np.abs(sums - 1.0)))
+            raise ModelError(
+                f"language {lang!r}: topic {bad} of the topic-word map sums to {sums[bad]:.6g}, "
+                "not 1; the model is corrupted"
+            )
 
 
 def _sha256(path: Path) -> str:
@@ -165,6 +197,13 @@ def save_model(
     if len(kinds) > 1:
         raise ModelError("a model's languages must all be dense or all be selection maps")
     phi_format = "selection" if kinds == {True} else "dense"
+    if meta.get("folding_in") is not None:
+        if phi_format == "selection":
+            raise ModelError("a selection map cannot be a topic-word map (folding_in given)")
+        phi_format = "topic_word"
+        check_folding_in(meta["folding_in"], "meta")
+        for lang, lm in languages.items():
+            lm.validate_topic_words(lang)
     with staged_directory(path) as tmp:
         files: dict[str, dict[str, Any]] = {}
         for lang, lm in languages.items():
@@ -196,7 +235,7 @@ def save_model(
                     "sha256": _sha256(f),
                 }
         full = {
-            "schema_version": MODEL_SCHEMA_VERSION,
+            "schema_version": PHI_FORMATS[phi_format],
             "library_version": __version__,
             "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             **meta,
@@ -209,6 +248,19 @@ def save_model(
             full["shared_arrays"] = sorted(shared_arrays)
         (tmp / MODEL_JSON).write_text(json.dumps(full, indent=2, sort_keys=True, default=str))
     return full
+
+
+def model_fingerprint(meta: dict) -> str:
+    """A short identity of a model: the SHA-256 of its files' checksums (from ``model.json``).
+
+    Two model directories have the same fingerprint exactly when their arrays and
+    vocabularies are byte for byte the same (a retrained model with different numbers gets a
+    new one; a copied or moved model keeps it). Datasets and indexes derived from a model
+    record it, so a reader can tell whether they were made by the model it holds.
+    """
+    files = {rel: info.get("sha256") for rel, info in sorted(meta.get("files", {}).items())}
+    blob = json.dumps({"r": meta.get("r"), "files": files}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def read_model_json(path: str | os.PathLike) -> dict:
@@ -224,17 +276,47 @@ def read_model_json(path: str | os.PathLike) -> dict:
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{meta_path} is not valid JSON ({exc}); the model is corrupted") from exc
+        raise _damaged(path, MODEL_JSON, f"is not valid JSON ({exc})") from exc
     version = meta.get("schema_version")
-    if version != MODEL_SCHEMA_VERSION:
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
         raise ModelError(
             f"{meta_path}: schema_version {version!r} is not supported (this library reads "
-            f"{MODEL_SCHEMA_VERSION}); re-export the model with this version"
+            f"{', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}); re-export the model with this "
+            "version"
         )
     for key in ("languages", "r", "files"):
         if key not in meta:
             raise ModelError(f"{meta_path} lacks {key!r}; the model is corrupted")
+    phi_format = meta.get("phi_format", "dense")
+    if phi_format not in PHI_FORMATS:
+        raise ModelError(
+            f"{meta_path}: phi_format {phi_format!r} is not one of {sorted(PHI_FORMATS)}; the "
+            "model was written by a newer library or is corrupted"
+        )
+    if PHI_FORMATS[phi_format] > version:
+        raise ModelError(
+            f"{meta_path}: phi_format {phi_format!r} needs schema_version "
+            f"{PHI_FORMATS[phi_format]}, the file says {version}; the model is corrupted"
+        )
+    if phi_format == "topic_word":
+        check_folding_in(meta.get("folding_in"), str(meta_path))
     return meta
+
+
+def check_folding_in(settings: Any, where: str) -> dict:
+    """The ``folding_in`` section of a topic-word model: ``steps`` (int >= 1) and
+    ``topic_prior`` (number >= 1); ModelError naming ``where`` otherwise."""
+    ok = isinstance(settings, dict)
+    steps = settings.get("steps") if ok else None
+    prior = settings.get("topic_prior") if ok else None
+    ok = ok and isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1
+    ok = ok and isinstance(prior, int | float) and not isinstance(prior, bool) and prior >= 1
+    if not ok:
+        raise ModelError(
+            f"{where}: a topic-word model needs folding_in = {{steps: int >= 1, topic_prior: "
+            f"number >= 1}}; got {settings!r}. The model is corrupted"
+        )
+    return settings
 
 
 def load_model_files(
@@ -269,7 +351,9 @@ def load_model_files(
             )
             vocab = pq.read_table(d / "vocabulary.parquet")
         except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot read model files of {lang!r} in {d}: {exc}") from exc
+            raise _damaged(
+                path, f"languages/{lang}/", f"cannot be read ({type(exc).__name__}: {exc})"
+            ) from exc
         if vocab.column("term_index").to_pylist() != list(range(vocab.num_rows)):
             raise ModelError(f"{d / 'vocabulary.parquet'}: term_index is not 0..p-1 in order")
         lm = LanguageMap(
@@ -280,6 +364,8 @@ def load_model_files(
             mean=mean,
         )
         lm.validate(lang, int(meta["r"]))
+        if meta.get("phi_format") == "topic_word":
+            lm.validate_topic_words(lang)
         out[lang] = lm
     return meta, out
 
@@ -319,42 +405,85 @@ def load_shared_arrays(
                 f"{path / MODEL_JSON} lists shared array {name!r} but no file {rel}; "
                 "the model is corrupted"
             )
-        _check_file(path / rel, info, checksums=verify)
+        _check_file(path, rel, info, checksums=verify)
         try:
             out[name] = np.load(path / rel, allow_pickle=False)
         except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot read model file {path / rel}: {exc}") from exc
+            raise _damaged(path, rel, f"cannot be read ({type(exc).__name__}: {exc})") from exc
     try:
         return _check_shared(out, int(meta["r"]))
     except ModelError as exc:
         raise ModelError(f"model {path}: {exc}; the model is corrupted") from exc
 
 
-def _check_file(f: Path, info: dict[str, Any], *, checksums: bool) -> None:
+def _producer(path: Path) -> str:
+    """The stage that writes the model at ``path`` (named in a damaged model's message)."""
+    parent = path.parent.name
+    if parent in ("lambda_models", "baseline_models"):
+        return "evaluate"
+    if parent == "wordmap_models":
+        return "translate_words"
+    return "train"
+
+
+def _damaged(path: Path, rel: str, what: str, *, reading: bool = True) -> DamagedModelError:
+    """A damaged model file: one paragraph naming the model, the file and the fix."""
+    text = damaged_message(
+        dataset="model",
+        path=str(path),
+        producer=_producer(path),
+        file=rel,
+        what=what,
+        reading=reading,
+    )
+    return DamagedModelError(text.replace("dataset 'model'", "model", 1))
+
+
+def _check_file(
+    root: Path, rel: str, info: dict[str, Any], *, checksums: bool, reading: bool = True
+) -> None:
+    f = root / rel
     if not f.is_file():
-        raise ModelError(f"model file {f} is missing; the model is incomplete")
-    if f.stat().st_size != info["bytes"]:
-        raise ModelError(
-            f"model file {f} has {f.stat().st_size} bytes, model.json says {info['bytes']}: "
-            "the file is truncated or was replaced"
+        raise _damaged(root, rel, "is missing: the model is incomplete", reading=reading)
+    size = f.stat().st_size
+    if size != info["bytes"]:
+        raise _damaged(
+            root,
+            rel,
+            f"has {size} bytes where model.json recorded {info['bytes']} (it was truncated or "
+            "replaced after it was written)",
+            reading=reading,
         )
     if checksums and _sha256(f) != info["sha256"]:
-        raise ModelError(f"model file {f} fails its SHA-256 check: the file is corrupted")
+        raise _damaged(
+            root,
+            rel,
+            "fails its SHA-256 check: its bytes changed after it was written (a disk, memory "
+            "or copy error)",
+            reading=reading,
+        )
 
 
 def verify_files(
-    path: str | os.PathLike, meta: dict, languages: list[str], *, checksums: bool = True
+    path: str | os.PathLike,
+    meta: dict,
+    languages: list[str],
+    *,
+    checksums: bool = True,
+    reading: bool = True,
 ) -> None:
     """Check the files of ``languages`` (and shared files) against ``model.json``.
 
-    Sizes are always compared; with ``checksums`` the SHA-256 too. Raises ModelError.
+    Sizes are always compared; with ``checksums`` the SHA-256 too. Raises
+    :class:`~pipeline.errors.DamagedModelError`, whose message says the stage stops when
+    ``reading`` (a stage or an API call is about to read the model).
     """
     path = Path(path)
     prefixes = tuple(f"languages/{lang}/" for lang in languages)
     for rel, info in meta["files"].items():
         if rel.startswith("languages/") and not rel.startswith(prefixes):
             continue
-        _check_file(path / rel, info, checksums=checksums)
+        _check_file(path, rel, info, checksums=checksums, reading=reading)
 
 
 #: The directory of an encoder model's (T-LASER, cT-LASER) weights and tokenizer.
@@ -390,7 +519,7 @@ def save_encoder_model(
             if f.is_file()
         }
         full = {
-            "schema_version": MODEL_SCHEMA_VERSION,
+            "schema_version": PHI_FORMATS["encoder"],
             "library_version": __version__,
             "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             **meta,
@@ -413,7 +542,7 @@ def load_encoder_files(
     if meta.get("phi_format") != "encoder":
         raise ModelError(f"the model at {path} is not an encoder model (phi_format)")
     for rel, info in meta["files"].items():
-        _check_file(path / rel, info, checksums=verify)
+        _check_file(path, rel, info, checksums=verify)
     d = path / ENCODER_DIR
     try:
         arrays = {n: np.load(d / f"{n}.npy", allow_pickle=False) for n in meta["encoder_arrays"]}

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["resolve_model_location", "ship_model", "worker_model"]
+from pipeline.errors import ModelError
+
+__all__ = ["resolve_model_location", "ship_model", "ship_model_to_session", "worker_model"]
 
 _ARCHIVE = "sparkarchive:"
 _FILES = "sparkfiles:"
@@ -67,6 +70,41 @@ def ship_model(sc: Any, path: str) -> str:
     if not archive.exists():
         _zip_model(local, archive)
         sc.addArchive(str(archive))
+    return _ARCHIVE + name
+
+
+def ship_model_to_session(spark: Any, path: str) -> str:
+    """:func:`ship_model` for a SparkSession, classic or Spark Connect.
+
+    With a local master (``local[...]``, the executors share the driver's disk) the location
+    is the directory itself and no SparkContext is touched. A classic session on a cluster
+    ships as :func:`ship_model` does. A Spark Connect session on a cluster has no
+    SparkContext: the zipped directory goes to the session's artifacts
+    (``SparkSession.addArtifacts(..., archive=True)``), which Spark unpacks on the executors.
+    """
+    master = str(spark.conf.get("spark.master", "") or "")
+    if master.startswith("local"):
+        return os.path.abspath(path.removeprefix("file://"))
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return ship_model(spark.sparkContext, path)
+    if "://" in path and not path.startswith("file:"):
+        raise ModelError(
+            f"a Spark Connect session ships models from the client's disk; {path} is not on "
+            "it. Fix: copy the model directory to a local path first."
+        )
+    local = Path(path.removeprefix("file://"))
+    digest = hashlib.sha256((local / "model.json").read_bytes()).hexdigest()[:16]
+    name = f"cr5-model-{digest}.zip"
+    staging = Path(tempfile.gettempdir()) / "cr5-model-staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    archive = staging / name
+    if not archive.exists():
+        _zip_model(local, archive)
+    try:
+        spark.addArtifacts(str(archive), archive=True)
+    except Exception as exc:  # the session has it already (same name, same content)
+        if "already exists" not in str(exc).lower():
+            raise
     return _ARCHIVE + name
 
 

@@ -7,7 +7,9 @@ demand). The experiment that uses it (splits, models, reports) is :mod:`pipeline
 The primitives (:func:`partial_topk`, :func:`merge_topk`, :func:`count_at_or_above_target`,
 ...) are the pieces the distributed version reuses.
 
-The two similarities share one signature and are chosen in one place, :data:`SIMILARITIES`::
+The similarities (cosine, CSLS, and L1 distance for topic distributions,
+:mod:`~pipeline.retrieval.l1`) share one signature and are chosen in one place,
+:data:`SIMILARITIES`::
 
     result = retrieve("csls", queries, candidates, targets, source="queries")
     metrics = retrieval_metrics(result.ranks)          # P@1, P@5, P@10, MRR
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
         csls_terms,
         mean_topk_similarity,
     )
+    from pipeline.retrieval.l1 import l1_retrieval
     from pipeline.retrieval.metrics import (
         DEFAULT_PRECISION_KS,
         RetrievalMetrics,
@@ -67,6 +70,7 @@ __getattr__, __dir__ = lazy_exports(
         "csls_retrieval": "csls",
         "csls_terms": "csls",
         "mean_topk_similarity": "csls",
+        "l1_retrieval": "l1",
         "DEFAULT_PRECISION_KS": "metrics",
         "RetrievalMetrics": "metrics",
         "retrieval_metrics": "metrics",
@@ -109,6 +113,7 @@ __all__ = [
     "csls_retrieval",
     "csls_terms",
     "inverse_row_norms",
+    "l1_retrieval",
     "mean_topk_similarity",
     "merge_topk",
     "normalize_rows",

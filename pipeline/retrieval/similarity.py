@@ -8,6 +8,7 @@ import numpy as np
 
 from pipeline.errors import InputDataError
 from pipeline.retrieval.csls import csls_retrieval
+from pipeline.retrieval.l1 import l1_retrieval
 from pipeline.retrieval.topk import RetrievalResult, cosine_retrieval
 
 __all__ = ["SIMILARITIES", "retrieve"]
@@ -15,8 +16,10 @@ __all__ = ["SIMILARITIES", "retrieve"]
 SIMILARITIES: dict[str, Callable[..., RetrievalResult]] = {
     "cosine": cosine_retrieval,
     "csls": csls_retrieval,
+    "l1": l1_retrieval,
 }
-"""Similarity name → retrieval function (same positional signature; CSLS adds keywords)."""
+"""Similarity name → retrieval function (same positional signature; CSLS adds keywords).
+``l1``: minus the L1 distance, the topic models' similarity (:mod:`pipeline.retrieval.l1`)."""
 
 
 def retrieve(
@@ -30,13 +33,14 @@ def retrieve(
 
     Parameters
     ----------
-    similarity : {"cosine", "csls"}
+    similarity : {"cosine", "csls", "l1"}
     queries : ndarray of shape (n_q, r)
     candidates : ndarray of shape (n_c, r)
     targets : ndarray of shape (n_q,), int
         ``-1`` for a target missing from the candidates.
     **kwargs
-        Keyword arguments of :func:`cosine_retrieval` / :func:`csls_retrieval`.
+        Keyword arguments of :func:`cosine_retrieval` / :func:`csls_retrieval` /
+        :func:`l1_retrieval`.
 
     Returns
     -------

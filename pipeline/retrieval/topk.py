@@ -53,11 +53,14 @@ __all__ = [
     "DEFAULT_BLOCK_Q",
     "DEFAULT_K",
     "DEFAULT_TIE_TOL",
+    "PAIRWISE",
     "RetrievalResult",
     "cosine_retrieval",
     "count_at_or_above_target",
     "inverse_row_norms",
     "merge_topk",
+    "neg_l1_block",
+    "neg_l1_targets",
     "normalize_rows",
     "partial_topk",
     "ranks_from_counts",
@@ -312,6 +315,49 @@ def target_scores(
     return s
 
 
+def neg_l1_block(q_block: np.ndarray, c_block: np.ndarray) -> np.ndarray:
+    """``-‖q_i − c_j‖₁`` for a query block against a candidate block.
+
+    Parameters
+    ----------
+    q_block : ndarray of shape (n, r)
+    c_block : ndarray of shape (m, r)
+
+    Returns
+    -------
+    ndarray of shape (n, m), float32
+        Accumulated one dimension at a time (memory ``n × m``, not ``n × m × r``).
+    """
+    q = np.asarray(q_block, dtype=np.float32)
+    c = np.asarray(c_block, dtype=np.float32)
+    out = np.zeros((q.shape[0], c.shape[0]), dtype=np.float32)
+    diff = np.empty_like(out)
+    for j in range(q.shape[1]):
+        np.subtract(q[:, j : j + 1], c[None, :, j], out=diff)
+        np.abs(diff, out=diff)
+        out -= diff
+    return out
+
+
+def neg_l1_targets(
+    queries: np.ndarray, target_vectors: np.ndarray, targets: np.ndarray
+) -> np.ndarray:
+    """``-‖q_i − t_i‖₁`` of each query with its own target vector; ``nan`` where the target
+    is missing (shapes as :func:`target_scores`)."""
+    q = np.asarray(queries, dtype=np.float32)
+    tv = np.asarray(target_vectors, dtype=np.float32)
+    s = -np.abs(q - tv).sum(axis=1, dtype=np.float32)
+    s[np.asarray(targets) < 0] = np.nan
+    return s
+
+
+#: Pairwise scores of :func:`blocked_search`: name -> (block scores, target scores).
+PAIRWISE = {
+    "dot": (lambda q, c: q @ c.T, target_scores),
+    "neg_l1": (neg_l1_block, neg_l1_targets),
+}
+
+
 # --- the blocked engine (shared by cosine and CSLS) ------------------------------------------
 
 
@@ -395,6 +441,7 @@ def blocked_search(
     block_q: int = DEFAULT_BLOCK_Q,
     block_c: int = DEFAULT_BLOCK_C,
     tie_tol: float = DEFAULT_TIE_TOL,
+    pairwise: str = "dot",
 ) -> _SearchOutput:
     """One pass over all (query block, candidate block) pairs; validated inputs only.
 
@@ -402,8 +449,11 @@ def blocked_search(
     ``2 S - col_bias[None, :]`` (CSLS without its per-query ``r_T`` term, which does not change
     any query's order). Per block it updates the top-``k`` of the adjusted scores, the top-
     ``raw_k`` of ``S`` and the target-rank counts. Candidate blocks form the outer loop so each
-    is normalised once.
+    is normalised once. ``pairwise="neg_l1"``: ``S`` is minus the L1 distance of the rows
+    scaled by the given inverse norms (pass ones for the raw vectors) instead of their dot
+    product (:data:`PAIRWISE`).
     """
+    block_scores, row_scores = PAIRWISE[pairwise]
     n_q = queries.shape[0]
     n_c = candidates.shape[0]
     top = _RunningTopk(n_q, k) if k else None
@@ -415,7 +465,7 @@ def blocked_search(
         t_scores = np.empty(n_q, dtype=np.float32)
         for q_lo in range(0, n_q, block_q):  # by query block: O(block_q × r) memory
             rows = slice(q_lo, min(q_lo + block_q, n_q))
-            t_scores[rows] = target_scores(
+            t_scores[rows] = row_scores(
                 scaled_rows(queries[rows], q_inv_norms[rows]),
                 scaled_rows(candidates[safe[rows]], c_inv_norms[safe[rows]]),
                 targets[rows],
@@ -431,7 +481,7 @@ def blocked_search(
         for q_lo in range(0, n_q, block_q):
             rows = slice(q_lo, min(q_lo + block_q, n_q))
             q_blk = scaled_rows(queries[rows], q_inv_norms[rows])
-            s = q_blk @ c_blk.T
+            s = block_scores(q_blk, c_blk)
             if raw is not None:
                 raw.update(rows, s, c_lo)
             if bias is not None:

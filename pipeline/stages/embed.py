@@ -41,7 +41,7 @@ from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_datas
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.batches import embed_batch
 from pipeline.model.cr5_model import canonical_lang
-from pipeline.model.format import read_model_json, verify_files
+from pipeline.model.format import model_fingerprint, read_model_json, verify_files
 from pipeline.model.shipping import ship_model, worker_model
 
 log = logging.getLogger(__name__)
@@ -611,6 +611,8 @@ def _report(
         warnings_.append(msg)
     return {
         "model": job.model_path,
+        # Which model made these vectors (the search index checks it).
+        "model_fingerprint": model_fingerprint(job.meta),
         "per_language": stats,
         "documents": sum(st["documents"] for st in stats.values()),
         "skipped_languages": skipped,

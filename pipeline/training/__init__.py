@@ -13,7 +13,13 @@ it imports neither.
 """
 
 from pipeline.training.fit import FittedModel, fit_baseline, fit_method
-from pipeline.training.rows import TrainingData, load_training_data, select_training_rows
+from pipeline.training.rows import (
+    TrainingData,
+    load_training_data,
+    select_rows_frame,
+    select_training_rows,
+    training_data_from_frame,
+)
 from pipeline.training.service import (
     checkpoint_dir,
     fit_and_save,
@@ -31,7 +37,9 @@ __all__ = [
     "fit_method",
     "load_training_data",
     "model_preprocessing",
+    "select_rows_frame",
     "select_training_rows",
     "train_model",
+    "training_data_from_frame",
     "training_warnings",
 ]

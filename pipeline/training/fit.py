@@ -6,6 +6,7 @@ Every method's fit ends in a :class:`FittedModel`, the one shape the model write
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.baselines import FIT_FUNCTIONS
+from pipeline.baselines import FIT_FUNCTIONS, GROUPED_METHODS, TOPIC_METHODS
 from pipeline.config import TrainConfig
 from pipeline.linalg.checkpoint import CheckpointStore
 from pipeline.linalg.cr5 import Cr5Solver
@@ -52,6 +53,10 @@ class FittedModel:
         λ of the fit Cr5 started from.
     path_fits : list of dict
         One record per fit of ``train.path_factors``.
+    folding_in : dict or None
+        The topic models' embedding settings (the maps are topic-word matrices), else None.
+    similarity : str
+        The method's own similarity (``"l1"`` for the topic models, else ``"cosine"``).
     """
 
     components: dict[str, Any]
@@ -63,17 +68,86 @@ class FittedModel:
     started_from: str | None = None
     path_from: float | None = None
     path_fits: list[dict[str, Any]] = field(default_factory=list)
+    folding_in: dict[str, Any] | None = None
+    similarity: str = "cosine"
 
 
 def fit_method(t: TrainConfig, data: TrainingData, checkpoint: str | None) -> FittedModel:
-    """Fit ``t.method`` on ``data`` (Cr5 checkpoints under ``checkpoint`` when given)."""
+    """Fit ``t.method`` on ``data`` (Cr5, JPLSA, CPLSA and S2Net checkpoint under
+    ``checkpoint`` when given)."""
     if t.method == "cr5":
         return _fit_cr5(t, data, checkpoint)
+    if t.method in GROUPED_METHODS:
+        return _fit_grouped(t, data, checkpoint)
     if t.method in NEURAL_METHODS:
         from pipeline.training.neural import fit_neural
 
         return fit_neural(t, data, checkpoint)
     return _fit_baseline_model(t, data)
+
+
+def _fit_grouped(t: TrainConfig, data: TrainingData, ckpt: str | None) -> FittedModel:
+    """JPLSA, CPLSA or S2Net on the training rows grouped by concept
+    (:meth:`TrainingData.grouped`); S2Net starts from OPCA fitted on the same rows with
+    ``train.gamma``."""
+    corpus = data.grouped(GROUPED_METHODS[t.method])
+    store = CheckpointStore(ckpt) if ckpt else None
+    if t.method in TOPIC_METHODS:
+        validation = None
+        if t.plsa_stop_rule == "validation":
+            validation = data.validation_rows("counts", "train.plsa_stop_rule=validation")
+        options = {
+            "r": t.r,
+            "topic_prior": t.plsa_topic_prior,
+            "word_prior": t.plsa_word_prior,
+            "init_mix": t.plsa_init_mix,
+            "maxiter": t.plsa_maxiter,
+            "tol": t.plsa_tol,
+            "stop_rule": t.plsa_stop_rule,
+            "patience": t.plsa_patience,
+            "fold_in_steps": t.plsa_fold_in_steps,
+            "validation": validation,
+            "checkpoint": store,
+            "checkpoint_every": t.checkpoint_every,
+            "checkpoint_seconds": t.checkpoint_seconds,
+        }
+        if t.method == "cplsa":
+            options.update(
+                pr_epsilon=t.plsa_pr_epsilon, pr_maxiter=t.plsa_pr_maxiter, pr_tol=t.plsa_pr_tol
+            )
+        fitted = FIT_FUNCTIONS[t.method](corpus, **options)
+        n_iter = fitted.history["n_iter"]
+    else:
+        validation = None
+        if len(t.s2net_learning_rates) * len(set(t.s2net_epochs)) > 1:
+            validation = data.validation_rows(
+                "tfidf", "train.s2net_learning_rates / train.s2net_epochs (several candidates)"
+            )
+        opca = fit_baseline(dataclasses.replace(t, method="opca"), data.backend)
+        fitted = FIT_FUNCTIONS["s2net"](
+            corpus,
+            opca.components,
+            r=t.r,
+            learning_rates=t.s2net_learning_rates,
+            epochs=t.s2net_epochs,
+            batch_concepts=t.s2net_batch_concepts,
+            gamma=t.s2net_gamma,
+            negatives=t.s2net_negatives,
+            validation=validation,
+            checkpoint=store,
+            seed=t.seed,
+        )
+        fitted.history["init"] = opca.history
+        n_iter = fitted.history["chosen"]["epochs"]
+    return FittedModel(
+        components=fitted.components,
+        means={},
+        eigenvalues=fitted.eigenvalues,
+        history=fitted.history,
+        n_iter=n_iter,
+        folding_in=fitted.folding_in,
+        similarity=fitted.similarity,
+    )
 
 
 def fit_baseline(t: Any, backend: Any, terms: dict[str, Any] | None = None) -> Any:

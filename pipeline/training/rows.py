@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,13 @@ from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, wri
 from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import DOCUMENTS, TFIDF, VOCABULARY
 
-__all__ = ["TrainingData", "load_training_data", "select_training_rows"]
+__all__ = [
+    "TrainingData",
+    "load_training_data",
+    "select_rows_frame",
+    "select_training_rows",
+    "training_data_from_frame",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +76,54 @@ class TrainingData:
     #: table (concept_index, text) in row order, ``validation`` the validation documents
     #: (lang, concept_id, text) or None.
     texts: dict[str, Any] | None = None
+    #: What the rows are, for ``model.json`` (None: the ``tfidf`` dataset of paths.tfidf).
+    source: str | None = None
+    #: Where the rows were read from, and the session and configuration that loaded them
+    #: (JPLSA, CPLSA and S2Net load their concept-grouped rows from them on first use).
+    rows_path: str | None = None
+    spark: Any = None
+    cfg: Config | None = None
+    _grouped: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _validation_rows: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def grouped(self, weighting: str) -> Any:
+        """The training rows grouped by concept (:mod:`pipeline.training.groups`), loaded once
+        per weighting ("counts" or "tfidf") and shared by every fit on this data."""
+        if weighting not in self._grouped:
+            from pipeline.training.groups import load_grouped_corpus
+
+            self._grouped[weighting] = load_grouped_corpus(
+                self.spark,
+                self.cfg,
+                self.rows_path,
+                list(self.backend.languages),
+                self.vocabulary,
+                weighting,
+            )
+        return self._grouped[weighting]
+
+    def validation_rows(self, weighting: str, needed_by: str) -> Any:
+        """Validation documents as a :class:`~pipeline.linalg.monitor.ValidationSet` of
+        TF-IDF rows or term counts, loaded once per weighting."""
+        if weighting not in self._validation_rows:
+            self._validation_rows[weighting] = load_validation_set(
+                self.spark,
+                self.cfg,
+                list(self.backend.languages),
+                self.vocabulary,
+                weighting=weighting,
+                needed_by=needed_by,
+            )
+        return self._validation_rows[weighting]
 
     def close(self) -> None:
-        """Release the backend's cached data (the Spark backend unpersists X)."""
+        """Release the backend's cached data (the Spark backend unpersists X) and the grouped
+        corpora."""
         if hasattr(self.backend, "close"):
             self.backend.close()
+        for corpus in self._grouped.values():
+            corpus.close()
+        self._grouped = {}
 
 
 def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
@@ -95,7 +144,15 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     if {"tlaser", "ctlaser"} & {t.method, *cfg.evaluate.methods}:
         texts = _training_texts(spark, cfg, rows_path, list(backend.languages))
     return TrainingData(
-        backend, selection, vocab, time.perf_counter() - t0, validation=validation, texts=texts
+        backend,
+        selection,
+        vocab,
+        time.perf_counter() - t0,
+        validation=validation,
+        rows_path=rows_path,
+        spark=spark,
+        cfg=cfg,
+        texts=texts,
     )
 
 
@@ -115,6 +172,21 @@ def _training_texts(
     if cfg.heldout_path():
         validation = validation_documents(spark, cfg, languages)
     return {"training": training, "validation": validation}
+
+
+def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any]) -> None:
+    """The train stage's memory check for rows held in a DataFrame of sizes ``report``
+    (MemoryPlanError before they are collected when the driver cannot hold the fit). A
+    Spark Connect session does not tell its properties: no check there."""
+    from pipeline.memory import Machine, TrainSizes, plan_train, spark_memory
+    from pipeline.spark import is_connect
+
+    sizes = TrainSizes.from_manifest({"report": report}, cfg.train.languages)
+    if not sizes.nnz or is_connect(spark):
+        return
+    sc = spark.sparkContext
+    mem = spark_memory(dict(sc.getConf().getAll()), sc.defaultParallelism, Machine.detect())
+    log.info("memory plan: %s", plan_train(sizes, cfg, mem).describe())
 
 
 def _memory_plan(spark: SparkSession, cfg: Config, rows_path: str) -> dict[str, Any]:
@@ -137,23 +209,114 @@ def select_training_rows(
     spark: SparkSession, cfg: Config, tfidf_path: str
 ) -> tuple[str, dict[str, Any]]:
     """Apply the training setup; return (path of the rows to train on, report)."""
-    t = cfg.train
     manifest = read_manifest(spark, TFIDF, tfidf_path)["report"]
-    wanted = _training_languages(cfg, list(manifest["languages"]), tfidf_path)
-    report: dict[str, Any] = {"setup": t.setup, "pair": list(t.pair), "languages": wanted}
-    if t.setup == "joint" and set(wanted) == set(manifest["languages"]):
+    report, keep_all = _selection(cfg, manifest, tfidf_path)
+    if keep_all:
         return tfidf_path, report
-
-    df = read_dataset(spark, TFIDF, tfidf_path).filter(F.col("lang").isin(wanted))
-    if t.setup == "transitive":
-        df, report["shared_concepts_split"] = _split_shared_concepts(df, *t.pair)
-    df = _renumber_rows(df).cache()
-    sub = _selection_manifest(cfg, df, manifest, report, tfidf_path)
+    df = read_dataset(spark, TFIDF, tfidf_path)
+    selected, report = select_rows_frame(cfg, df, manifest, tfidf_path)
+    selected = selected.cache()
+    sub = _selection_manifest(cfg, selected, manifest, report, tfidf_path)
     path = cfg.paths.root.rstrip("/") + "/train_rows"
-    write_dataset(spark, df, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths))
-    df.unpersist()
+    write_dataset(
+        spark, selected, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths)
+    )
+    selected.unpersist()
     report["rows_path"] = to_manifest(path, cfg.paths.root)
     return path, report
+
+
+def select_rows_frame(
+    cfg: Config, df: DataFrame, manifest: dict[str, Any], source: str
+) -> tuple[DataFrame | None, dict[str, Any]]:
+    """The training setup (``train.setup``, ``train.pair``, ``train.languages``) applied to
+    tfidf rows ``df`` whose report (sizes, languages) is ``manifest``.
+
+    Returns
+    -------
+    rows : DataFrame or None
+        The selected rows renumbered 0..n_l-1 per language (lazy), or None when the setup
+        keeps every row as it is.
+    report : dict
+        The selection (setup, pair, languages, and for transitive the split concepts), as
+        ``model.json`` records it.
+
+    Raises
+    ------
+    ConfigError
+        When a language of the setup has no rows (``source`` names the rows).
+    """
+    t = cfg.train
+    report, keep_all = _selection(cfg, manifest, source)
+    if keep_all:
+        return None, report
+    df = df.filter(F.col("lang").isin(report["languages"]))
+    if t.setup == "transitive":
+        df, report["shared_concepts_split"] = _split_shared_concepts(df, *t.pair)
+    return _renumber_rows(df), report
+
+
+def _selection(cfg: Config, manifest: dict[str, Any], source: str) -> tuple[dict[str, Any], bool]:
+    """The selection's report, and whether it keeps every row of ``manifest``'s rows."""
+    t = cfg.train
+    wanted = _training_languages(cfg, list(manifest["languages"]), source)
+    report: dict[str, Any] = {"setup": t.setup, "pair": list(t.pair), "languages": wanted}
+    return report, t.setup == "joint" and set(wanted) == set(manifest["languages"])
+
+
+def training_data_from_frame(
+    cfg: Config,
+    tfidf: DataFrame,
+    report: dict[str, Any],
+    vocabulary: dict[str, dict],
+    *,
+    source: str,
+) -> TrainingData:
+    """Training rows held in a DataFrame (not a dataset), loaded into the local backend.
+
+    Parameters
+    ----------
+    cfg : Config
+        ``train.setup``, ``train.pair``, ``train.languages``, ``train.dtype``.
+    tfidf : DataFrame
+        Rows with the ``tfidf`` dataset's columns, as
+        :func:`pipeline.features.tfidf.tfidf_frames` returns them.
+    report : dict
+        Their sizes (``languages``, ``per_language``, ``concepts``).
+    vocabulary : dict of str to dict
+        Per language: ``terms``, ``idf``, ``df`` in term_index order.
+    source : str
+        What the rows are, recorded in ``model.json`` (``training.tfidf``).
+
+    Raises
+    ------
+    ConfigError
+        For ``train.backend`` other than local (the Spark backend caches a dataset), or a
+        language of the setup without rows.
+    """
+    from pipeline.backends.loader import TfidfLayout, local_backend_from_frame
+
+    t = cfg.train
+    if t.backend != "local":
+        raise ConfigError(
+            f"training rows held in a DataFrame train with train.backend=local; got "
+            f"{t.backend!r} (the spark backend reads a tfidf dataset)"
+        )
+    t0 = time.perf_counter()
+    selected, selection = select_rows_frame(cfg, tfidf, report, source)
+    sizes = report
+    if selected is not None:
+        tfidf = selected.cache()
+        sizes = _selection_manifest(cfg, tfidf, report, selection, source)
+    layout = TfidfLayout(sizes, selection["languages"], source)
+    _frame_memory_plan(tfidf.sparkSession, cfg, sizes)
+    try:
+        backend = local_backend_from_frame(tfidf, layout, dtype=t.dtype)
+    finally:
+        if selected is not None:
+            tfidf.unpersist()
+    vocab = {lang: vocabulary[lang] for lang in backend.languages}
+    return TrainingData(backend, selection, vocab, time.perf_counter() - t0, source=source)
 
 
 def _training_languages(cfg: Config, available: list[str], tfidf_path: str) -> list[str]:

@@ -46,6 +46,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Methods whose fits checkpoint (and resume) under :func:`checkpoint_dir`.
+CHECKPOINTED = ("cr5", "jplsa", "cplsa", "s2net")
+
 
 def train_model(
     spark: SparkSession, cfg: Config, data: TrainingData | None = None
@@ -80,7 +83,7 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
             sum(backend.n_terms(lang) for lang in languages),
             where=f"the training rows (train.setup={t.setup}, languages {languages})",
         )
-    ckpt = checkpoint_dir(cfg) if t.method in ("cr5", *NEURAL_METHODS) else None
+    ckpt = checkpoint_dir(cfg) if t.method in (*CHECKPOINTED, *NEURAL_METHODS) else None
     t0 = time.perf_counter()
     fitted = fit_method(t, data, ckpt)
     fit_seconds = time.perf_counter() - t0
@@ -100,7 +103,10 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "training": training,
         "versions": _versions(),
         "warnings": warnings_,
+        "similarity": fitted.similarity,
     }
+    if fitted.folding_in is not None:
+        meta["folding_in"] = fitted.folding_in
     model_path = cfg.paths.dataset("model")
     if encoder:
         proto = fitted.shared[SUBWORDS]
@@ -233,7 +239,7 @@ def _training_record(
     """``model.json``'s ``training`` section: the rows, the backend, the cost, the start."""
     t, backend = cfg.train, data.backend
     return {
-        "tfidf": to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
+        "tfidf": data.source or to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
         "selection": data.selection,
         "documents": {lang: backend.n_docs(lang) for lang in backend.languages},
         "concepts": backend.n_concepts,

@@ -2,8 +2,9 @@
 
 Layout of ``<dir>/<lang>/``: ``vectors.npy`` (float32, shape (n_words, d)), ``vocabulary.parquet``
 (``word`` string, ``count`` int64, row i describes row i of the vectors; most frequent first) and
-``meta.json`` (settings, sizes). Each language directory is written to a temporary sibling and
-renamed into place, so a reader never sees a half-written language.
+``meta.json`` (settings, sizes, and the size and SHA-256 of the two other files, checked on read
+like a dataset's: :mod:`pipeline.io.integrity`). Each language directory is written to a
+temporary sibling and renamed into place, so a reader never sees a half-written language.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import ConfigError, DatasetNotFoundError, ModelError
+from pipeline.errors import ConfigError, DamagedDatasetError, DatasetNotFoundError, ModelError
+from pipeline.io.integrity import damaged_message, file_checksums, verify_dataset
 from pipeline.io.local_dirs import staged_directory
 
 __all__ = ["WordVectors", "local_dir", "read_word_vectors", "write_word_vectors"]
@@ -53,7 +55,15 @@ def write_word_vectors(root: Path, lang: str, wv: WordVectors, meta: dict[str, A
             ),
             tmp / "vocabulary.parquet",
         )
-        body = {**meta, "lang": lang, "n_words": len(wv.words), "dim": int(wv.vectors.shape[1])}
+        files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
+        body = {
+            **meta,
+            "lang": lang,
+            "n_words": len(wv.words),
+            "dim": int(wv.vectors.shape[1]),
+            "files": files,
+            "checksums": file_checksums(str(tmp), files),
+        }
         (tmp / "meta.json").write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
     return final
 
@@ -66,6 +76,25 @@ def read_word_vectors(root: Path, lang: str) -> WordVectors:
             f"no word vectors for {lang!r} under {root}; run the word_vectors stage "
             f"(jobs/word_vectors.py) with words.languages including {lang}"
         )
+    try:
+        meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DamagedDatasetError(
+            damaged_message(
+                dataset=f"word_vectors/{lang}",
+                path=str(d),
+                producer="word_vectors",
+                file="meta.json",
+                what=f"is not valid JSON ({exc})",
+            )
+        ) from None
+    verify_dataset(
+        str(d),
+        meta,
+        dataset=f"word_vectors/{lang}",
+        producer="word_vectors",
+        manifest_name="meta.json",
+    )
     vectors = np.load(d / "vectors.npy", allow_pickle=False)
     table = pq.read_table(d / "vocabulary.parquet")
     return WordVectors(

@@ -1,0 +1,174 @@
+"""The training matrix X as sparse TF-IDF rows of a documents DataFrame, plus its concepts.
+
+Row of a training document d in language l (design.md, section 1):
+``x_d[t] = count(d, t) * idf_l(t)`` for in-vocabulary terms t, then L2-normalised,
+stored as sorted ``indices`` (int32, the vocabulary's ``term_index``) and
+``values`` (float32). Rows are numbered 0..n_l-1 per language in ``doc_id`` order
+and concepts 0..K-1 in ``concept_id`` order, so reruns give identical rows.
+
+The term counting runs in ``mapInArrow`` on whole Arrow batches (tokenise with
+Arrow kernels, vocabulary lookup with ``index_in``, counting with ``np.unique``):
+no Python loop over documents or tokens, and executor memory is bounded by the
+batch size (``spark.sql.execution.arrow.maxRecordsPerBatch``) plus the vocabulary.
+
+The ``tfidf`` stage (:mod:`pipeline.stages.tfidf`) runs it on the documents dataset with
+the vocabulary dataset; the Spark ML estimator (:class:`pipeline.sparkml.Cr5`) on the
+DataFrame it is fitted on, with the vocabulary it has just computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.config import Config
+from pipeline.errors import InputDataError
+from pipeline.features.indexing import dense_index
+from pipeline.features.selection import count_by_reason, length_reason, remove_heldout
+from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
+from pipeline.spark import share_with_workers
+from pipeline.text.tokenizer import Tokenizer, distinct_tokens_per_doc
+
+__all__ = ["ROWS_SCHEMA", "tfidf_fn", "tfidf_frames"]
+
+ROWS_SCHEMA = (
+    "doc_id string, concept_id string, lang string, n_unique long, "
+    "indices array<int>, values array<float>"
+)
+
+
+def tfidf_fn(
+    tokenizer: Tokenizer, vocabularies: Any
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: documents -> TF-IDF rows (``ROWS_SCHEMA``).
+
+    ``vocabularies`` holds ``{lang: (terms, idf)}`` as its ``.value`` (a Spark broadcast,
+    :func:`pipeline.spark.share_with_workers`); it is unpacked once per Python worker.
+    """
+    cache: dict[str, LanguageVocabulary] = {}
+
+    def vocab_of(lang: str) -> LanguageVocabulary:
+        if lang not in cache:
+            terms, idf = vocabularies.value.get(lang, (pa.array([], pa.string()), np.zeros(0)))
+            cache[lang] = LanguageVocabulary(terms, idf)
+        return cache[lang]
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            langs = batch.column("lang")
+            for lang in pc.unique(langs).to_pylist():
+                part = batch.filter(pc.equal(langs, lang))
+                n = part.num_rows
+                flat, doc_of = tokenizer.flat_tokens(part.column("text"))
+                _, _, n_unique = distinct_tokens_per_doc(flat, doc_of, n)
+                indptr, indices, values = tfidf_rows(flat, doc_of, n, vocab_of(lang))
+                offsets = pa.array(indptr)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        part.column("doc_id"),
+                        part.column("concept_id"),
+                        part.column("lang"),
+                        pa.array(n_unique, pa.int64()),
+                        pa.ListArray.from_arrays(offsets, pa.array(indices, pa.int32())),
+                        pa.ListArray.from_arrays(offsets, pa.array(values, pa.float32())),
+                    ],
+                    names=["doc_id", "concept_id", "lang", "n_unique", "indices", "values"],
+                )
+
+    return fn
+
+
+def tfidf_frames(
+    spark: SparkSession,
+    docs: DataFrame,
+    vocabularies: dict[str, tuple[pa.Array, np.ndarray]],
+    cfg: Config,
+) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
+    """The TF-IDF rows and concepts of the documents ``docs`` under ``vocabularies``.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    docs : DataFrame
+        ``doc_id, concept_id, lang, text`` (``doc_id`` unique).
+    vocabularies : dict of str to (pyarrow string array of shape (p_l,), ndarray of shape
+        (p_l,))
+        Each language's terms in ``term_index`` order and their IDF (float32).
+    cfg : Config
+        ``features`` (held-out concepts, length filter), ``text`` and
+        ``spark.shuffle_partitions``.
+
+    Returns
+    -------
+    tfidf : DataFrame
+        The ``tfidf`` dataset's rows (``lang, row, doc_id, concept_id, concept_index,
+        indices, values``), cached.
+    concepts : DataFrame
+        ``concept_id, n_docs, langs, concept_index``, cached.
+    report : dict
+        Sizes per language (documents, nnz, vocabulary), K, documents dropped by reason.
+
+    Raises
+    ------
+    InputDataError
+        When no training row is left.
+    """
+    shared = share_with_workers(spark, vocabularies)
+    docs, heldout_counts = remove_heldout(spark, docs, cfg)
+    rows = docs.select("doc_id", "concept_id", "lang", "text").mapInArrow(
+        tfidf_fn(Tokenizer.from_config(cfg.text), shared), ROWS_SCHEMA
+    )
+    reason = F.coalesce(
+        length_reason(cfg), F.when(F.size("indices") == 0, F.lit("no_vocabulary_terms"))
+    )
+    rows = rows.withColumn("reason", reason).persist()
+    counts = count_by_reason(rows, F.col("reason"))
+    train = rows.filter(F.col("reason").isNull()).drop("reason", "n_unique")
+
+    row_index = dense_index(train.select("lang", "doc_id"), ["lang", "doc_id"], "gidx")
+    first = row_index.groupBy("lang").agg(F.min("gidx").alias("first"))
+    row_index = row_index.join(F.broadcast(first), "lang").select(
+        "lang", "doc_id", (F.col("gidx") - F.col("first")).alias("row")
+    )
+    concepts = train.groupBy("concept_id").agg(
+        F.count(F.lit(1)).alias("n_docs"), F.sort_array(F.collect_set("lang")).alias("langs")
+    )
+    concepts = dense_index(concepts, ["concept_id"], "concept_index").cache()
+    tfidf = (
+        train.join(row_index, ["lang", "doc_id"])
+        .join(concepts.select("concept_id", "concept_index"), "concept_id")
+        .repartitionByRange(cfg.spark.shuffle_partitions, "lang", "row")
+        .sortWithinPartitions("lang", "row")
+        .cache()
+    )
+    stats = {
+        r["lang"]: {"documents": r["n"], "nnz": r["nnz"]}
+        for r in tfidf.groupBy("lang")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(F.size("indices")).alias("nnz"))
+        .orderBy("lang")
+        .collect()
+    }
+    if not stats:
+        rows.unpersist()
+        shared.unpersist()
+        raise InputDataError(f"no training rows left ({counts}); see the vocabulary report")
+    for lang, (terms, _) in vocabularies.items():
+        stats.setdefault(lang, {"documents": 0, "nnz": 0})["vocabulary"] = len(terms)
+    report = {
+        "languages": sorted(lang for lang, s in stats.items() if s["documents"]),
+        "per_language": stats,
+        "documents": sum(s["documents"] for s in stats.values()),
+        "nnz": sum(s["nnz"] for s in stats.values()),
+        "concepts": concepts.count(),
+        "documents_by_reason": counts,
+        "heldout_documents": heldout_counts,
+    }
+    rows.unpersist()
+    shared.unpersist()
+    return tfidf, concepts, report
