@@ -243,18 +243,16 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetPar
         "xcnn",
         "tlaser",
         "ctlaser",
-    ] = (
-        param(
-            "cr5",
-            doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
-            "the same model format (untranslated: a sparse selection model, r = |union "
-            "vocabulary|; the λ and solver settings do not apply to it; jplsa, cplsa: topic "
-            "models with r topics, fitted on term counts by EM, embedding by folding-in, "
-            "compared by L1 distance; s2net: a projection trained from OPCA's by gradient "
-            "descent; docs/classic-methods.md), or a neural method trained with PyTorch "
-            "(xcnn, tlaser, ctlaser: the train.neural_*, xcnn_*, tlaser_* keys, "
-            "docs/neural.md; needs the neural extra).",
-        )
+    ] = param(
+        "cr5",
+        doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
+        "the same model format (untranslated: a sparse selection model, r = |union "
+        "vocabulary|; the λ and solver settings do not apply to it; jplsa, cplsa: topic "
+        "models with r topics, fitted on term counts by EM, embedding by folding-in, "
+        "compared by L1 distance; s2net: a projection trained from OPCA's by gradient "
+        "descent; docs/classic-methods.md), or a neural method trained with PyTorch "
+        "(xcnn, tlaser, ctlaser: the train.neural_*, xcnn_*, tlaser_* keys, "
+        "docs/neural.md; needs the neural extra).",
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
         "joint",
