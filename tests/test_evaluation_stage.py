@@ -563,11 +563,11 @@ def test_xcnn_is_trained_through_the_distributor_and_evaluated_beside_cr5(spark,
         cfg,
         train=dataclasses.replace(
             cfg.train,
-            neural_epochs=8,
+            neural_epochs=4,
             neural_processes=2,
             xcnn_dim=16,
             neural_batch_size=32,
-            neural_lr=0.03,
+            neural_lr=0.05,
         ),
     )
     e = EvaluateConfig(
@@ -577,7 +577,7 @@ def test_xcnn_is_trained_through_the_distributor_and_evaluated_beside_cr5(spark,
     entry = report["methods"]["xcnn"]
     model = Cr5Model.load(entry["model"])
     history = model.meta["solver"]["history"]
-    assert history["processes"] == 2 and len(history["epochs"]) == 8
+    assert history["processes"] == 2 and len(history["epochs"]) == 4
     assert history["selection"] == "validation P@1"
     scores = [h["validation_p_at_1"] for h in history["epochs"]]
     assert history["chosen_epoch"] == 1 + int(np.argmax(scores))
