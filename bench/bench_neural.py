@@ -73,7 +73,18 @@ def summarise(report: dict) -> dict:
         fit = info.get("fit_seconds")
         out[name] = {
             "directions": len(rows),
-            "p_at_1": float(np.mean([r["precision_at"][1] for r in rows])) if rows else None,
+            "p_at_1": float(
+                np.mean(
+                    [
+                        r["precision_at"][str(1)]
+                        if str(1) in r["precision_at"]
+                        else r["precision_at"][1]
+                        for r in rows
+                    ]
+                )
+            )
+            if rows
+            else None,
             "mrr": float(np.mean([r["mrr"] for r in rows])) if rows else None,
             "r": info["r"],
             "fit_seconds": fit,
@@ -123,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--labels", type=Path, default=REPO / "data/sample/ddtp_sections.parquet")
     ap.add_argument("--set", action="append", default=[], help="more --set overrides")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/neural_ddtp_sample")
+    ap.add_argument("--report-only", action="store_true", help="summarise an existing run")
     args = ap.parse_args(argv)
-    wall = run_chain(args.root, args.corpus, args.labels, args.set)
+    wall = 0.0 if args.report_only else run_chain(args.root, args.corpus, args.labels, args.set)
     report = json.loads((args.root / "reports" / "evaluation.json").read_text())
     summary = summarise(report)
     text = tables(summary, report.get("classification"))
