@@ -23,6 +23,15 @@ if [ ! -f "$stamp" ] || ! grep -qx -- "$want" "$stamp"; then
   echo "setup: installing the project into $venv (extras: ${extras:-none})"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   spec="."; [ -n "$extras" ] && spec=".[${extras}]"
+  # The dev extra includes PyTorch (the neural methods' tests). On Linux, PyPI's torch pulls
+  # the CUDA runtime wheels (several GB); the CPU-only build comes from PyTorch's own index.
+  # Tried first and quickly; when that index is unreachable, pip takes PyPI's torch below.
+  if [[ ",$extras," == *",dev,"* || ",$extras," == *",neural,"* ]] \
+    && ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --retries 1 --timeout 20 \
+      "torch>=2.2" --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
+      || echo "setup: PyTorch's CPU index is unreachable; installing torch from PyPI"
+  fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$spec"
   echo "$want" >> "$stamp"
 fi

@@ -76,9 +76,10 @@ def test_config_is_a_leaf():
         "pipeline.linalg.params",
         "pipeline.retrieval.params",
         "pipeline.baselines.params",
+        "pipeline.neural.params",
     }
     leaves = [PKG / "params.py", PKG / "wikipedia" / "config.py"]
-    leaves += [PKG / pkg / "params.py" for pkg in ("linalg", "retrieval", "baselines")]
+    leaves += [PKG / pkg / "params.py" for pkg in ("linalg", "retrieval", "baselines", "neural")]
     for path in _modules("config") + leaves:
         inner = {
             m
@@ -92,7 +93,7 @@ def test_config_is_a_leaf():
     # packages' names load lazily (pipeline.lazy), so only their params modules come along.
     loaded = _fresh_import("pipeline.config")
     packages = {"pipeline", "pipeline.lazy", "pipeline.wikipedia"} | {
-        f"pipeline.{pkg}" for pkg in ("linalg", "retrieval", "baselines")
+        f"pipeline.{pkg}" for pkg in ("linalg", "retrieval", "baselines", "neural")
     }
     assert loaded - {m for m in loaded if m.startswith("pipeline.config")} <= allowed | packages
 
@@ -113,7 +114,9 @@ def test_linalg_is_maths_only(path):
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in _modules("retrieval") if p.name != "spark.py"] + _modules("baselines"),
+    [p for p in _modules("retrieval") if p.name != "spark.py"]
+    + _modules("baselines")
+    + _modules("neural"),
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_retrieval_and_baselines_need_no_spark(path):

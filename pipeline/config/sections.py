@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
 from pipeline.linalg.params import BackendParams, Cr5Params
+from pipeline.neural.params import NeuralParams
 from pipeline.params import param
 from pipeline.retrieval.params import RetrievalParams
 from pipeline.wikipedia.config import WikipediaConfig
@@ -219,7 +220,7 @@ class FeaturesConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetParams):
+class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetParams, NeuralParams):
     """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
 
     The solver's parameters (:class:`~pipeline.linalg.params.Cr5Params`), the backend's
@@ -230,16 +231,28 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetPar
     them; this section embeds them as its keys, beside the stage's own below.
     """
 
-    method: Literal["cr5", "untranslated", "cl_lsi", "cca", "opca", "jplsa", "cplsa", "s2net"] = (
-        param(
-            "cr5",
-            doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
-            "the same model format (untranslated: a sparse selection model, r = |union "
-            "vocabulary|; the λ and solver settings do not apply to it; jplsa, cplsa: topic "
-            "models with r topics, fitted on term counts by EM, embedding by folding-in, "
-            "compared by L1 distance; s2net: a projection trained from OPCA's by gradient "
-            "descent). docs/classic-methods.md.",
-        )
+    method: Literal[
+        "cr5",
+        "untranslated",
+        "cl_lsi",
+        "cca",
+        "opca",
+        "jplsa",
+        "cplsa",
+        "s2net",
+        "xcnn",
+        "tlaser",
+        "ctlaser",
+    ] = param(
+        "cr5",
+        doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
+        "the same model format (untranslated: a sparse selection model, r = |union "
+        "vocabulary|; the λ and solver settings do not apply to it; jplsa, cplsa: topic "
+        "models with r topics, fitted on term counts by EM, embedding by folding-in, "
+        "compared by L1 distance; s2net: a projection trained from OPCA's by gradient "
+        "descent; docs/classic-methods.md), or a neural method trained with PyTorch "
+        "(xcnn, tlaser, ctlaser: the train.neural_*, xcnn_*, tlaser_* keys, "
+        "docs/neural.md; needs the neural extra).",
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
         "joint",
@@ -470,6 +483,9 @@ class EvaluateConfig(RetrievalParams):
             "jplsa",
             "cplsa",
             "s2net",
+            "xcnn",
+            "tlaser",
+            "ctlaser",
             "avg_procrustes",
             "avg_procrustes_refined",
             "avg_rcsls",
@@ -492,6 +508,32 @@ class EvaluateConfig(RetrievalParams):
         lo_open=True,
         doc="γ of CCA and OPCA chosen on the validation concepts when two or more values are "
         "given; else train.gamma. A large γ turns both into per-language PCA.",
+    )
+    classify_labels: str | None = param(
+        None,
+        doc="Parquet table (concept_id, label) of document classes: with it, evaluate also "
+        "scores crosslingual classification transfer for every method (MLDoc protocol: a "
+        "logistic regression trained on one language's embeddings of held-out concepts, "
+        "tested on every language's), with majority-class and same-language TF-IDF "
+        "references (docs/neural.md). scripts/build_ddtp_labels.py builds the DDTP packages' "
+        "Debian sections. Needs scikit-learn (the classify extra).",
+    )
+    classify_train_fraction: float = param(
+        0.5,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        hi_open=True,
+        doc="Share of the labelled held-out concepts whose documents train the classifier "
+        "(a seeded hash of evaluate.seed and the concept id); the rest test it.",
+    )
+    classify_c: float = param(
+        10.0,
+        lo=0.0,
+        lo_open=True,
+        doc="Inverse L2 regularisation strength of the classification logistic regression "
+        "(on L2-normalised vectors, whose entries are small: 1 would shrink most classifiers "
+        "to the majority class on a few hundred documents).",
     )
     sparse_dense_limit_mb: int = param(
         2048,

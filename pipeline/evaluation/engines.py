@@ -34,8 +34,8 @@ from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset
 from pipeline.io.schemas import DOCUMENTS
 from pipeline.model.batches import embed_batch
-from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json
+from pipeline.model.loading import load_model
 from pipeline.model.shipping import ship_model, worker_model
 from pipeline.retrieval import retrieve
 from pipeline.retrieval.shared_space import densify_cross_sides
@@ -145,7 +145,7 @@ class LocalEngine:
     def use_model(self, path: str) -> None:
         """Embed every pool document with the model at ``path`` (Cr5Model.embed); languages
         the model lacks get no vectors (their directions are not evaluated with it)."""
-        model = Cr5Model.load(path)
+        model = load_model(path)
         for lang, data in self.langs.items():
             if lang in model.languages:
                 data.vectors, data.n_terms = model.embed_with_counts(data.texts, lang)

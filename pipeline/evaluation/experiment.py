@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from pipeline.config import Config, EvaluateConfig, check_evaluate
 from pipeline.errors import InputDataError, PipelineError
+from pipeline.evaluation.classification import classification_rows, run_classification
 from pipeline.evaluation.engines import open_engine
 from pipeline.evaluation.lambda_selection import select_lambda
 from pipeline.evaluation.protocol import (
@@ -294,7 +295,9 @@ def compare_methods(
                 rows += rows_m
                 continue
             if data is None:  # loaded once for every method and γ
-                data = training.load_training_data(ctx.spark, ctx.cfg)
+                # with the evaluated methods (a neural one loads validation documents)
+                cfg = dataclasses.replace(ctx.cfg, evaluate=ctx.e)
+                data = training.load_training_data(ctx.spark, cfg)
             rows_m, entries[method] = train_and_evaluate(ctx, meta, method, data)
             rows += rows_m
     finally:
@@ -376,6 +379,8 @@ def write_outputs(
     """The ``evaluation`` dataset (manifest = ``report``), then the report files (which also
     record the dataset's path and the run's total time); their paths."""
     rows = evaluation_rows(setup, test, "test") + evaluation_rows(setup, validation, "validation")
+    if report.get("classification"):
+        rows += classification_rows(setup, report["classification"])
     df = ctx.spark.createDataFrame(rows, EVALUATION_SCHEMA)
     path = ctx.cfg.paths.dataset("evaluation")
     write_dataset(
@@ -432,6 +437,10 @@ def run_evaluation(
         split_manifest=split_manifest,
         pool_sizes=pool_sizes,
         leaked=leaked,
+    )
+    methods = {main_method: main_entry, **more_entries}
+    report["classification"] = (
+        run_classification(ctx, methods, eval_langs) if e.classify_labels else None
     )
     report.update(write_outputs(ctx, report, setup, test + more_rows, validation, t_start))
     return report

@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.config import Config, EvaluateConfig
 from pipeline.errors import ConfigError
+from pipeline.evaluation.classification import markdown_section
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ def _markdown(report: dict[str, Any], plot_name: str | None) -> str:
             + f" | {r['mrr']:.3f} | {r['n_queries']} | {r['n_candidates']} |"
         )
     out += _methods_section(report)
+    out += markdown_section(report.get("classification"))
     out += ["", "## Sizes", "", "| language | training documents | documents | candidate sample |"]
     out.append("|---|---:|---:|---:|")
     per_lang = report["candidates"]["per_language"]

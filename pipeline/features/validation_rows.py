@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -30,26 +31,21 @@ from pipeline.io.schemas import DOCUMENTS
 from pipeline.linalg.monitor import ValidationSet
 from pipeline.text.tokenizer import Tokenizer
 
-__all__ = ["load_validation_set"]
+__all__ = ["load_validation_set", "validation_documents"]
 
 log = logging.getLogger(__name__)
 
 
-def load_validation_set(
+def validation_documents(
     spark: SparkSession,
     cfg: Config,
     languages: list[str],
-    vocabulary: dict[str, dict],
     *,
-    weighting: str = "tfidf",
     needed_by: str = "train.stop_rule=validation",
-) -> ValidationSet:
-    """Validation documents of the training languages as TF-IDF rows (``weighting="tfidf"``)
-    or term counts (``"counts"``).
-
-    ``vocabulary[lang]``: ``terms`` (pyarrow array, term_index order) and ``idf``.
-    ``needed_by``: the setting that asked for them (named in errors).
-    """
+) -> pa.Table:
+    """The ``train.validation_concepts`` validation concepts' documents in ``languages``:
+    columns lang, concept_id, text (one document per language and concept), sorted.
+    ``needed_by``: the setting that asked for them (named in errors)."""
     path = cfg.heldout_path()
     fix = (
         "Fix: run the split stage and set features.heldout_concepts: splits (before the "
@@ -75,7 +71,7 @@ def load_validation_set(
         .limit(cfg.train.validation_concepts)
         .select("concept_id")
     )
-    docs = (
+    return (
         read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
         .filter(F.col("lang").isin(languages))
         .join(F.broadcast(chosen), "concept_id")
@@ -85,6 +81,29 @@ def load_validation_set(
         .orderBy("lang", "concept_id")
         .toArrow()
     )
+
+
+def load_validation_set(
+    spark: SparkSession,
+    cfg: Config,
+    languages: list[str],
+    vocabulary: dict[str, dict],
+    *,
+    weighting: str = "tfidf",
+    needed_by: str = "train.stop_rule=validation",
+) -> ValidationSet:
+    """Validation documents of the training languages as TF-IDF rows (``weighting="tfidf"``)
+    or term counts (``"counts"``).
+
+    ``vocabulary[lang]``: ``terms`` (pyarrow array, term_index order) and ``idf``.
+    ``needed_by``: the setting that asked for them (named in errors).
+    """
+    path = cfg.heldout_path()
+    fix = (
+        "Fix: run the split stage and set features.heldout_concepts: splits (before the "
+        f"vocabulary stage), or change {needed_by}."
+    )
+    docs = validation_documents(spark, cfg, languages, needed_by=needed_by)
     tokenizer = Tokenizer.from_settings(cfg.to_dict()["text"])
     rows, concepts = {}, {}
     for lang in languages:

@@ -65,7 +65,7 @@ MODEL_SCHEMA_VERSION = 2
 #: Every schema version this library reads.
 SUPPORTED_SCHEMA_VERSIONS = (1, 2)
 #: The map kinds of ``phi_format`` and the schema version each needs.
-PHI_FORMATS = {"dense": 1, "selection": 1, "topic_word": 2}
+PHI_FORMATS = {"dense": 1, "selection": 1, "topic_word": 2, "encoder": 2}
 #: How far (float32) a topic-word column may sum from 1.
 TOPIC_SUM_TOL = 1e-3
 MODEL_JSON = "model.json"
@@ -484,3 +484,69 @@ def verify_files(
         if rel.startswith("languages/") and not rel.startswith(prefixes):
             continue
         _check_file(path, rel, info, checksums=checksums, reading=reading)
+
+
+#: The directory of an encoder model's (T-LASER, cT-LASER) weights and tokenizer.
+ENCODER_DIR = "encoder"
+
+
+def save_encoder_model(
+    path: str | os.PathLike,
+    meta: dict,
+    arrays: dict[str, np.ndarray],
+    blobs: dict[str, bytes],
+) -> dict:
+    """Write an encoder model directory atomically; returns the ``model.json`` content.
+
+    ``arrays``: the network's weights (``encoder/<name>.npy``, float32, loaded without
+    pickle); ``blobs``: opaque files such as the sentencepiece model
+    (``encoder/<name>``). ``meta`` must hold ``r``, ``languages`` and ``method``; it is
+    completed like :func:`save_model`'s (schema version, creation time, checksums).
+    """
+    path = Path(path)
+    if not meta.get("languages"):
+        raise ModelError("a model needs at least one language")
+    with staged_directory(path) as tmp:
+        d = tmp / ENCODER_DIR
+        d.mkdir(parents=True)
+        for name, arr in arrays.items():
+            np.save(d / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.float32))
+        for name, data in blobs.items():
+            (d / name).write_bytes(data)
+        files = {
+            f.relative_to(tmp).as_posix(): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+            for f in sorted(tmp.rglob("*"))
+            if f.is_file()
+        }
+        full = {
+            "schema_version": PHI_FORMATS["encoder"],
+            "library_version": __version__,
+            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **meta,
+            "phi_format": "encoder",
+            "encoder_arrays": sorted(arrays),
+            "encoder_blobs": sorted(blobs),
+            "files": files,
+        }
+        (tmp / MODEL_JSON).write_text(json.dumps(full, indent=2, sort_keys=True, default=str))
+    return full
+
+
+def load_encoder_files(
+    path: str | os.PathLike, *, verify: bool = True
+) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
+    """Read an encoder model directory: (``model.json``, weights, blobs), every file checked
+    against ``model.json`` (sizes always, SHA-256 with ``verify``)."""
+    path = Path(path)
+    meta = read_model_json(path)
+    if meta.get("phi_format") != "encoder":
+        raise ModelError(f"the model at {path} is not an encoder model (phi_format)")
+    for rel, info in meta["files"].items():
+        _check_file(path, rel, info, checksums=verify)
+    d = path / ENCODER_DIR
+    try:
+        arrays = {n: np.load(d / f"{n}.npy", allow_pickle=False) for n in meta["encoder_arrays"]}
+        blobs = {n: (d / n).read_bytes() for n in meta["encoder_blobs"]}
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the encoder files in {d}: {exc}") from exc
+    return meta, arrays, blobs

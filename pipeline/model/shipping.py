@@ -129,11 +129,9 @@ def worker_model(location: str, version: str) -> Any:
     Loaded lazily (only the languages the worker meets) and without checksums: the driver
     verified them before shipping; sizes are still checked.
     """
-    from pipeline.model.cr5_model import Cr5Model
+    from pipeline.model.loading import load_model
 
     key = f"{location}@{version}"
     if key not in _WORKER_MODELS:
-        _WORKER_MODELS[key] = Cr5Model.load(
-            resolve_model_location(location), verify=False, lazy=True
-        )
+        _WORKER_MODELS[key] = load_model(resolve_model_location(location), verify=False, lazy=True)
     return _WORKER_MODELS[key]

@@ -19,6 +19,7 @@ from pipeline.config import TrainConfig
 from pipeline.linalg.checkpoint import CheckpointStore
 from pipeline.linalg.cr5 import Cr5Solver
 from pipeline.model.format import GRAM_EIGENVALUES, GRAM_EIGENVECTORS
+from pipeline.neural.params import NEURAL_METHODS
 from pipeline.training.rows import TrainingData
 
 __all__ = ["FittedModel", "fit_baseline", "fit_method"]
@@ -78,6 +79,10 @@ def fit_method(t: TrainConfig, data: TrainingData, checkpoint: str | None) -> Fi
         return _fit_cr5(t, data, checkpoint)
     if t.method in GROUPED_METHODS:
         return _fit_grouped(t, data, checkpoint)
+    if t.method in NEURAL_METHODS:
+        from pipeline.training.neural import fit_neural
+
+        return fit_neural(t, data, checkpoint)
     return _fit_baseline_model(t, data)
 
 

@@ -31,10 +31,10 @@ from pipeline.backends import make_backend
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.features.indexing import dense_index
-from pipeline.features.validation_rows import load_validation_set
+from pipeline.features.validation_rows import load_validation_set, validation_documents
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.locations import to_manifest
-from pipeline.io.schemas import TFIDF, VOCABULARY
+from pipeline.io.schemas import DOCUMENTS, TFIDF, VOCABULARY
 
 __all__ = [
     "TrainingData",
@@ -72,6 +72,10 @@ class TrainingData:
     #: Documents of validation concepts (train.stop_rule=validation), scored at every
     #: eigensolver iteration.
     validation: Any = None
+    #: Raw texts for the encoder methods (tlaser, ctlaser): ``training`` per language a
+    #: table (concept_index, text) in row order, ``validation`` the validation documents
+    #: (lang, concept_id, text) or None.
+    texts: dict[str, Any] | None = None
     #: What the rows are, for ``model.json`` (None: the ``tfidf`` dataset of paths.tfidf).
     source: str | None = None
     #: Where the rows were read from, and the session and configuration that loaded them
@@ -133,6 +137,12 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     validation = None
     if t.method == "cr5" and t.stop_rule == "validation":
         validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
+    elif "xcnn" in (t.method, *cfg.evaluate.methods) and cfg.heldout_path():
+        # the epoch is chosen on the split's validation concepts
+        validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
+    texts = None
+    if {"tlaser", "ctlaser"} & {t.method, *cfg.evaluate.methods}:
+        texts = _training_texts(spark, cfg, rows_path, list(backend.languages))
     return TrainingData(
         backend,
         selection,
@@ -142,7 +152,26 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
         rows_path=rows_path,
         spark=spark,
         cfg=cfg,
+        texts=texts,
     )
+
+
+def _training_texts(
+    spark: SparkSession, cfg: Config, rows_path: str, languages: list[str]
+) -> dict[str, Any]:
+    """The encoder methods' raw texts: the training rows' documents and, with
+    features.heldout_concepts, the validation concepts' documents."""
+    rows = read_dataset(spark, TFIDF, rows_path).select("lang", "row", "doc_id", "concept_index")
+    docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents")).select("doc_id", "text")
+    table = rows.join(docs, "doc_id").orderBy("lang", "row").toArrow()
+    training = {
+        lang: table.filter(pc.equal(table.column("lang"), lang)).select(["concept_index", "text"])
+        for lang in languages
+    }
+    validation = None
+    if cfg.heldout_path():
+        validation = validation_documents(spark, cfg, languages)
+    return {"training": training, "validation": validation}
 
 
 def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any]) -> None:

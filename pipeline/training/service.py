@@ -26,7 +26,10 @@ from pipeline.config import Config, TrainConfig
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.locations import to_manifest
 from pipeline.linalg.backend import pass_delta
-from pipeline.model.format import LanguageMap, save_model
+from pipeline.model.encoder_model import SUBWORDS
+from pipeline.model.format import LanguageMap, save_encoder_model, save_model
+from pipeline.model.loading import ENCODER_METHODS
+from pipeline.neural.params import NEURAL_METHODS
 from pipeline.preflight import check_rank
 from pipeline.training.fit import FittedModel, fit_method
 from pipeline.training.rows import TrainingData, load_training_data
@@ -73,20 +76,21 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     languages = list(backend.languages)
     _log_start(t, backend, languages)
     warnings_ = training_warnings(cfg, languages)
-    if t.method != "untranslated":
+    if t.method not in ("untranslated", *NEURAL_METHODS):
         check_rank(
             t.r,
             backend.n_concepts,
             sum(backend.n_terms(lang) for lang in languages),
             where=f"the training rows (train.setup={t.setup}, languages {languages})",
         )
-    ckpt = checkpoint_dir(cfg) if t.method in CHECKPOINTED else None
+    ckpt = checkpoint_dir(cfg) if t.method in (*CHECKPOINTED, *NEURAL_METHODS) else None
     t0 = time.perf_counter()
     fitted = fit_method(t, data, ckpt)
     fit_seconds = time.perf_counter() - t0
+    encoder = t.method in ENCODER_METHODS
     # r: the embedding dimension (|union vocabulary| for untranslated).
-    r_out = int(next(iter(fitted.components.values())).shape[1])
-    maps = _language_maps(fitted, data, languages)
+    r_out = t.tlaser_dim if encoder else int(next(iter(fitted.components.values())).shape[1])
+    maps = {} if encoder else _language_maps(fitted, data, languages)
     passes = pass_delta(passes0, backend.pass_counts)
     training = _training_record(cfg, data, fitted, fit_seconds, passes)
     meta = {
@@ -104,7 +108,16 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     if fitted.folding_in is not None:
         meta["folding_in"] = fitted.folding_in
     model_path = cfg.paths.dataset("model")
-    save_model(model_path, maps, meta, shared=fitted.shared)
+    if encoder:
+        proto = fitted.shared[SUBWORDS]
+        meta["languages"] = languages
+        meta["encoder"] = {
+            "sizes": {**_encoder_sizes(t), "vocab": int(fitted.history["vocabulary_size"])},
+            "threads": t.neural_threads,
+        }
+        save_encoder_model(model_path, meta, fitted.components, {SUBWORDS: proto.tobytes()})
+    else:
+        save_model(model_path, maps, meta, shared=fitted.shared)
     if ckpt and Path(ckpt).exists():
         shutil.rmtree(ckpt, ignore_errors=True)  # the model is the durable result now
     eig = fitted.eigenvalues
@@ -123,6 +136,16 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "fit_seconds": round(fit_seconds, 2),
         "passes_over_x": passes["passes"],
         "warnings": warnings_,
+    }
+
+
+def _encoder_sizes(t: TrainConfig) -> dict[str, int]:
+    return {
+        "dim": t.tlaser_dim,
+        "heads": t.tlaser_heads,
+        "layers": t.tlaser_layers,
+        "ff": t.tlaser_ff,
+        "max_tokens": t.tlaser_max_tokens,
     }
 
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The neural methods beside Cr5 and the baselines on the DDTP en/de/fr/es corpus: the
+retrieval table, the crosslingual classification table, and training time and memory.
+
+Runs the demo chain (``jobs/chain.py --stages demo`` with conf/local.yaml,
+conf/short-docs.yaml, conf/sample.yaml: splits of 200 + 200 concepts per pair, r = 100, λ
+chosen on validation) with ``evaluate.methods`` extended by xcnn, tlaser and ctlaser and
+``evaluate.classify_labels`` set to the Debian sections (scripts/build_ddtp_labels.py), in a
+subprocess, then reads the evaluation report and each model's training record:
+
+- retrieval: mean P@1 and MRR (cosine) over the 12 directions, per method;
+- classification: same / cross / all accuracy per method, with the majority-class and
+  same-language TF-IDF references;
+- training: fit seconds per method, and its ratio to Cr5's fit in the same run (the
+  baseline); the neural methods' seconds per epoch, epochs, chosen epoch, processes and each
+  training process's peak resident memory.
+
+    nice -n 10 python bench/bench_neural.py --out bench/results/neural_ddtp_sample
+
+writes ``<out>.json`` (everything, with the machine) and ``<out>.txt`` (the tables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.machine import machine_info  # noqa: E402
+
+METHODS = ["untranslated", "cl_lsi", "cca", "opca", "xcnn", "tlaser", "ctlaser"]
+
+
+def run_chain(root: Path, corpus: Path, labels: Path, extra: list[str]) -> float:
+    """The demo chain with the neural methods and classification; its wall seconds."""
+    sets = [
+        f"paths.root={root}",
+        f"ingest.input={corpus}",
+        f"evaluate.methods=[{', '.join(METHODS)}]",
+        f"evaluate.classify_labels={labels}",
+        "evaluate.plot=false",
+        *extra,
+    ]
+    cmd = [sys.executable, str(REPO / "jobs" / "chain.py"), "--stages", "demo"]
+    for conf in ("local.yaml", "short-docs.yaml", "sample.yaml"):
+        cmd += ["--conf", str(REPO / "conf" / conf)]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return time.perf_counter() - t0
+
+
+def summarise(report: dict) -> dict:
+    """Per method: retrieval means, classification, training cost."""
+    methods = report["methods"]
+    cr5_fit = methods["cr5"].get("fit_seconds")
+    out = {}
+    for name, info in methods.items():
+        rows = [r for r in report["results"] if r["method"] == name and r["measure"] == "cosine"]
+        model = json.loads((Path(info["model"]) / "model.json").read_text())
+        hist = model.get("solver", {}).get("history", {})
+        epochs = hist.get("epochs") or []
+        fit = info.get("fit_seconds")
+        out[name] = {
+            "directions": len(rows),
+            "p_at_1": float(
+                np.mean(
+                    [
+                        r["precision_at"][str(1)]
+                        if str(1) in r["precision_at"]
+                        else r["precision_at"][1]
+                        for r in rows
+                    ]
+                )
+            )
+            if rows
+            else None,
+            "mrr": float(np.mean([r["mrr"] for r in rows])) if rows else None,
+            "r": info["r"],
+            "fit_seconds": fit,
+            "fit_over_cr5": round(fit / cr5_fit, 2) if fit and cr5_fit else None,
+            "epochs": len(epochs) or None,
+            "seconds_per_epoch": float(np.mean([e["seconds"] for e in epochs])) if epochs else None,
+            "chosen_epoch": hist.get("chosen_epoch"),
+            "validation_p_at_1": [e["validation_p_at_1"] for e in epochs] or None,
+            "processes": hist.get("processes"),
+            "peak_rss_mb_per_process": hist.get("peak_rss_mb_per_process"),
+        }
+    return out
+
+
+def tables(summary: dict, classification: dict | None) -> str:
+    def f(v: float | None, fmt: str = ".3f") -> str:
+        return "–" if v is None else format(v, fmt)
+
+    lines = [
+        "Retrieval (mean over directions, cosine):",
+        f"{'method':<14}{'P@1':>7}{'MRR':>7}{'r':>5}{'fit s':>9}{'/cr5':>7}{'s/epoch':>9}"
+        f"{'epochs':>7}{'chosen':>7}{'RSS MB':>8}",
+    ]
+    for name, s in summary.items():
+        lines.append(
+            f"{name:<14}{f(s['p_at_1']):>7}{f(s['mrr']):>7}{s['r']:>5}"
+            f"{f(s['fit_seconds'], '.1f'):>9}{f(s['fit_over_cr5'], '.2f'):>7}"
+            f"{f(s['seconds_per_epoch'], '.1f'):>9}{s['epochs'] or '–':>7}"
+            f"{s['chosen_epoch'] or '–':>7}{f(s['peak_rss_mb_per_process'], '.0f'):>8}"
+        )
+    if classification:
+        lines += ["", "Classification accuracy (Debian sections; same / cross / all):"]
+        named = {**classification["methods"], **classification["references"]}
+        for name, c in named.items():
+            lines.append(f"{name:<14}{f(c['same']):>7}{f(c['cross']):>7}{f(c['all']):>7}")
+        docs = ", ".join(
+            f"{k} {v['train']}/{v['test']}" for k, v in classification["documents"].items()
+        )
+        lines.append(f"documents train/test: {docs}; {len(classification['classes'])} classes")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", type=Path, default=Path("/tmp/cr5-bench-neural"))
+    ap.add_argument("--corpus", type=Path, default=REPO / "data/sample/ddtp_en_de_fr_es.parquet")
+    ap.add_argument("--labels", type=Path, default=REPO / "data/sample/ddtp_sections.parquet")
+    ap.add_argument("--set", action="append", default=[], help="more --set overrides")
+    ap.add_argument("--out", type=Path, default=REPO / "bench/results/neural_ddtp_sample")
+    ap.add_argument("--report-only", action="store_true", help="summarise an existing run")
+    args = ap.parse_args(argv)
+    wall = 0.0 if args.report_only else run_chain(args.root, args.corpus, args.labels, args.set)
+    report = json.loads((args.root / "reports" / "evaluation.json").read_text())
+    summary = summarise(report)
+    text = tables(summary, report.get("classification"))
+    result = {
+        "machine": machine_info(),
+        "corpus": str(args.corpus),
+        "labels": str(args.labels),
+        "overrides": args.set,
+        "chain_wall_seconds": round(wall, 1),
+        "training_documents": report.get("training_documents"),
+        "methods": summary,
+        "classification": report.get("classification"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str))
+    args.out.with_suffix(".txt").write_text(text + f"\nchain wall: {wall:.0f} s\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

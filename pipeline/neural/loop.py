@@ -1,0 +1,244 @@
+"""The training loop every neural method shares: seeded batches, data parallelism,
+a checkpoint per epoch, resume, and the epoch chosen on validation P@1.
+
+A method is a :class:`Task`: it builds its ``torch.nn.Module``, draws what an epoch needs
+(the random unrelated documents), computes the mean loss of a set of training items, scores a
+model on the validation documents and exports its weights. :func:`run_loop` drives it the
+same way in one process or in each of the processes ``torchrun`` starts (pyspark's
+TorchDistributor, :mod:`pipeline.neural.distributed`):
+
+- epoch e visits the items in the order of a permutation seeded by (seed, e), in global
+  batches of ``batch_size`` (a trailing partial batch is dropped); with W processes, process
+  k takes the k-th of W equal slices of each global batch (``batch_size`` is rounded down to
+  a multiple of W) and DistributedDataParallel averages the gradients, so a step's gradient
+  is the mean over the global batch whatever W: with the same seed a distributed run takes
+  the steps a single process takes, up to the rounding of the all-reduce;
+- the epoch's random draws come from a generator seeded by (seed, e), not from the
+  processes' state, for the same reason (the models use no dropout);
+- after every epoch, process 0 writes a checkpoint (model, optimiser, history, best epoch so
+  far) atomically, and a run that finds one resumes after its epoch: a killed run rerun with
+  the same settings ends with the same weights as one that was never interrupted;
+- every process scores the validation documents after each epoch (the replicas are
+  identical, so they agree) and the best epoch's weights are returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LoopSettings", "Task", "distributed_entry", "import_torch", "run_loop"]
+
+_CKPT = re.compile(r"^epoch-(\d{4})\.pt$")
+
+
+def import_torch() -> Any:
+    """``torch``, or a ConfigError that says how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError(
+            "train.method xcnn, tlaser and ctlaser need PyTorch, which is not installed. Fix: "
+            "pip install 'cr5-on-spark[neural]' (CPU-only build: pip install torch "
+            "--index-url https://download.pytorch.org/whl/cpu), or bash scripts/setup.sh dev"
+        ) from None
+    return torch
+
+
+class Task(Protocol):
+    """A neural method as the loop drives it."""
+
+    #: Training items (parallel pairs) per epoch.
+    n_items: int
+
+    def build(self) -> Any:
+        """A new ``torch.nn.Module`` (initialised from torch's seeded generator)."""
+
+    def draw(self, rng: np.random.Generator) -> Any:
+        """The epoch's random draws for all items (e.g. one unrelated document per item)."""
+
+    def loss(self, model: Any, items: np.ndarray, draws: Any) -> Any:
+        """The mean loss (a scalar tensor) of ``items`` (indices into 0..n_items-1)."""
+
+    def score(self, model: Any) -> float | None:
+        """Validation P@1 of the model (None: no validation documents)."""
+
+    def export(self, model: Any) -> dict[str, np.ndarray]:
+        """The model's weights as arrays (what the model directory stores)."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How :func:`run_loop` trains (the ``train.neural_*`` keys)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    checkpoint_dir: str | None = None
+    threads: int = 1
+
+
+def _latest_checkpoint(where: str | None) -> Path | None:
+    if not where or not Path(where).is_dir():
+        return None
+    found = sorted(p for p in Path(where).iterdir() if _CKPT.match(p.name))
+    return found[-1] if found else None
+
+
+def _save_checkpoint(torch: Any, where: str, epoch: int, payload: dict[str, Any]) -> None:
+    """``epoch-<e>.pt`` written to a temporary name and renamed; older ones removed."""
+    d = Path(where)
+    d.mkdir(parents=True, exist_ok=True)
+    final = d / f"epoch-{epoch:04d}.pt"
+    tmp = d / f".{final.name}.{os.getpid()}.tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, final)
+    for p in d.iterdir():
+        if _CKPT.match(p.name) and p != final:
+            p.unlink(missing_ok=True)
+
+
+def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
+    """Train ``task``; in a torch.distributed process group when one is initialised.
+
+    Returns
+    -------
+    dict
+        ``weights`` (the chosen epoch's :meth:`Task.export`), ``history`` (one record per
+        epoch: mean loss, validation P@1, seconds), ``chosen_epoch`` (1-based),
+        ``resumed_after`` (the checkpoint's epoch, or None), ``world_size``.
+    """
+    torch = import_torch()
+    import torch.distributed as dist
+
+    torch.set_num_threads(s.threads)
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
+    world = dist.get_world_size() if distributed else 1
+    shard = s.batch_size // world
+    if shard < 1:
+        raise ConfigError(
+            f"train.neural_batch_size={s.batch_size} is smaller than the {world} training "
+            "processes (train.neural_processes); raise it"
+        )
+    batch = shard * world
+    torch.manual_seed(s.seed)
+    model = task.build()
+    net = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    opt = torch.optim.Adam(model.parameters(), lr=s.lr)
+    history: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"epoch": 0, "score": None, "state": None}
+    start, resumed = 0, None
+    ckpt = _latest_checkpoint(s.checkpoint_dir)
+    if ckpt is not None:
+        payload = torch.load(ckpt, weights_only=True)
+        model.load_state_dict(payload["model"])
+        opt.load_state_dict(payload["optimizer"])
+        history, best = list(payload["history"]), dict(payload["best"])
+        start = resumed = int(payload["epoch"])
+        log.info("neural: resumed after epoch %d from %s", start, ckpt)
+    n_steps = task.n_items // batch
+    if n_steps == 0:
+        raise ConfigError(
+            f"{task.n_items} training pairs are fewer than one batch "
+            f"(train.neural_batch_size={s.batch_size}); lower the batch size"
+        )
+    for epoch in range(start, s.epochs):
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([s.seed, epoch])
+        order = rng.permutation(task.n_items)
+        draws = task.draw(rng)
+        net.train()
+        total = 0.0
+        for step in range(n_steps):
+            items = order[step * batch : (step + 1) * batch][rank * shard : (rank + 1) * shard]
+            opt.zero_grad()
+            loss = task.loss(net, items, draws)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach())
+        mean_loss = total / n_steps
+        if distributed:
+            t = torch.tensor([mean_loss], dtype=torch.float64)
+            dist.all_reduce(t)
+            mean_loss = float(t) / world
+        net.eval()
+        with torch.no_grad():
+            score = task.score(model)
+        record = {
+            "epoch": epoch + 1,
+            "loss": mean_loss,
+            "validation_p_at_1": score,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+        history.append(record)
+        # the first epoch with the highest validation P@1; without validation, the last
+        if best["state"] is None or score is None or score > best["score"]:
+            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best = {"epoch": epoch + 1, "score": score, "state": state}
+        log.info(
+            "neural epoch %d/%d: loss %.5f, validation P@1 %s, %.1fs",
+            epoch + 1,
+            s.epochs,
+            mean_loss,
+            "n/a" if score is None else f"{score:.4f}",
+            record["seconds"],
+        )
+        if s.checkpoint_dir and rank == 0:
+            _save_checkpoint(
+                torch,
+                s.checkpoint_dir,
+                epoch + 1,
+                {
+                    "epoch": epoch + 1,
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "history": history,
+                    "best": best,
+                },
+            )
+        if distributed:
+            dist.barrier()
+    if best["state"] is not None:
+        model.load_state_dict(best["state"])
+    return {
+        "weights": task.export(model),
+        "history": history,
+        # this process's peak resident memory (Linux reports KiB)
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "chosen_epoch": best["epoch"],
+        "resumed_after": resumed,
+        "world_size": world,
+    }
+
+
+def distributed_entry(task: Task, s: LoopSettings) -> dict[str, Any]:
+    """What each TorchDistributor process runs: join the gloo process group that
+    ``torchrun``'s environment describes, :func:`run_loop`, leave the group."""
+    torch = import_torch()
+    import torch.distributed as dist
+
+    torch.set_num_threads(s.threads)
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 0 and not logging.getLogger().handlers:
+        # torchrun's processes start without the driver's logging: report progress from one
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    try:
+        return run_loop(task, s)
+    finally:
+        dist.destroy_process_group()

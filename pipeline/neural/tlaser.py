@@ -1,0 +1,318 @@
+"""T-LASER and cT-LASER (Li and Mak): a transformer encoder-decoder trained as multilingual
+translation, whose encoder output at a leading start tag is the document embedding.
+
+- One subword vocabulary for all languages, learned by sentencepiece (BPE) on the training
+  documents; ids 0..3 are pad, unk, bos, eos, and every language l has a tag ``<2l>``.
+- Encoder input: the start tag (bos) then the document's first ``max_tokens`` subwords, with
+  learned positions. The first ``layers - 1`` encoder layers are standard self-attention
+  layers; the last one refines only the start position (its query is that position alone),
+  and its output is the embedding e (d values).
+- Decoder: one transformer decoder layer whose memory is e alone (so everything the decoder
+  knows about the source passes through the embedding), input ``<2target>`` then the
+  target's subwords, predicting the target's subwords then eos; translation loss = token
+  cross-entropy. Each parallel pair trains both directions.
+- cT-LASER adds the distance constraint (:func:`distance_constraint`) on the pair's
+  embeddings and a randomly drawn unrelated document's, weighted by β:
+  loss = translation + β · constraint. T-LASER is β = 0.
+
+No dropout, so a distributed run takes the steps a single process takes
+(:mod:`pipeline.neural.loop`).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+from pipeline.neural.loop import import_torch
+from pipeline.neural.xcnn import parallel_pairs
+from pipeline.ranking import pessimistic_ranks
+
+__all__ = [
+    "PAD",
+    "EncoderSizes",
+    "SubwordVocabulary",
+    "TLaserTask",
+    "build_module",
+    "distance_constraint",
+    "encode_texts",
+]
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class EncoderSizes:
+    """The network's sizes (the ``train.tlaser_*`` keys) and its vocabulary size."""
+
+    vocab: int
+    dim: int
+    heads: int
+    layers: int
+    ff: int
+    max_tokens: int
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class SubwordVocabulary:
+    """A sentencepiece BPE model shared by all languages, with a tag ``<2l>`` per language."""
+
+    def __init__(self, proto: bytes) -> None:
+        try:
+            import sentencepiece as spm
+        except ImportError:
+            raise ConfigError(
+                "train.method tlaser/ctlaser needs sentencepiece (the neural extra): pip "
+                "install 'cr5-on-spark[neural]'"
+            ) from None
+        self.proto = proto
+        self.sp = spm.SentencePieceProcessor(model_proto=proto)
+
+    @classmethod
+    def train(cls, texts: list[str], langs: list[str], size: int) -> SubwordVocabulary:
+        """Learn a BPE vocabulary of up to ``size`` pieces on ``texts`` (one thread, so the
+        result depends on the texts alone)."""
+        try:
+            import sentencepiece as spm
+        except ImportError:
+            raise ConfigError(
+                "train.method tlaser/ctlaser needs sentencepiece (the neural extra): pip "
+                "install 'cr5-on-spark[neural]'"
+            ) from None
+        out = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter([_clean(t) for t in texts if t]),
+            model_writer=out,
+            model_type="bpe",
+            vocab_size=size,
+            hard_vocab_limit=False,
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            user_defined_symbols=[f"<2{lang}>" for lang in langs],
+            character_coverage=1.0,
+            num_threads=1,
+            max_sentence_length=1 << 16,
+            minloglevel=2,
+        )
+        return cls(out.getvalue())
+
+    def __len__(self) -> int:
+        return int(self.sp.get_piece_size())
+
+    def tag(self, lang: str) -> int:
+        i = int(self.sp.piece_to_id(f"<2{lang}>"))
+        if i == UNK:
+            raise ConfigError(f"the subword vocabulary has no tag for language {lang!r}")
+        return i
+
+    def encode(self, texts: list[str | None], max_tokens: int) -> list[np.ndarray]:
+        """The subword ids of each text (at most ``max_tokens``; None or empty: none)."""
+        ids = self.sp.encode([_clean(t or "") for t in texts])
+        return [np.asarray(x[:max_tokens], dtype=np.int64) for x in ids]
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _pad(torch: Any, seqs: list[np.ndarray]) -> Any:
+    width = max(1, max(len(s) for s in seqs))
+    out = np.zeros((len(seqs), width), dtype=np.int64)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return torch.from_numpy(out)
+
+
+def build_module(sizes: EncoderSizes) -> Any:
+    """The encoder-decoder (a ``torch.nn.Module``) of the given sizes."""
+    torch = import_torch()
+    nn = torch.nn
+    if sizes.dim % sizes.heads:
+        raise ConfigError(
+            f"train.tlaser_heads={sizes.heads} must divide train.tlaser_dim={sizes.dim}"
+        )
+
+    class TLaser(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            d = sizes.dim
+            self.tok = nn.Embedding(sizes.vocab, d, padding_idx=PAD)
+            self.pos = nn.Embedding(sizes.max_tokens + 2, d)
+            self.encoder = nn.ModuleList(
+                nn.TransformerEncoderLayer(d, sizes.heads, sizes.ff, dropout=0.0, batch_first=True)
+                for _ in range(sizes.layers - 1)
+            )
+            self.last_attn = nn.MultiheadAttention(d, sizes.heads, dropout=0.0, batch_first=True)
+            self.last_ff = nn.Sequential(nn.Linear(d, sizes.ff), nn.ReLU(), nn.Linear(sizes.ff, d))
+            self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.decoder = nn.TransformerDecoderLayer(
+                d, sizes.heads, sizes.ff, dropout=0.0, batch_first=True
+            )
+            self.out = nn.Linear(d, sizes.vocab)
+
+        def _embed_tokens(self, ids: Any) -> Any:
+            positions = torch.arange(ids.shape[1], device=ids.device)
+            return self.tok(ids) * math.sqrt(sizes.dim) + self.pos(positions)
+
+        def encode(self, src: Any) -> Any:
+            """(B, T) ids starting with bos -> (B, d) embeddings."""
+            mask = src == PAD
+            x = self._embed_tokens(src)
+            for layer in self.encoder:
+                x = layer(x, src_key_padding_mask=mask)
+            q = x[:, :1]
+            a, _ = self.last_attn(q, x, x, key_padding_mask=mask, need_weights=False)
+            h = self.norm1(q + a)
+            return self.norm2(h + self.last_ff(h))[:, 0]
+
+        def translation_loss(self, emb: Any, tgt_in: Any, tgt_out: Any) -> Any:
+            y = self._embed_tokens(tgt_in)
+            t = tgt_in.shape[1]
+            causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+            y = self.decoder(
+                y, emb[:, None, :], tgt_mask=causal, tgt_key_padding_mask=tgt_in == PAD,
+                tgt_is_causal=True,
+            )  # fmt: skip
+            logits = self.out(y)
+            return nn.functional.cross_entropy(
+                logits.reshape(-1, sizes.vocab), tgt_out.reshape(-1), ignore_index=PAD
+            )
+
+        def forward(self, src: Any) -> Any:
+            return self.encode(src)
+
+    return TLaser()
+
+
+def distance_constraint(torch: Any, ea: Any, eb: Any, en: Any, margin: float) -> Any:
+    """cT-LASER's distance-constraint loss for (B, d) embeddings of the pairs' two sides
+    (ea, eb) and of unrelated documents (en).
+
+    With m the batch's mean vector norm (over ea, eb and en together),
+
+        mean_i ‖ea_i − eb_i‖ / m  +  mean_i max(0, margin − ‖ea_i − en_i‖ / m):
+
+    pull translations together and push unrelated documents at least ``margin`` mean norms
+    away; dividing by m keeps the network from shrinking every vector to win the first term.
+    """
+    m = torch.cat([ea, eb, en]).norm(dim=1).mean()
+    pos = (ea - eb).norm(dim=1) / m
+    neg = (ea - en).norm(dim=1) / m
+    return pos.mean() + torch.relu(margin - neg).mean()
+
+
+def encode_texts(torch: Any, model: Any, ids: list[np.ndarray], batch: int = 64) -> np.ndarray:
+    """Embeddings (n, d) float32 of documents given as subword ids (the start tag is added)."""
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(ids), batch):
+            chunk = [np.concatenate([[BOS], x]) for x in ids[i : i + batch]]
+            out.append(model.encode(_pad(torch, chunk)).numpy())
+    d = model.out.in_features
+    return np.concatenate(out).astype(np.float32) if out else np.zeros((0, d), np.float32)
+
+
+@dataclass
+class TLaserTask:
+    """T-LASER (β = 0) or cT-LASER on subword-encoded training documents
+    (a :class:`~pipeline.neural.loop.Task`).
+
+    Attributes
+    ----------
+    langs : list of str
+    ids : list of list of ndarray
+        Per language, each training document's subword ids.
+    concepts : list of ndarray of shape (n_l,)
+    tags : list of int
+        The ``<2l>`` tag id of each language.
+    sizes : EncoderSizes
+    beta, margin : the cT-LASER constraint's weight and margin (β = 0: T-LASER)
+    validation : dict of str to (list of ndarray, ndarray) or None
+        Per language, validation documents' ids and concept ids.
+    """
+
+    langs: list[str]
+    ids: list[list[np.ndarray]]
+    concepts: list[np.ndarray]
+    tags: list[int]
+    sizes: EncoderSizes
+    beta: float = 0.0
+    margin: float = 1.0
+    validation: dict[str, tuple[list[np.ndarray], np.ndarray]] | None = None
+    pairs: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
+        self.n_items = int(self.pairs.shape[0])
+
+    def build(self) -> Any:
+        return build_module(self.sizes)
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """An unrelated document of language b for each pair: (n_items,) rows."""
+        out = np.empty(self.n_items, dtype=np.int64)
+        for li in np.unique(self.pairs[:, 2]):
+            sel = np.flatnonzero(self.pairs[:, 2] == li)
+            n = len(self.ids[li])
+            neg = rng.integers(0, n, size=sel.size)
+            same = self.concepts[li][neg] == self.concepts[li][self.pairs[sel, 3]]
+            neg[same] = (neg[same] + 1) % n
+            out[sel] = neg
+        return out
+
+    def _src(self, torch: Any, lang: np.ndarray, rows: np.ndarray) -> Any:
+        return _pad(torch, [np.concatenate([[BOS], self.ids[li][r]]) for li, r in zip(lang, rows)])
+
+    def loss(self, model: Any, items: np.ndarray, draws: np.ndarray) -> Any:
+        torch = import_torch()
+        p = self.pairs[items]
+        la, ra, lb, rb = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
+        # both directions in one batch: sources a then b, targets b then a
+        src = self._src(torch, np.concatenate([la, lb]), np.concatenate([ra, rb]))
+        emb = model(src)
+        tgt_lang, tgt_rows = np.concatenate([lb, la]), np.concatenate([rb, ra])
+        targets = [self.ids[li][r] for li, r in zip(tgt_lang, tgt_rows)]
+        tgt_in = _pad(
+            torch, [np.concatenate([[self.tags[li]], t]) for li, t in zip(tgt_lang, targets)]
+        )
+        tgt_out = _pad(torch, [np.concatenate([t, [EOS]]) for t in targets])
+        inner = getattr(model, "module", model)
+        loss = inner.translation_loss(emb, tgt_in, tgt_out)
+        if self.beta > 0:
+            n = len(items)
+            en = model(self._src(torch, lb, draws[items]))
+            loss = loss + self.beta * distance_constraint(torch, emb[:n], emb[n:], en, self.margin)
+        return loss
+
+    def score(self, model: Any) -> float | None:
+        """Mean P@1 (cosine) over the ordered pairs of validation languages."""
+        if not self.validation:
+            return None
+        torch = import_torch()
+        emb, concepts = {}, {}
+        for lang, (ids, conc) in self.validation.items():
+            e = encode_texts(torch, model, ids).astype(np.float64)
+            emb[lang] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+            concepts[lang] = np.asarray(conc)
+        scores = []
+        for l1 in sorted(emb):
+            for l2 in sorted(emb):
+                if l1 == l2:
+                    continue
+                _, i1, i2 = np.intersect1d(concepts[l1], concepts[l2], return_indices=True)
+                if i1.size:
+                    ranks = pessimistic_ranks(emb[l1][i1] @ emb[l2].T, i2)
+                    scores.append(float(np.mean(ranks == 1)))
+        return float(np.mean(scores)) if scores else None
+
+    def export(self, model: Any) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}

@@ -1,0 +1,146 @@
+"""T-LASER / cT-LASER on tiny data: the distance constraint against a hand computation, the
+subword vocabulary, the start-tag embedding, the losses decreasing and a tiny batch overfit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sentencepiece")
+
+from pipeline.neural.loop import LoopSettings, run_loop  # noqa: E402
+from pipeline.neural.tlaser import (  # noqa: E402
+    EncoderSizes,
+    SubwordVocabulary,
+    TLaserTask,
+    build_module,
+    distance_constraint,
+    encode_texts,
+)
+
+WORDS_EN = ["red", "green", "blue", "house", "tree", "river", "small", "large", "old", "new"]
+WORDS_DE = ["rot", "gruen", "blau", "haus", "baum", "fluss", "klein", "gross", "alt", "neu"]
+
+
+def test_distance_constraint_against_a_hand_computation():
+    ea = torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+    eb = torch.tensor([[3.0, 0.0], [0.0, 1.0]])
+    en = torch.tensor([[0.0, 4.0], [0.0, -2.0]])
+    margin = 1.5
+    norms = [5, 1, 3, 1, 4, 2]
+    m = sum(norms) / 6  # 16 / 6
+    pos = [4 / m, 0 / m]  # |ea - eb|
+    neg = [3 / m, 3 / m]  # |ea - en|
+    want = np.mean(pos) + np.mean([max(0.0, margin - v) for v in neg])
+    got = float(distance_constraint(torch, ea, eb, en, margin))
+    assert got == pytest.approx(want, rel=1e-6)
+    # scaling every vector leaves it unchanged (the batch-norm normalisation)
+    assert float(distance_constraint(torch, 7 * ea, 7 * eb, 7 * en, margin)) == pytest.approx(got)
+
+
+def _corpus(n: int = 12):
+    rng = np.random.default_rng(0)
+    en, de = [], []
+    for _ in range(n):
+        w = rng.choice(len(WORDS_EN), size=3, replace=False)
+        en.append(" ".join(WORDS_EN[i] for i in w))
+        de.append(" ".join(WORDS_DE[i] for i in w))
+    return en, de
+
+
+def _task(beta: float = 0.0, n: int = 12) -> TLaserTask:
+    en, de = _corpus(n)
+    vocab = SubwordVocabulary.train(en + de, ["en", "de"], 60)
+    sizes = EncoderSizes(len(vocab), dim=32, heads=2, layers=2, ff=64, max_tokens=16)
+    return TLaserTask(
+        langs=["en", "de"],
+        ids=[vocab.encode(en, 16), vocab.encode(de, 16)],
+        concepts=[np.arange(n), np.arange(n)],
+        tags=[vocab.tag("en"), vocab.tag("de")],
+        sizes=sizes,
+        beta=beta,
+        margin=1.0,
+    )
+
+
+def test_subword_vocabulary_is_shared_and_tags_languages():
+    en, de = _corpus()
+    vocab = SubwordVocabulary.train(en + de, ["en", "de"], 60)
+    assert vocab.tag("en") != vocab.tag("de")
+    again = SubwordVocabulary.train(en + de, ["en", "de"], 60)
+    assert again.proto == vocab.proto  # deterministic
+    ids = vocab.encode(["red house", None], 16)
+    assert ids[0].size >= 2 and ids[1].size == 0
+    assert SubwordVocabulary(vocab.proto).encode(["red house"], 16)[0].tolist() == ids[0].tolist()
+
+
+def test_embedding_is_the_start_tag_output_and_ignores_padding():
+    task = _task()
+    torch.manual_seed(0)
+    model = task.build().eval()
+    ids = task.ids[0][:3]
+    batched = encode_texts(torch, model, ids)
+    alone = np.concatenate([encode_texts(torch, model, [x]) for x in ids])
+    np.testing.assert_allclose(batched, alone, rtol=1e-4, atol=1e-5)
+    assert batched.shape == (3, 32)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_losses_decrease_and_a_tiny_batch_is_overfit(beta):
+    task = _task(beta)
+    out = run_loop(task, LoopSettings(epochs=100, batch_size=12, lr=5e-3, seed=0))
+    losses = [h["loss"] for h in out["history"]]
+    assert losses[-1] < 0.05 * losses[0], losses[::10]  # the decoder reproduces the targets
+    model = task.build()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in out["weights"].items()})
+    model.eval()
+    # overfit: every English document's nearest German document is its translation
+    ea, eb = (encode_texts(torch, model, task.ids[i]) for i in (0, 1))
+    ea /= np.linalg.norm(ea, axis=1, keepdims=True)
+    eb /= np.linalg.norm(eb, axis=1, keepdims=True)
+    hits = np.mean(np.argmax(ea @ eb.T, axis=1) == np.arange(len(ea)))
+    # the constraint pulls translations together; translation alone does not have to (on
+    # 12 documents it does not: the two languages' encodings may live apart)
+    if beta > 0:
+        assert hits >= 11 / 12, hits
+
+
+def test_heads_must_divide_the_width():
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="tlaser_heads"):
+        build_module(EncoderSizes(50, dim=30, heads=4, layers=1, ff=8, max_tokens=8))
+
+
+def test_encoder_model_directory_round_trip(tmp_path):
+    from pipeline.errors import ModelError
+    from pipeline.model.encoder_model import SUBWORDS, EncoderModel
+    from pipeline.model.format import save_encoder_model
+    from pipeline.model.loading import load_model
+
+    en, de = _corpus()
+    vocab = SubwordVocabulary.train(en + de, ["en", "de"], 60)
+    task = _task()
+    torch.manual_seed(3)
+    net = task.build().eval()
+    weights = task.export(net)
+    sizes = {**task.sizes.to_dict(), "vocab": len(vocab)}
+    meta = {"method": "tlaser", "r": 32, "lam": 0.0, "languages": ["en", "de"],
+            "encoder": {"sizes": sizes, "threads": 1}}  # fmt: skip
+    save_encoder_model(tmp_path / "m", meta, weights, {SUBWORDS: vocab.proto})
+    model = load_model(tmp_path / "m")
+    assert isinstance(model, EncoderModel) and model.dim == 32 and not model.is_sparse
+    vectors, counts = model.embed_with_counts(["red house", "", None], "DE ")
+    assert counts[1] == counts[2] == 0 and not vectors[1:].any()
+    want = encode_texts(torch, net, vocab.encode(["red house"], 16))
+    np.testing.assert_allclose(vectors[:1], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ModelError, match="not in this model"):
+        model.embed(["x"], "fr")
+    # a changed weight file fails its checksum
+    f = next((tmp_path / "m" / "encoder").glob("out.weight.npy"))
+    arr = np.load(f)
+    arr[0, 0] += 1
+    np.save(f, arr)
+    with pytest.raises(ModelError, match="SHA-256"):
+        load_model(tmp_path / "m")

@@ -1,0 +1,165 @@
+"""XCNN and the neural training loop on tiny data: the loss, overfitting, the exported map,
+resume after a kill, and a TorchDistributor run equal to a single-process one."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+torch = pytest.importorskip("torch")
+
+from pipeline.neural.loop import LoopSettings, run_loop  # noqa: E402
+from pipeline.neural.xcnn import XcnnTask, nce_loss, parallel_pairs  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
+
+
+def tiny_task(n_concepts: int = 24, p: int = 30, dim: int = 8, seed: int = 0) -> XcnnTask:
+    """Two languages; concept c uses terms {c, c+1} mod p in both (a translation)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _lang in range(2):
+        x = sp.lil_matrix((n_concepts, p), dtype=np.float32)
+        for c in range(n_concepts):
+            x[c, c % p] = 1.0 + rng.random()
+            x[c, (c + 1) % p] = 1.0
+        x = sp.csr_matrix(x)
+        x = sp.diags(1 / np.sqrt(x.multiply(x).sum(axis=1).A.ravel())) @ x
+        rows.append(sp.csr_matrix(x, dtype=np.float32))
+    concepts = [np.arange(n_concepts), np.arange(n_concepts)[::-1].copy()]
+    rows[1] = rows[1][::-1]  # language b's rows in another order
+    return XcnnTask(["a", "b"], rows, concepts, dim=dim, scale=5.0)
+
+
+def test_parallel_pairs_match_documents_by_concept():
+    pairs = parallel_pairs(
+        {"en": np.array([5, 3, 9]), "de": np.array([9, 5]), "fr": np.array([3])},
+        ["en", "de", "fr"],
+    )
+    assert pairs.tolist() == [[0, 0, 1, 1], [0, 2, 1, 0], [0, 1, 2, 0]]
+
+
+def test_nce_loss_against_a_hand_computation():
+    q = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    p = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    n = torch.tensor([[-1.0, 0.0], [3.0, 0.0]])
+    s = 2.0
+    cos_p, cos_n = np.array([1 / np.sqrt(2), 1.0]), np.array([-1.0, 0.0])
+    want = np.mean(np.log1p(np.exp(-s * cos_p)) + np.log1p(np.exp(s * cos_n)))
+    assert float(nce_loss(torch, q, p, n, s)) == pytest.approx(want, rel=1e-6)
+
+
+def test_negatives_are_other_concepts_and_seeded():
+    task = tiny_task()
+    d1 = task.draw(np.random.default_rng([3, 0]))
+    d2 = task.draw(np.random.default_rng([3, 0]))
+    np.testing.assert_array_equal(d1, d2)
+    for i, (la, ra, lb, rb) in enumerate(task.pairs):
+        assert task.concepts[lb][d1[i, 0]] != task.concepts[lb][rb]
+        assert task.concepts[la][d1[i, 1]] != task.concepts[la][ra]
+
+
+def test_loss_decreases_and_a_tiny_batch_is_overfit():
+    task = tiny_task()
+    out = run_loop(task, LoopSettings(epochs=150, batch_size=24, lr=0.05, seed=1))
+    losses = [h["loss"] for h in out["history"]]
+    assert losses[-1] < 0.5 * losses[0]
+    # overfit: every document retrieves its translation (cosine in the exported map)
+    h = out["weights"]
+    ea, eb = task.rows[0] @ h["a"], task.rows[1] @ h["b"]
+    ea /= np.linalg.norm(ea, axis=1, keepdims=True)
+    eb /= np.linalg.norm(eb, axis=1, keepdims=True)
+    nearest = np.argmax(ea @ eb.T, axis=1)
+    np.testing.assert_array_equal(task.concepts[1][nearest], task.concepts[0])
+
+
+def test_exported_map_embeds_as_the_network():
+    task = tiny_task()
+    torch.manual_seed(0)
+    model = task.build()
+    rows = np.array([0, 3, 5])
+    with torch.no_grad():
+        net = task._embed(torch, model, 1, rows).numpy()
+    np.testing.assert_allclose(task.rows[1][rows] @ task.export(model)["b"], net, rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+
+
+def test_the_best_validation_epoch_is_kept():
+    class Scored:
+        def __init__(self, scores):
+            self.scores, self.i = scores, 0
+
+        def p_at_1(self, maps):
+            self.i += 1
+            return self.scores[self.i - 1], {}
+
+    task = dataclasses.replace(tiny_task(), validation=Scored([0.1, 0.5, 0.5, 0.2]))
+    out = run_loop(task, LoopSettings(epochs=4, batch_size=8, lr=0.01, seed=0))
+    assert out["chosen_epoch"] == 2
+
+
+_RESUME_SCRIPT = """
+import sys, time
+import numpy as np
+from pipeline.neural.loop import LoopSettings, run_loop
+from tests.test_neural_xcnn import tiny_task
+task = tiny_task()
+slow = task.loss
+def loss(*a):
+    time.sleep(float(sys.argv[2]))
+    return slow(*a)
+task.loss = loss
+settings = LoopSettings(epochs=6, batch_size=8, lr=0.02, seed=5, checkpoint_dir=sys.argv[1])
+out = run_loop(task, settings)
+np.savez(sys.argv[1] + "/../result.npz", **out["weights"])
+"""
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_ends_with_the_uninterrupted_weights(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    run = tmp_path / "killed" / "ckpt"
+    run.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", _RESUME_SCRIPT, str(run), "0.02"], env=env)
+    deadline = time.time() + 120
+    while not (run.exists() and any(p.name.startswith("epoch-0002") for p in run.iterdir())):
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint of epoch 2"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run.parent / "result.npz").exists()  # killed before the end
+    subprocess.run([sys.executable, "-c", _RESUME_SCRIPT, str(run), "0"], env=env, check=True)
+    whole = tmp_path / "whole" / "ckpt"
+    whole.parent.mkdir()
+    subprocess.run([sys.executable, "-c", _RESUME_SCRIPT, str(whole), "0"], env=env, check=True)
+    a, b = np.load(run.parent / "result.npz"), np.load(whole.parent / "result.npz")
+    for k in ("a", "b"):
+        np.testing.assert_array_equal(a[k], b[k])
+    assert sorted(p.name for p in run.iterdir()) == ["epoch-0006.pt"]
+
+
+@pytest.mark.slow
+def test_torch_distributor_run_equals_a_single_process_run(spark):
+    from pipeline.training.neural import train_task
+
+    task = tiny_task()
+    settings = LoopSettings(epochs=3, batch_size=8, lr=0.02, seed=7)
+    single = run_loop(task, settings)
+    distributed = train_task(task, settings, processes=2)
+    assert distributed["world_size"] == 2 and single["world_size"] == 1
+    for lang in ("a", "b"):
+        # the same steps; the gradients differ by the all-reduce's rounding only
+        np.testing.assert_allclose(distributed["weights"][lang], single["weights"][lang],
+                                   rtol=0, atol=2e-5)  # fmt: skip
+    for h1, h2 in zip(single["history"], distributed["history"]):
+        assert h1["loss"] == pytest.approx(h2["loss"], rel=1e-5)
+    # and the run differs from one with another seed (the comparison can fail)
+    other = run_loop(task, dataclasses.replace(settings, seed=8))
+    assert np.abs(other["weights"]["a"] - single["weights"]["a"]).max() > 1e-2
