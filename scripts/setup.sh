@@ -24,13 +24,14 @@ if [ ! -f "$stamp" ] || ! grep -qx -- "$want" "$stamp"; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   spec="."; [ -n "$extras" ] && spec=".[${extras}]"
   # The dev extra includes PyTorch (the neural methods' tests). On Linux, PyPI's torch pulls
-  # the CUDA runtime wheels (several GB); the CPU-only build comes from PyTorch's own index.
-  # Tried first and quickly; when that index is unreachable, pip takes PyPI's torch below.
+  # the CUDA runtime wheels (several GB); the CPU-only build comes from PyTorch's own index or
+  # from a local wheel folder (pip's find-links), and sorts above PyPI's build of the same
+  # release (2.13.0+cpu > 2.13.0). When neither has it, pip takes PyPI's torch below.
   if [[ ",$extras," == *",dev,"* || ",$extras," == *",neural,"* ]] \
     && ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --retries 1 --timeout 20 \
-      "torch>=2.2" --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
-      || echo "setup: PyTorch's CPU index is unreachable; installing torch from PyPI"
+      "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
+      || echo "setup: no CPU-only PyTorch found; installing torch from PyPI"
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$spec"
   echo "$want" >> "$stamp"
