@@ -28,6 +28,7 @@ needs, at most :data:`LOCAL_HEAP_SHARE` of it, at least :data:`HEAP_MIN`, and ne
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -142,7 +143,7 @@ class Machine:
                 continue
             if limit.isdigit() and 0 < int(limit) < memory:
                 memory = int(limit)
-        return cls(memory=memory, cores=len(os.sched_getaffinity(0)), available=_mem_available())
+        return cls(memory=memory, cores=len(os.sched_getaffinity(0)), available=_first_available())
 
     @property
     def usable(self) -> int:
@@ -150,6 +151,14 @@ class Machine:
         (other programs' memory is not the run's to take)."""
         share = int(USABLE_FRACTION * self.memory)
         return share if self.available is None else min(share, self.available)
+
+
+@functools.cache
+def _first_available() -> int | None:
+    """``MemAvailable`` as this process first read it. Read once: the session's heap is planned
+    from it, and the driver's own JVM growing into that heap lowers later readings, which
+    would count the heap twice and refuse a fit that the session was sized for."""
+    return _mem_available()
 
 
 def _mem_available() -> int | None:
