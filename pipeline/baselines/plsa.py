@@ -441,10 +441,6 @@ def _fit(
     )
 
 
-def _params(**kw: Any) -> dict[str, Any]:
-    return dict(kw)
-
-
 def fit_jplsa(
     corpus: GroupedCorpus,
     *,
@@ -501,7 +497,7 @@ def fit_jplsa(
         ``similarity``: ``"l1"``; ``eigenvalues``: empty.
     """
     del seed
-    params = _params(
+    params = dict(
         r=r,
         topic_prior=topic_prior,
         word_prior=word_prior,
@@ -559,7 +555,7 @@ def fit_cplsa(
         As :func:`fit_jplsa` (each topic one distribution per language).
     """
     del seed
-    params = _params(
+    params = dict(
         r=r,
         topic_prior=topic_prior,
         word_prior=word_prior,
