@@ -270,10 +270,19 @@ def recall_at(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
     return float(np.mean(hits))
 
 
+def index_knob(index: SearchIndex) -> str:
+    """The query-time knob of the index's approximate shards: ``nprobe`` (IVF) or
+    ``ef_search`` (HNSW), by the kind of its largest language."""
+    langs = index.manifest["languages"]
+    big = max(langs, key=lambda lang: langs[lang]["rows"])
+    return "nprobe" if langs[big].get("kind") == "ivf" else "ef_search"
+
+
 def measure_recall(
-    approx: SearchIndex, flat: SearchIndex, dirs: list[dict[str, Any]], efs: list[int]
+    approx: SearchIndex, flat: SearchIndex, dirs: list[dict[str, Any]], values: list[int]
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"per_direction": {}, "ef_sweep": {}}
+    knob = index_knob(approx)
+    out: dict[str, Any] = {"per_direction": {}, "knob": knob, "sweep": {}}
     exact: dict[str, np.ndarray] = {}
     for d in dirs:
         q = approx.vectors(d["source"], d["queries"])
@@ -282,20 +291,20 @@ def measure_recall(
         _, got = approx.search_vectors(q, d["source"], d["target"], 10)
         out["per_direction"][key] = round(recall_at(got, exact[key]), 4)
     out["mean"] = round(float(np.mean(list(out["per_direction"].values()))), 4)
-    for ef in efs:
+    for ef in values:
         vals, secs, n = [], 0.0, 0
         for d in dirs:
             q = approx.vectors(d["source"], d["queries"])
             t0 = time.perf_counter()
-            _, got = approx.search_vectors(q, d["source"], d["target"], 10, ef_search=ef)
+            _, got = approx.search_vectors(q, d["source"], d["target"], 10, **{knob: ef})
             secs += time.perf_counter() - t0
             n += len(q)
             vals.append(recall_at(got, exact[f"{d['source']}->{d['target']}"]))
-        out["ef_sweep"][ef] = {
+        out["sweep"][ef] = {
             "recall_at_10": round(float(np.mean(vals)), 4),
             "batched_ms_per_query": round(secs / n * 1e3, 4),
         }
-        print(f"   ef_search {ef}: recall@10 {np.mean(vals):.4f}", flush=True)
+        print(f"   {knob} {ef}: recall@10 {np.mean(vals):.4f}", flush=True)
     return out
 
 
@@ -453,7 +462,29 @@ def sweep_build(
     exact = build_shard(x, "flat", hnsw_m=2, ef_construction=1)
     _, truth = search_shard(exact, qs, 10, ef_search=1)
     faiss.omp_set_num_threads(1)
-    out: dict[str, Any] = {"language": big, "vectors": len(x), "queries": len(qs), "hnsw": {}}
+    out: dict[str, Any] = {
+        "language": big,
+        "vectors": len(x),
+        "queries": len(qs),
+        "hnsw": {},
+        "ivf": {},
+    }
+    for lists in (512, 1024, 2048, 4096):
+        t0 = time.perf_counter()
+        index = build_shard(x, "ivf", hnsw_m=2, ef_construction=1, threads=1, lists=lists)
+        build_s = time.perf_counter() - t0
+        row = {"build_s": round(build_s, 1),
+               "build_s_per_million": round(build_s * 1e6 / len(x), 1),
+               "bytes_per_vector": round(len(serialize(index)) / len(x), 1)}  # fmt: skip
+        for probe in (4, 8, 16, 32, 64):
+            _, got = search_shard(index, qs, 10, ef_search=1, nprobe=probe)
+            lat = single_latency(
+                lambda v, ix=index, n=probe: search_shard(ix, v, 10, ef_search=1, nprobe=n),
+                [qs[i : i + 1] for i in range(min(300, len(qs)))],
+            )
+            row[f"np{probe}"] = {"recall_at_10": round(recall_at(got, truth), 4), **lat}
+        out["ivf"][f"lists{lists}"] = row
+        print(f"   sweep IVF lists={lists}: {row}", flush=True)
     for m, efc in grid:
         t0 = time.perf_counter()
         index = build_shard(x, "hnsw", hnsw_m=m, ef_construction=efc, threads=1)
@@ -496,7 +527,8 @@ def table(res: dict[str, Any]) -> str:
         "",
         "build (jobs/index.py)        wall s   per 1M s   peak tree MB   index MB/1M",
     ]
-    for name, x in (("index (hnsw + csls)", b), ("baseline: flat, no csls", f)):
+    kinds = sorted({v.get("kind", "?") for v in res.get("kinds", {}).values()})
+    for name, x in ((f"index ({'/'.join(kinds)} + csls)", b), ("baseline: flat, no csls", f)):
         if x:
             lines.append(
                 f"  {name:<26} {x['wall_s']:>7.1f}   {x['per_million']['wall_s']:>8.1f}   "
@@ -506,9 +538,9 @@ def table(res: dict[str, Any]) -> str:
         lines.append(f"  ratio index / baseline wall: {b['wall_s'] / f['wall_s']:.2f}")
     r = res["recall"]
     lines += ["", f"recall@10 vs exact (mean over directions): {r['mean']:.4f}"]
-    for ef, v in r["ef_sweep"].items():
+    for ef, v in r["sweep"].items():
         lines.append(
-            f"  ef_search {ef:>4}: recall@10 {v['recall_at_10']:.4f}, batched "
+            f"  {r['knob']} {ef:>4}: recall@10 {v['recall_at_10']:.4f}, batched "
             f"{v['batched_ms_per_query']:.3f} ms/query"
         )
     lines += [
@@ -558,13 +590,15 @@ def table(res: dict[str, Any]) -> str:
     if sw:
         lines += [
             "",
-            f"HNSW parameters on {sw['vectors']:,} vectors of {sw['language']} (one thread), "
-            f"{sw['queries']} queries: build s/1M, bytes/vector; recall@10, p50/p99 ms per ef",
+            f"IVF and HNSW parameters on {sw['vectors']:,} vectors of {sw['language']} (one "
+            f"thread), {sw['queries']} queries: build s/1M, bytes/vector; recall@10, p50/p99 ms "
+            "per nprobe (np) or ef_search (ef)",
         ]
-        for name, row in sw["hnsw"].items():
+        for name, row in [*sw.get("ivf", {}).items(), *sw["hnsw"].items()]:
             cells = "  ".join(
-                f"ef{ef}: {v['recall_at_10']:.3f} {v['p50_ms']:.2f}/{v['p99_ms']:.2f}"
-                for ef, v in ((k[2:], v) for k, v in row.items() if k.startswith("ef"))
+                f"{k}: {v['recall_at_10']:.3f} {v['p50_ms']:.2f}/{v['p99_ms']:.2f}"
+                for k, v in row.items()
+                if isinstance(v, dict)
             )
             lines.append(
                 f"  {name:<12} {row['build_s_per_million']:>7.0f} s "
@@ -591,7 +625,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=1000, help="held-out queries per direction")
     p.add_argument("--latency-queries", type=int, default=1000)
     p.add_argument("--latency-queries-exact", type=int, default=200)
-    p.add_argument("--ef", type=int, nargs="*", default=[16, 32, 64, 96, 128, 256])
+    p.add_argument(
+        "--ef",
+        type=int,
+        nargs="*",
+        default=None,
+        help="values of the index's query knob to sweep (default: nprobe 4 8 16 32 64 128 for "
+        "IVF, ef_search 16 32 64 96 128 256 for HNSW)",
+    )
     p.add_argument(
         "--sweep-vectors",
         type=int,
@@ -636,7 +677,12 @@ def main(argv: list[str] | None = None) -> int:
     dirs = directions(args.root, approx, args.queries)
     res["directions"] = {f"{d['source']}->{d['target']}": len(d["queries"]) for d in dirs}
     print("-- recall", flush=True)
-    res["recall"] = measure_recall(approx, flat, dirs, args.ef)
+    res["kinds"] = {lang: {"kind": v.get("kind"), "shards": len(v["shards"])}
+                    for lang, v in approx.manifest["languages"].items()}  # fmt: skip
+    sweep_values = args.ef or (
+        [4, 8, 16, 32, 64, 128] if index_knob(approx) == "nprobe" else [16, 32, 64, 96, 128, 256]
+    )
+    res["recall"] = measure_recall(approx, flat, dirs, sweep_values)
     print("-- latency", flush=True)
     docs = {s: approx.documents(s)["doc_id"] for s in approx.languages}
     wanted = [docs[d["source"]][r] for d in dirs for r in d["queries"]]

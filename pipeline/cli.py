@@ -241,6 +241,7 @@ def _open_index(args: argparse.Namespace, *, preload: bool) -> object:
         args.index,
         model=args.model,
         ef_search=args.ef_search,
+        nprobe=args.nprobe,
         csls_rerank=args.csls_rerank,
         max_k=args.max_k,
         preload=preload,
@@ -308,6 +309,7 @@ def _index_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", required=True, help="index directory (paths.index)")
     p.add_argument("--model", help="model directory (default: the one the index was built with)")
     p.add_argument("--ef-search", type=_positive_int, help="HNSW candidate list (default: built)")
+    p.add_argument("--nprobe", type=_positive_int, help="IVF lists scanned (default: built)")
     p.add_argument(
         "--csls-rerank",
         type=_positive_int,

@@ -741,3 +741,13 @@ def test_resident_matrix_equals_the_cached_blocks(spark, tfidf_path, reference, 
             assert counts["resident"] > counts["filled"], counts
     finally:
         be.close()
+
+
+def test_fused_tasks_split_columns_only_over_slots_the_languages_leave():
+    from pipeline.backends.spark_solve import fused_tasks
+
+    assert fused_tasks(2, 4) == 1  # local[2], 4 languages solving at once: no split
+    assert fused_tasks(2, 2) == 1
+    assert fused_tasks(8, 2) == 4  # idle slots: each language's columns in 4 shares
+    assert fused_tasks(16, 28) == 1
+    assert fused_tasks(2, 4, solve_tasks=3) == 3  # the setting wins

@@ -157,3 +157,24 @@ def test_tfidf_refuses_vocabulary_built_for_other_heldout_set(spark, make_config
 
     with pytest.raises(InputDataError, match="rerun the vocabulary stage"):
         get_stage("tfidf")(spark, other)
+
+
+def test_vocabulary_lookup_small_and_large_batches_agree():
+    """A query's few tokens go through a dictionary, a batch through Arrow's index_in: the
+    same term numbers either way (first of a repeated term, -1 unknown or null)."""
+    from pipeline.features.weighting import SMALL_LOOKUP, LanguageVocabulary
+
+    rng = np.random.default_rng(0)
+    terms = [f"w{i}" for i in range(500)] + ["w7"]  # a repeated term keeps its first number
+    vocab = LanguageVocabulary(pa.array(terms), np.ones(len(terms), dtype=np.float32))
+    words = [f"w{i}" for i in rng.integers(0, 700, 3 * SMALL_LOOKUP)] + [None, "w7"]
+    want = np.array([terms.index(w) if w in terms else -1 for w in words])
+    big = vocab.lookup(pa.array(words))
+    assert len(words) > SMALL_LOOKUP
+    np.testing.assert_array_equal(big, want)
+    for lo in range(0, len(words), SMALL_LOOKUP // 2):
+        part = words[lo : lo + SMALL_LOOKUP // 2]
+        np.testing.assert_array_equal(
+            vocab.lookup(pa.array(part, pa.string())), want[lo : lo + len(part)]
+        )
+    assert vocab.lookup(pa.array([], pa.string())).shape == (0,)

@@ -62,6 +62,7 @@ from pipeline.backends.spark_solve import (
     SOLVE_IN_TASK_BYTES_PER_NNZ,
     auto_solve_in_task_max_nnz,
     fused_solve,
+    fused_tasks,
     in_task_chunk,
 )
 from pipeline.errors import ConvergenceWarning, PipelineError
@@ -165,7 +166,7 @@ class SparkCorpusBackend(CorpusBackend):
     solve_in_task_memory_mb : int
         Bound on the CG vectors of one solving task (:meth:`solve_gram`).
     solve_tasks : int or None
-        Tasks (column groups) of one fused solve; None: the default parallelism.
+        Tasks (column groups) of one fused solve; None: :func:`fused_tasks`.
     resident_memory_mb : int or None
         Python memory per worker for fused languages kept between jobs
         (:mod:`~pipeline.backends.spark_resident`); 0: none; None:
@@ -353,8 +354,10 @@ class SparkCorpusBackend(CorpusBackend):
 
     def _gather_tasks(self) -> int:
         """Tasks of a job whose tasks each gather a language's blocks (fused solves and
-        passes)."""
-        return self._solve_tasks or int(self._sc.defaultParallelism)
+        passes): :func:`~pipeline.backends.spark_solve.fused_tasks`."""
+        return fused_tasks(
+            int(self._sc.defaultParallelism), len(self._layout.n_terms), self._solve_tasks
+        )
 
     def _run(
         self,
@@ -409,6 +412,7 @@ class SparkCorpusBackend(CorpusBackend):
             "n_terms": self.n_terms(lang),
             "tasks": self._gather_tasks(),
             "keep": lang in self._kept,
+            "workers": int(self._sc.defaultParallelism),
         }
 
     def _resident_pass(

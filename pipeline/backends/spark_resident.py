@@ -189,13 +189,14 @@ def _fill_task(
     live: tuple[str, ...],
     keep: bool,
     n_terms: int,
-    compute: Callable,
+    compute: Callable | None,
     lo: int,
     hi: int,
     blocks: Iterator[CsrBlock],
 ) -> Iterator[tuple]:
     """Fill step: build (or reuse) the resident matrix from all the language's blocks, keep it
-    if asked to, and compute the columns ``lo:hi``."""
+    if asked to, and compute the columns ``lo:hi`` (nothing when ``compute`` is None: a task
+    that only makes its worker hold the language)."""
     _forget_others(live)
     resident = _RESIDENT.get(token)
     if resident is None:
@@ -205,7 +206,8 @@ def _fill_task(
     else:
         for _ in blocks:  # the worker must read its whole input to be reused
             pass
-    yield lo, hi, compute(resident, lo, hi)
+    if compute is not None:
+        yield lo, hi, compute(resident, lo, hi)
 
 
 # --- driver side -------------------------------------------------------------------------------
@@ -228,6 +230,7 @@ def run_resident(
     n_terms: int,
     tasks: int,
     keep: bool,
+    workers: int = 1,
 ) -> tuple[list[tuple[int, int, Any]], int]:
     """Run ``compute(resident, lo, hi)`` on shares of ``b`` columns, on resident matrices where
     workers hold them and over the cached blocks ``rdd`` elsewhere (module docstring).
@@ -253,6 +256,12 @@ def run_resident(
     keep : bool
         Whether workers keep this language (:func:`kept_languages`); if not, every job
         reads the blocks.
+    workers : int
+        Python workers that run this backend's tasks (the task slots). A fill step of a kept
+        language runs at least this many tasks, the extra ones only building the resident
+        matrix, so that every worker comes to hold it. Spark hands idle workers out in turn
+        (a queue), so with fewer fill tasks than workers a one-task probe and its one-task
+        fill can alternate between two workers forever, the probe always missing.
 
     Returns
     -------
@@ -273,6 +282,9 @@ def run_resident(
         gathered = rdd.coalesce(1)
         fill = functools.partial(_fill_task, token, live, keep, n_terms, compute)
         jobs = [gathered.mapPartitions(functools.partial(fill, lo, hi)) for lo, hi in missing]
+        if keep:
+            warm = functools.partial(_fill_task, token, live, keep, n_terms, None, 0, 0)
+            jobs += [gathered.mapPartitions(warm) for _ in range(workers - len(missing))]
         done += (jobs[0] if len(jobs) == 1 else sc.union(jobs)).collect()
     return sorted(done, key=lambda rec: rec[0]), len(missing)
 

@@ -35,6 +35,7 @@ __all__ = [
     "SOLVE_IN_TASK_BYTES_PER_NNZ",
     "auto_solve_in_task_max_nnz",
     "fused_solve",
+    "fused_tasks",
     "in_task_chunk",
     "merge_cg_results",
 ]
@@ -65,6 +66,22 @@ def auto_solve_in_task_max_nnz(master: str, tasks: int, memory_bytes: int | None
     if memory_bytes is None:
         memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return int(memory_bytes // 4 // (SOLVE_IN_TASK_BYTES_PER_NNZ * max(1, tasks)))
+
+
+def fused_tasks(slots: int, languages: int, solve_tasks: int | None = None) -> int:
+    """Tasks of one fused job (a solve or pass of one language): ``solve_tasks`` when set,
+    else the task slots the languages leave each other, at least 1.
+
+    The solver runs every language's solve or pass at once (a thread, hence a job, per
+    language), so with as many languages as slots the slots are busy without splitting a
+    language's columns between tasks; and splitting costs, since every task streams all of
+    X_l for its share: a sparse product's time goes into reading X_l and gathering rows of
+    the dense block more than into the multiply-adds of its width (bench/README.md, "Tasks
+    per fused language").
+    """
+    if solve_tasks:
+        return int(solve_tasks)
+    return max(1, int(slots) // max(1, int(languages)))
 
 
 def in_task_chunk(memory_bytes: int, rows: int, dtype: np.dtype | type) -> int:

@@ -628,11 +628,12 @@ class SearchConfig:
     docs/search.md.
     """
 
-    index_type: Literal["auto", "flat", "hnsw"] = param(
+    index_type: Literal["auto", "flat", "ivf", "hnsw"] = param(
         "auto",
-        doc="flat: exact inner product (faiss IndexFlatIP); hnsw: a graph index (faiss "
-        "IndexHNSWFlat) whose candidates are scored exactly on the stored vectors; auto: flat "
-        "for a language of up to search.flat_max_rows documents, hnsw above.",
+        doc="flat: exact inner product (faiss IndexFlatIP); ivf: k-means buckets, a query "
+        "scans the search.nprobe nearest (faiss IndexIVFFlat); hnsw: a graph index (faiss "
+        "IndexHNSWFlat); ivf and hnsw score their candidates exactly on the stored vectors. "
+        "auto: flat for a language of up to search.flat_max_rows documents, ivf above.",
     )
     flat_max_rows: int = param(
         20_000,
@@ -647,6 +648,16 @@ class SearchConfig:
         "shards by a hash of doc_id, each built by one Spark task and written as one file; a "
         "query searches every shard of a language and merges their top-k. Bounds the memory "
         "of one build task and of the driver while it writes a shard.",
+    )
+    ivf_lists: int | None = param(
+        None,
+        lo=1,
+        doc="IVF: k-means lists per shard; None: 4 sqrt(rows of the shard), at most rows / 39.",
+    )
+    nprobe: int = param(
+        32,
+        lo=1,
+        doc="IVF: lists a query scans in each shard (latency against recall).",
     )
     hnsw_m: int = param(32, lo=2, doc="HNSW: neighbours per node (graph degree; memory, recall).")
     hnsw_ef_construction: int = param(
@@ -675,6 +686,11 @@ class SearchConfig:
         64,
         lo=1,
         doc="HNSW candidate list of the CSLS precomputation's neighbour searches.",
+    )
+    csls_nprobe: int = param(
+        16,
+        lo=1,
+        doc="IVF lists scanned by the CSLS precomputation's neighbour searches.",
     )
     csls_rerank: int = param(
         100,

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from pipeline.text.tokenizer import Tokenizer
 
 
+#: Token counts up to which :meth:`LanguageVocabulary.lookup` uses a dictionary rather than
+#: Arrow's per-call hash table of the whole vocabulary.
+SMALL_LOOKUP = 2048
+
+
 class LanguageVocabulary:
     """One language's vocabulary: terms in ``term_index`` order and their IDF.
 
@@ -33,12 +38,27 @@ class LanguageVocabulary:
             raise ValueError(f"{len(terms)} terms but {len(idf)} idf values")
         self.terms = terms
         self.idf = np.asarray(idf, dtype=np.float32)
+        self._positions: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.terms)
 
     def lookup(self, tokens: pa.Array) -> np.ndarray:
-        """Term index of each token, -1 when out of vocabulary; shape (n_tokens,)."""
+        """Term index of each token, -1 when out of vocabulary; shape (n_tokens,).
+
+        A batch goes through Arrow's hash join (``index_in``), which hashes the whole
+        vocabulary on every call: ~40 ms for 200k terms, nothing beside a batch of thousands
+        of documents but all of a search query's latency. Up to :data:`SMALL_LOOKUP` tokens
+        (one or a few texts) use a dictionary of the vocabulary built on first use instead.
+        """
+        if len(tokens) <= SMALL_LOOKUP:
+            if self._positions is None:
+                terms = self.terms.to_pylist()  # the first of repeated terms, as index_in
+                self._positions = {terms[i]: i for i in range(len(terms) - 1, -1, -1)}
+            get = self._positions.get
+            return np.fromiter(
+                (get(t, -1) for t in tokens.to_pylist()), dtype=np.int64, count=len(tokens)
+            )
         idx = pc.index_in(tokens, value_set=self.terms)
         return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 

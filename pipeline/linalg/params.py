@@ -257,7 +257,8 @@ class BackendParams:
         None,
         lo=1,
         doc="spark backend: tasks of one fused solve, each solving a share of the right-hand "
-        "sides with its own copy of X_l; None: Spark's default parallelism.",
+        "sides with its own copy of X_l; None: Spark's default parallelism divided by the "
+        "languages (they solve at once), at least 1.",
     )
 
 

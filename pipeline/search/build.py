@@ -98,7 +98,7 @@ class LanguagePlan:
     rows : int
         Its rows in ``embeddings`` (zero vectors included).
     shards : int
-    kind : {"flat", "hnsw"}
+    kind : {"flat", "ivf", "hnsw"}
     first_key : int
         Global number of its first shard (shards are numbered across languages).
     """
@@ -118,6 +118,7 @@ class BuildParams:
     hnsw_m: int
     ef_construction: int
     threads: int
+    ivf_lists: int | None = None
 
 
 def plan_shards(rows_by_lang: dict[str, int], s: SearchConfig) -> dict[str, LanguagePlan]:
@@ -129,7 +130,7 @@ def plan_shards(rows_by_lang: dict[str, int], s: SearchConfig) -> dict[str, Lang
             continue
         shards = max(1, math.ceil(rows / s.shard_rows))
         if s.index_type == "auto":
-            kind = "flat" if rows <= s.flat_max_rows else "hnsw"
+            kind = "flat" if rows <= s.flat_max_rows else "ivf"
         else:
             kind = s.index_type
         plans[lang] = LanguagePlan(lang, int(rows), shards, kind, key)
@@ -255,6 +256,7 @@ def _build_one(
         hnsw_m=params.hnsw_m,
         ef_construction=params.ef_construction,
         threads=params.threads,
+        lists=params.ivf_lists,
     )
     del vectors
     buf = io.BytesIO()
@@ -439,6 +441,7 @@ def _csls_task(
     source_shards: dict[str, list[str]],
     k: int,
     ef_search: int,
+    nprobe: int,
     threads: int,
     batch_rows: int,
 ) -> tuple[str, int, str, bytes]:
@@ -456,7 +459,9 @@ def _csls_task(
         index = _worker_shard(locations[rel])
         kk = min(k, index.ntotal)
         for lo in range(0, n, batch_rows):
-            s, ids = search_shard(index, vectors[lo : lo + batch_rows], kk, ef_search=ef_search)
+            s, ids = search_shard(
+                index, vectors[lo : lo + batch_rows], kk, ef_search=ef_search, nprobe=nprobe
+            )
             ids = np.where(ids >= 0, ids + offset, np.iinfo(np.int64).max)
             ms, mi = merge_topk([(best_s[lo : lo + batch_rows], best_i[lo : lo + batch_rows]),
                                  (s, ids)], k)  # fmt: skip
@@ -478,6 +483,7 @@ def compute_csls(
     ef_search: int,
     threads: int,
     token: str,
+    nprobe: int = 16,
     batch_rows: int = 4096,
 ) -> dict[str, list[str]]:
     """Write every shard's CSLS terms (``<lang>/shard-i.csls.npy``) under ``directory``.
@@ -505,6 +511,7 @@ def compute_csls(
         },
         k=k,
         ef_search=ef_search,
+        nprobe=nprobe,
         threads=threads,
         batch_rows=batch_rows,
     )

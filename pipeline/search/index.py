@@ -148,11 +148,13 @@ class SearchIndex:
         ef_search: int,
         csls_rerank: int,
         max_k: int,
+        nprobe: int = SEARCH_DEFAULTS.nprobe,
     ) -> None:
         self.path = path
         self.manifest = manifest
         self.model = model
         self.ef_search = int(ef_search)
+        self.nprobe = int(nprobe)
         self.csls_rerank = int(csls_rerank)
         self.max_k = int(max_k)
         self._languages: dict[str, _Language] = {}
@@ -168,6 +170,7 @@ class SearchIndex:
         csls_rerank: int | None = None,
         max_k: int | None = None,
         preload: bool = False,
+        nprobe: int | None = None,
     ) -> SearchIndex:
         """Open the index at ``path``.
 
@@ -178,7 +181,7 @@ class SearchIndex:
         model : path, optional
             The model to embed queries with; default: the one recorded in the index. Either
             way it must be the model the index was built with (else StaleIndexError).
-        ef_search, csls_rerank, max_k : int, optional
+        ef_search, nprobe, csls_rerank, max_k : int, optional
             Query settings (default: the index's build settings, ``search.max_k``).
         preload : bool
             Load every language now (a server) rather than on first use (a one-off query).
@@ -195,6 +198,7 @@ class SearchIndex:
             ef_search=_positive(ef_search, "ef_search", built.get("ef_search")),
             csls_rerank=_positive(csls_rerank, "csls_rerank", built.get("csls_rerank")),
             max_k=_positive(max_k, "max_k", SEARCH_DEFAULTS.max_k),
+            nprobe=_positive(nprobe, "nprobe", built.get("nprobe", SEARCH_DEFAULTS.nprobe)),
         )
         if preload:
             for lang in out.languages:
@@ -357,6 +361,7 @@ class SearchIndex:
         *,
         csls: bool = False,
         ef_search: int | None = None,
+        nprobe: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents of language ``target`` for L2-normalised query vectors of
         language ``lang``: (scores float32, row ids int64), each (n_q, k'), k' <= k.
@@ -366,11 +371,16 @@ class SearchIndex:
         """
         index = self._language(target)
         ef = self.ef_search if ef_search is None else int(ef_search)
+        probe = self.nprobe if nprobe is None else int(nprobe)
         if not csls:
-            return search_shards(index.shards, index.offsets, vectors, k, ef_search=ef)
+            return search_shards(
+                index.shards, index.offsets, vectors, k, ef_search=ef, nprobe=probe
+            )
         csls_k = int(self.csls_k or 0)
         depth = max(k, self.csls_rerank, csls_k)
-        cos, ids = search_shards(index.shards, index.offsets, vectors, depth, ef_search=ef)
+        cos, ids = search_shards(
+            index.shards, index.offsets, vectors, depth, ef_search=ef, nprobe=probe
+        )
         k_t = min(csls_k, index.rows)
         r_t = cos[:, :k_t].mean(axis=1, dtype=np.float64).astype(np.float32)
         r_s = self.csls_terms(target, lang)

@@ -138,6 +138,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         hnsw_m=s.hnsw_m,
         ef_construction=s.hnsw_ef_construction,
         threads=s.build_threads,
+        ivf_lists=s.ivf_lists,
     )
     csls_k = cfg.evaluate.csls_k
     timings: dict[str, float] = {}
@@ -160,6 +161,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
                 layout,
                 k=csls_k,
                 ef_search=s.csls_ef_search,
+                nprobe=s.csls_nprobe,
                 threads=s.build_threads,
                 token=lock.owner.token,
             )
@@ -229,12 +231,18 @@ def _manifest(
             "shard_rows": s.shard_rows,
             "hnsw_m": s.hnsw_m,
             "hnsw_ef_construction": s.hnsw_ef_construction,
+            "ivf_lists": s.ivf_lists,
             "build_threads": s.build_threads,
             "snippet_chars": s.snippet_chars,
         },
-        "search": {"ef_search": s.ef_search, "csls_rerank": s.csls_rerank},
+        "search": {"ef_search": s.ef_search, "nprobe": s.nprobe, "csls_rerank": s.csls_rerank},
         "csls": (
-            {"k": cfg.evaluate.csls_k, "ef_search": s.csls_ef_search, "sources": sources}
+            {
+                "k": cfg.evaluate.csls_k,
+                "ef_search": s.csls_ef_search,
+                "nprobe": s.csls_nprobe,
+                "sources": sources,
+            }
             if s.csls
             else None
         ),
