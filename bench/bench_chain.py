@@ -719,7 +719,7 @@ def plot(paths: list[Path], out: Path) -> None:
 #: Code behaviours the cost model distinguishes (runs recorded before a feature lack it):
 #: ``ct_language_rows``: each language's Cᵀ result is its concepts' rows (K_l x b), not K x b;
 #: ``phi_float32``: Φ is computed from the float32 images without p x r float64 copies.
-SOLVER_FEATURES = ("ct_language_rows", "phi_float32", "resident_workers")
+SOLVER_FEATURES = ("ct_language_rows", "phi_float32", "resident_workers", "fused_tasks")
 
 
 def _commit() -> str | None:

@@ -106,6 +106,9 @@ class Sizes:
     resident: bool = False
     #: train.solve_in_task_memory_mb (the worker's CG vectors, for the memory check)
     solve_memory_mb: int = 512
+    #: ``fused_tasks``: with solve_tasks unset a fused job has cores // languages tasks
+    #: (pipeline.backends.spark_solve.fused_tasks); before, all cores
+    tasks_per_language: bool = True
 
     @property
     def languages(self) -> list[str]:
@@ -146,8 +149,12 @@ class Sizes:
         return self.nnz[lang] <= self.solve_in_task_max_nnz
 
     def tasks(self, columns: int) -> int:
-        """Tasks of a fused job over ``columns`` right-hand sides (_gathered_column_tasks)."""
-        return max(1, min(columns, self.solve_tasks or self.total_cores))
+        """Tasks of a fused job over ``columns`` right-hand sides
+        (pipeline.backends.spark_solve.fused_tasks)."""
+        default = self.total_cores
+        if self.tasks_per_language:
+            default = max(1, self.total_cores // max(1, len(self.nnz)))
+        return max(1, min(columns, self.solve_tasks or default))
 
 
 # --------------------------------------------------------------------------- constants
@@ -539,6 +546,7 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         ct_language_rows="ct_language_rows" in run.get("solver_features", []),
         phi_float32="phi_float32" in run.get("solver_features", []),
         resident="resident_workers" in run.get("solver_features", []),
+        tasks_per_language="fused_tasks" in run.get("solver_features", []),
         **_overridden_sizes(run.get("overrides", [])),
     )
 

@@ -50,11 +50,14 @@ __all__ = [
     "TrainPlan",
     "TrainSizes",
     "driver_memory",
+    "embed_worker_need",
     "format_size",
     "known_train_sizes",
     "local_heap",
     "parse_size",
+    "plan_embed",
     "plan_train",
+    "preflight_embed",
     "session_heap",
     "spark_memory",
     "train_python_need",
@@ -84,6 +87,11 @@ DRIVER_PYTHON_BASE = 300 * MiB
 WORKER_PYTHON_BASE = 150 * MiB
 #: Spark keeps this much of an executor's overhead for the JVM's own off-heap use.
 OVERHEAD_MIN = 384 * MiB
+
+#: Python memory of one document of an embed batch beyond the model: its text, tokens,
+#: TF-IDF row and vector, in Arrow and numpy. Calibrated on the 1M Wikipedia-shaped chain
+#: (bench/README.md, "The whole chain"): two workers of ~650 MB each, 320 MB of it Φ.
+EMBED_BYTES_PER_ROW = 32 * 2**10
 
 #: Float arrays of p_l x b live at once in one language's block CG (pipeline/linalg/
 #: block_cg.py) and of p x b while Â⁻¹ is applied (pipeline/linalg/woodbury.py).
@@ -572,6 +580,98 @@ def _worker_paragraph(plan: TrainPlan, sizes: TrainSizes, cfg: Config, mem: Spar
     )
 
 
+# --- the embed stage --------------------------------------------------------------------------
+
+
+def embed_worker_need(meta: Mapping[str, Any], languages: Sequence[str], batch_rows: int) -> dict:
+    """One Python worker's peak in the embed stage (bytes), by part: the model's files of
+    ``languages`` (Φ_l, its mean and vocabulary: a worker loads each language it meets whole
+    and keeps it, and with Spark's free task placement every worker meets every language),
+    the arrays every language shares, and one batch of ``batch_rows`` documents."""
+    files = meta.get("files") or {}
+    wanted = set(languages)
+    model = 0
+    for path, info in files.items():
+        parts = path.split("/")
+        if parts[0] != "languages" or (len(parts) > 1 and parts[1] in wanted):
+            model += int(info.get("bytes", 0))
+    return {
+        "base": WORKER_PYTHON_BASE,
+        "model": model,
+        "batch": batch_rows * EMBED_BYTES_PER_ROW,
+    }
+
+
+@dataclass
+class EmbedPlan:
+    """The embed stage's Python workers: the estimate by part and what each gets (bytes)."""
+
+    worker: dict[str, int]
+    worker_available: int
+    slots: int
+    languages: list[str]
+
+    def describe(self) -> str:
+        return (
+            f"{self.slots} Python workers ~{_gb(sum(self.worker.values()))} each "
+            f"({_largest_parts(self.worker)}) of {_gb(self.worker_available)}"
+        )
+
+
+def plan_embed(
+    meta: Mapping[str, Any], languages: Sequence[str], cfg: Config, mem: SparkMemory
+) -> EmbedPlan:
+    """Check that the embed stage's Python workers fit ``mem``, or :class:`MemoryPlanError`
+    naming the settings that would. In local mode each worker gets its share of what the
+    JVM leaves; on a cluster ``spark.executor.pyspark.memory`` per core."""
+    need = embed_worker_need(meta, languages, cfg.embed.batch_rows)
+    available = mem.worker_python // mem.slots if mem.local else mem.worker_python
+    plan = EmbedPlan(need, available, mem.slots, list(languages))
+    if sum(need.values()) <= available:
+        return plan
+    where = (
+        f"on this machine, beside a {format_size(mem.driver_heap)} JVM heap, shared by "
+        f"{mem.slots} workers"
+        if mem.local
+        else "(spark.executor.pyspark.memory / spark.executor.cores)"
+    )
+    fixes = [
+        "embed fewer languages per run (--set embed.languages=[...], one run per group)",
+        f"a smaller embed.batch_rows (now {cfg.embed.batch_rows})",
+    ]
+    if mem.local:
+        fixes.append("fewer tasks at once (spark.master=local[1])")
+        if cfg.spark.driver_memory != "auto":
+            fixes.append("spark.driver_memory: auto (a heap sized for the workers)")
+    else:
+        fixes.append("more spark.executor.pyspark.memory")
+    raise MemoryPlanError(
+        f"embed with the {len(languages)}-language model of r = {meta.get('r')}: each "
+        f"Python worker holds every language's Φ it meets and a batch, about "
+        f"{_gb(sum(need.values()))} ({_largest_parts(need)}), but gets "
+        f"{_gb(max(0, available))} {where}. Fix: " + "; or ".join(fixes) + "."
+    )
+
+
+def known_embed_need(cfg: Config, stages: Sequence[str]) -> tuple[dict, list[str]] | None:
+    """The model's ``model.json`` and the languages the embed stage among ``stages`` will
+    embed, when the model exists before the run (no train stage of the run rewrites it) and
+    is a local directory; else None (the stage is then not planned)."""
+    from pipeline.model.format import read_model_json
+
+    if "embed" not in stages or "train" in stages[: list(stages).index("embed")]:
+        return None
+    try:
+        meta = read_model_json(cfg.paths.dataset("model"))
+    except Exception:  # a missing or remote model: the stage reports it itself
+        return None
+    langs = [str(lang) for lang in meta.get("languages") or []]
+    if cfg.embed.languages:
+        chosen = {str(lang).strip().lower() for lang in cfg.embed.languages}
+        langs = [lang for lang in langs if lang in chosen]
+    return meta, langs
+
+
 def spark_memory(conf: Mapping[str, str], parallelism: int, machine: Machine) -> SparkMemory:
     """What a running (or about to start) session gives each process, from its properties:
     ``spark.master``, ``spark.driver.memory`` (Spark's default 1g), and on a cluster the
@@ -588,10 +688,17 @@ def session_heap(cfg: Config, stages: Sequence[str], machine: Machine) -> int:
     train stage after a tfidf of the same run is planned when it starts, within the heap
     the session has)."""
     sizes = known_train_sizes(cfg, stages)
-    if sizes is None:
+    embed = known_embed_need(cfg, stages)
+    if sizes is None and embed is None:
         return local_heap(machine)
     slots = local_slots(cfg.spark.master, machine.cores)
-    return local_heap(machine, train_python_need(sizes, cfg.train, slots))
+    needs = [DRIVER_PYTHON_BASE]
+    if sizes is not None:
+        needs.append(train_python_need(sizes, cfg.train, slots))
+    if embed is not None:
+        worker = embed_worker_need(embed[0], embed[1], cfg.embed.batch_rows)
+        needs.append(DRIVER_PYTHON_BASE + slots * sum(worker.values()))
+    return local_heap(machine, max(needs))
 
 
 def known_train_sizes(cfg: Config, stages: Sequence[str]) -> TrainSizes | None:
@@ -634,6 +741,26 @@ def preflight_train(cfg: Config, stages: Sequence[str]) -> TrainPlan | None:
     sizes = known_train_sizes(cfg, stages)
     if sizes is None:
         return None
+    return plan_train(sizes, cfg, _session_memory(cfg, stages))
+
+
+def preflight_embed(cfg: Config, stages: Sequence[str]) -> EmbedPlan | None:
+    """Check the embed stage among ``stages`` before Spark starts: :class:`MemoryPlanError`
+    if its Python workers cannot hold the model's languages and a batch. None when the
+    model does not exist yet, or on a cluster without ``spark.executor.pyspark.memory``
+    (Spark then puts no bound of its own on the workers' Python)."""
+    known = known_embed_need(cfg, stages)
+    local = cfg.spark.master.startswith("local")
+    if known is None or (not local and "spark.executor.pyspark.memory" not in cfg.spark.conf):
+        return None
+    plan = plan_embed(known[0], known[1], cfg, _session_memory(cfg, stages))
+    log.info("embed memory plan: %s", plan.describe())
+    return plan
+
+
+def _session_memory(cfg: Config, stages: Sequence[str]) -> SparkMemory:
+    """What the session that will run ``stages`` gives each process (:func:`spark_memory`
+    with the heap ``spark.driver_memory: auto`` would choose)."""
     machine = Machine.detect()
     memory = cfg.spark.driver_memory
     if memory == "auto":
@@ -641,4 +768,4 @@ def preflight_train(cfg: Config, stages: Sequence[str]) -> TrainPlan | None:
     conf = {**cfg.spark.conf, "spark.master": cfg.spark.master, "spark.driver.memory": memory}
     master = cfg.spark.master
     slots = local_slots(master, machine.cores) if master.startswith("local") else 1
-    return plan_train(sizes, cfg, spark_memory(conf, slots, machine))
+    return spark_memory(conf, slots, machine)

@@ -11,7 +11,9 @@ with one paragraph naming the key and the fix.
   earlier run wrote (the ``concepts`` and ``vocabulary`` manifests have the counts);
   the train stage calls it again with the loaded data, before solving;
 - :func:`pipeline.memory.preflight_train`: the train stage's memory plan, when its data
-  exists (``MemoryPlanError`` names the settings that would fit).
+  exists (``MemoryPlanError`` names the settings that would fit);
+- :func:`pipeline.memory.preflight_embed`: the embed stage's Python workers against the
+  model's size, when the model exists.
 - :func:`check_evaluation_engine`: a topic model's L1 similarity needs the local evaluation
   engine.
 """
@@ -198,8 +200,9 @@ def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> Non
     probed = check_output_paths(cfg)
     check_rank_against_data(cfg, stages)
     if not submitted:
-        from pipeline.memory import preflight_train
+        from pipeline.memory import preflight_embed, preflight_train
 
         preflight_train(cfg, stages)
+        preflight_embed(cfg, stages)
     check_evaluation_engine(cfg, stages)
     log.debug("preflight: ok (probed %s)", probed)

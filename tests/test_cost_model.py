@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 
@@ -72,11 +73,18 @@ def test_driver_memory_counts() -> None:
 
 
 def test_spark_phase_wall_is_work_over_cores_when_tasks_fill_them() -> None:
-    # every language fused and split over both cores: a solve's wall is the sum of its
-    # languages' task times (FIFO, one language after the other), plus one job latency
-    s = _sizes()
+    # the code before fused_tasks: every language fused and split over both cores: a
+    # solve's wall is the sum of its languages' task times (FIFO, one language after the
+    # other), plus one job latency
+    s = replace(_sizes(), tasks_per_language=False)
     mc = cm.Machine(tau=0.0)
     pr = cm.predict_spark(s, mc)
     tasks = [cm._spark_solve_jobs(s, mc, lang, s.q(lang, 0), s.block)[0][0] for lang in s.nnz]
     assert all(n == 2 for n, _ in tasks)
     assert pr.solves[0] == pytest.approx(sum(t for _, t in tasks) + mc.job_s)
+    # now: two languages on two cores, one task each, side by side
+    s = _sizes()
+    pr = cm.predict_spark(s, mc)
+    tasks = [cm._spark_solve_jobs(s, mc, lang, s.q(lang, 0), s.block)[0][0] for lang in s.nnz]
+    assert all(n == 1 for n, _ in tasks)
+    assert pr.solves[0] == pytest.approx(max(t for _, t in tasks) + mc.job_s)

@@ -201,3 +201,74 @@ def test_the_auto_heap_of_a_train_run_leaves_its_python_need(tmp_path, monkeypat
     assert memory.driver_memory(cfg, ["tfidf", "train"]) == "10g"
     cfg = load_config([], [f"paths.root={tmp_path}", "spark.driver_memory=6g"])
     assert memory.driver_memory(cfg, ["train"]) == "6g"
+
+
+# --- the embed stage ---------------------------------------------------------------------------
+
+
+def _write_model_json(root, langs, p: int, r: int) -> dict:
+    """A model.json with the files a model of ``langs`` x p terms x rank r has (sizes only)."""
+    files = {"shared/meta.npy": {"bytes": 1_000}}
+    for lang in langs:
+        files[f"languages/{lang}/phi.npy"] = {"bytes": 4 * p * r + 128}
+        files[f"languages/{lang}/mean.npy"] = {"bytes": 4 * p + 128}
+        files[f"languages/{lang}/vocabulary.parquet"] = {"bytes": 12 * p}
+    meta = {"schema_version": 1, "languages": list(langs), "r": r, "files": files}
+    model = root / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "model.json").write_text(json.dumps(meta))
+    return meta
+
+
+def test_embed_worker_need_counts_the_languages_it_embeds(tmp_path):
+    meta = _write_model_json(tmp_path, ["da", "en", "it", "vi"], 200_000, 100)
+    need = memory.embed_worker_need(meta, ["en", "it"], 4096)
+    per_lang = 4 * 200_000 * 100 + 128 + 4 * 200_000 + 128 + 12 * 200_000
+    assert need["model"] == 2 * per_lang + 1_000  # the shared arrays too
+    assert need["batch"] == 4096 * memory.EMBED_BYTES_PER_ROW
+    assert need["base"] == memory.WORKER_PYTHON_BASE
+
+
+def test_embed_plan_fits_or_names_the_settings(tmp_path):
+    # 28 languages x 200k terms at r = 300: 6.8 GB of Φ a worker, two workers on 24 GB
+    langs = [f"l{i:02d}" for i in range(28)]
+    meta = _write_model_json(tmp_path, langs, 200_000, 300)
+    cfg = load_config([], [f"paths.root={tmp_path}"])
+    machine = Machine(24 * GiB, 2)
+    roomy = SparkMemory.local_mode(machine, 2 * GiB, 2)
+    plan = memory.plan_embed(meta, langs[:4], cfg, roomy)
+    assert sum(plan.worker.values()) <= plan.worker_available
+    with pytest.raises(MemoryPlanError) as err:
+        memory.plan_embed(meta, langs, cfg, SparkMemory.local_mode(machine, 10 * GiB, 2))
+    text = str(err.value)
+    assert "embed.languages" in text and "embed.batch_rows" in text and "local[1]" in text
+    # on a cluster: spark.executor.pyspark.memory per core
+    conf = {
+        "spark.master": "spark://h:7077",
+        "spark.executor.cores": "2",
+        "spark.executor.pyspark.memory": "4g",
+    }
+    with pytest.raises(MemoryPlanError, match="spark.executor.pyspark.memory"):
+        memory.plan_embed(meta, langs, cfg, spark_memory(conf, 2, machine))
+
+
+def test_embed_that_cannot_fit_exits_2_before_spark_starts(tmp_path, monkeypatch, capsys):
+    import pipeline.runner as runner
+
+    _write_model_json(tmp_path, [f"l{i:02d}" for i in range(28)], 200_000, 300)
+    monkeypatch.setattr(Machine, "detect", classmethod(lambda cls: Machine(16 * GiB, 2)))
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(runner, "run_stages", no_spark)
+    code = runner.main(["embed"], ["--set", f"paths.root={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: embed with the 28-language model")
+    # the auto heap leaves the workers what a 4-language model needs
+    _write_model_json(tmp_path, ["da", "en", "it", "vi"], 200_000, 100)
+    cfg = load_config([], [f"paths.root={tmp_path}"])
+    assert memory.preflight_embed(cfg, ["embed"]) is not None
+    assert memory.preflight_embed(cfg, ["train", "embed"]) is None  # the run makes the model
