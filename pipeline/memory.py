@@ -29,6 +29,7 @@ needs, at most :data:`LOCAL_HEAP_SHARE` of it, at least :data:`HEAP_MIN`, and ne
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
@@ -657,13 +658,14 @@ def known_embed_need(cfg: Config, stages: Sequence[str]) -> tuple[dict, list[str
     """The model's ``model.json`` and the languages the embed stage among ``stages`` will
     embed, when the model exists before the run (no train stage of the run rewrites it) and
     is a local directory; else None (the stage is then not planned)."""
-    from pipeline.model.format import read_model_json
-
     if "embed" not in stages or "train" in stages[: list(stages).index("embed")]:
         return None
-    try:
-        meta = read_model_json(cfg.paths.dataset("model"))
-    except Exception:  # a missing or remote model: the stage reports it itself
+    try:  # model.json read as plain JSON: the embed stage checks the model itself
+        with open(os.path.join(cfg.paths.dataset("model"), "model.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):  # missing, remote or damaged: the stage reports it
+        return None
+    if not isinstance(meta, dict):
         return None
     langs = [str(lang) for lang in meta.get("languages") or []]
     if cfg.embed.languages:
