@@ -387,6 +387,8 @@ def _cluster_settings(args: argparse.Namespace, cluster: Any) -> tuple[list[str]
     }
     if args.executor_pyspark_memory:
         conf["spark.executor.pyspark.memory"] = args.executor_pyspark_memory
+    if args.executor_overhead:
+        conf["spark.executor.memoryOverhead"] = args.executor_overhead
     return [f"spark.master={cluster.master_url}"], conf
 
 
@@ -778,6 +780,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="spark.executor.pyspark.memory on the standalone cluster (the memory plan's "
         "Python workers); default: none set",
+    )
+    p.add_argument(
+        "--executor-overhead",
+        default=None,
+        help="spark.executor.memoryOverhead on the standalone cluster: the memory plan gives "
+        "each Python worker its share beyond 384 MB (standalone enforces no limit, unlike "
+        "spark.executor.pyspark.memory's address-space cap); default: none set",
     )
     p.add_argument("--plot", type=Path, nargs="+", help="only plot these JSON results")
     p.add_argument("--plot-out", type=Path, default=ROOT / "bench/results/chain_scaling.png")
