@@ -10,9 +10,12 @@ TorchDistributor, :mod:`pipeline.neural.distributed`):
 - epoch e visits the items in the order of a permutation seeded by (seed, e), in global
   batches of ``batch_size`` (a trailing partial batch is dropped); with W processes, process
   k takes the k-th of W equal slices of each global batch (``batch_size`` is rounded down to
-  a multiple of W) and DistributedDataParallel averages the gradients, so a step's gradient
-  is the mean over the global batch whatever W: with the same seed a distributed run takes
-  the steps a single process takes, up to the rounding of the all-reduce;
+  a multiple of W) and DistributedDataParallel averages the gradients. Each task returns its
+  slice's share of the *global* batch's loss (scaled by W): a normaliser that depends on the
+  whole batch (T-LASER's target-token count, cT-LASER's mean vector norm) is computed over
+  the global batch (:func:`all_sum`, differentiable), so a step's gradient is that of the
+  global batch's loss whatever W: with the same seed a distributed run takes the steps a
+  single process takes, up to the rounding of the all-reduce;
 - the epoch's random draws come from a generator seeded by (seed, e), not from the
   processes' state, for the same reason (the models use no dropout);
 - after every epoch, process 0 writes a checkpoint (model, optimiser, history, best epoch so
@@ -39,7 +42,7 @@ from pipeline.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoopSettings", "Task", "distributed_entry", "import_torch", "run_loop"]
+__all__ = ["LoopSettings", "Task", "all_sum", "distributed_entry", "import_torch", "run_loop"]
 
 _CKPT = re.compile(r"^epoch-(\d{4})\.pt$")
 
@@ -69,8 +72,14 @@ class Task(Protocol):
     def draw(self, rng: np.random.Generator) -> Any:
         """The epoch's random draws for all items (e.g. one unrelated document per item)."""
 
-    def loss(self, model: Any, items: np.ndarray, draws: Any) -> Any:
-        """The mean loss (a scalar tensor) of ``items`` (indices into 0..n_items-1)."""
+    def loss(self, model: Any, items: np.ndarray, draws: Any, batch: np.ndarray) -> Any:
+        """This process's share of the loss of the global ``batch`` (a scalar tensor).
+
+        ``items`` (indices into 0..n_items-1) is this process's slice of ``batch``, one of
+        W = len(batch) / len(items) equal slices. The return value, averaged over the W
+        processes (as DistributedDataParallel averages gradients), must be the loss of the
+        whole batch; in one process (``items`` is ``batch``) it is that loss.
+        """
 
     def score(self, model: Any) -> float | None:
         """Validation P@1 of the model (None: no validation documents)."""
@@ -89,6 +98,22 @@ class LoopSettings:
     seed: int
     checkpoint_dir: str | None = None
     threads: int = 1
+
+
+def all_sum(x: Any) -> Any:
+    """``x`` summed over the training processes, with the gradient flowing back to every
+    process's ``x`` (torch.distributed.nn's all_reduce); ``x`` itself in one process.
+
+    For a loss normaliser that depends on the whole global batch: each process contributes
+    its slice's part and all get the same total, exactly as one process would compute it.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        from torch.distributed.nn.functional import all_reduce
+
+        return all_reduce(x)
+    return x
 
 
 def _latest_checkpoint(where: str | None) -> Path | None:
@@ -164,9 +189,10 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
         net.train()
         total = 0.0
         for step in range(n_steps):
-            items = order[step * batch : (step + 1) * batch][rank * shard : (rank + 1) * shard]
+            whole = order[step * batch : (step + 1) * batch]
+            items = whole[rank * shard : (rank + 1) * shard]
             opt.zero_grad()
-            loss = task.loss(net, items, draws)
+            loss = task.loss(net, items, draws, whole)
             loss.backward()
             opt.step()
             total += float(loss.detach())

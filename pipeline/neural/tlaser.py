@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.neural.loop import import_torch
+from pipeline.neural.loop import all_sum, import_torch
 from pipeline.neural.xcnn import parallel_pairs
 from pipeline.ranking import pessimistic_ranks
 
@@ -174,7 +174,11 @@ def build_module(sizes: EncoderSizes) -> Any:
             h = self.norm1(q + a)
             return self.norm2(h + self.last_ff(h))[:, 0]
 
-        def translation_loss(self, emb: Any, tgt_in: Any, tgt_out: Any) -> Any:
+        def translation_loss(
+            self, emb: Any, tgt_in: Any, tgt_out: Any, reduction: str = "mean"
+        ) -> Any:
+            """Token cross-entropy of the targets given the embeddings (``reduction``:
+            ``"mean"`` over the non-pad target tokens, or their ``"sum"``)."""
             y = self._embed_tokens(tgt_in)
             t = tgt_in.shape[1]
             causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
@@ -184,7 +188,10 @@ def build_module(sizes: EncoderSizes) -> Any:
             )  # fmt: skip
             logits = self.out(y)
             return nn.functional.cross_entropy(
-                logits.reshape(-1, sizes.vocab), tgt_out.reshape(-1), ignore_index=PAD
+                logits.reshape(-1, sizes.vocab),
+                tgt_out.reshape(-1),
+                ignore_index=PAD,
+                reduction=reduction,
             )
 
         def forward(self, src: Any) -> Any:
@@ -193,18 +200,20 @@ def build_module(sizes: EncoderSizes) -> Any:
     return TLaser()
 
 
-def distance_constraint(torch: Any, ea: Any, eb: Any, en: Any, margin: float) -> Any:
+def distance_constraint(torch: Any, ea: Any, eb: Any, en: Any, margin: float, m: Any = None) -> Any:
     """cT-LASER's distance-constraint loss for (B, d) embeddings of the pairs' two sides
     (ea, eb) and of unrelated documents (en).
 
-    With m the batch's mean vector norm (over ea, eb and en together),
+    With m the batch's mean vector norm (over ea, eb and en together; given, when the batch
+    is split over processes, as the whole batch's),
 
         mean_i ‖ea_i − eb_i‖ / m  +  mean_i max(0, margin − ‖ea_i − en_i‖ / m):
 
     pull translations together and push unrelated documents at least ``margin`` mean norms
     away; dividing by m keeps the network from shrinking every vector to win the first term.
     """
-    m = torch.cat([ea, eb, en]).norm(dim=1).mean()
+    if m is None:
+        m = torch.cat([ea, eb, en]).norm(dim=1).mean()
     pos = (ea - eb).norm(dim=1) / m
     neg = (ea - en).norm(dim=1) / m
     return pos.mean() + torch.relu(margin - neg).mean()
@@ -272,8 +281,22 @@ class TLaserTask:
     def _src(self, torch: Any, lang: np.ndarray, rows: np.ndarray) -> Any:
         return _pad(torch, [np.concatenate([[BOS], self.ids[li][r]]) for li, r in zip(lang, rows)])
 
-    def loss(self, model: Any, items: np.ndarray, draws: np.ndarray) -> Any:
+    def _target_tokens(self, items: np.ndarray) -> int:
+        """Target tokens (subwords + eos) of ``items``' two translation directions."""
+        p = self.pairs[items]
+        lengths = [len(self.ids[li][r]) + 1 for li, r in zip(p[:, 0], p[:, 1])]
+        lengths += [len(self.ids[li][r]) + 1 for li, r in zip(p[:, 2], p[:, 3])]
+        return int(sum(lengths))
+
+    def loss(
+        self, model: Any, items: np.ndarray, draws: np.ndarray, batch: np.ndarray | None = None
+    ) -> Any:
+        """This process's share of the global ``batch``'s loss (:class:`~pipeline.neural.loop.
+        Task`): the token cross-entropy summed here and divided by the whole batch's token
+        count, times the W processes; cT-LASER's m is the whole batch's mean norm."""
         torch = import_torch()
+        batch = items if batch is None else batch
+        world = len(batch) / len(items)
         p = self.pairs[items]
         la, ra, lb, rb = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
         # both directions in one batch: sources a then b, targets b then a
@@ -286,11 +309,17 @@ class TLaserTask:
         )
         tgt_out = _pad(torch, [np.concatenate([t, [EOS]]) for t in targets])
         inner = getattr(model, "module", model)
-        loss = inner.translation_loss(emb, tgt_in, tgt_out)
+        ce = inner.translation_loss(emb, tgt_in, tgt_out, reduction="sum")
+        loss = ce * (world / self._target_tokens(batch))
         if self.beta > 0:
             n = len(items)
             en = model(self._src(torch, lb, draws[items]))
-            loss = loss + self.beta * distance_constraint(torch, emb[:n], emb[n:], en, self.margin)
+            # the slices are equal, so the slice's mean terms average to the batch's; only m,
+            # a mean over the whole batch, needs the other processes' vectors
+            m = all_sum(torch.cat([emb, en]).norm(dim=1).sum()) / (3 * len(batch))
+            loss = loss + self.beta * distance_constraint(
+                torch, emb[:n], emb[n:], en, self.margin, m=m
+            )
         return loss
 
     def score(self, model: Any) -> float | None:

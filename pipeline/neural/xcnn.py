@@ -138,7 +138,12 @@ class XcnnTask:
             torch.from_numpy(x.data.astype(np.float32)),
         )
 
-    def loss(self, model: Any, items: np.ndarray, draws: np.ndarray) -> Any:
+    def loss(
+        self, model: Any, items: np.ndarray, draws: np.ndarray, batch: np.ndarray | None = None
+    ) -> Any:
+        """Mean loss over ``items``: with equal slices, the mean of the W processes' means is
+        the global batch's mean, so ``batch`` is not needed (see
+        :class:`~pipeline.neural.loop.Task`)."""
         torch = import_torch()
         pairs = self.pairs[items]
         losses = []
