@@ -13,7 +13,14 @@ subprocess, then reads the evaluation report and each model's training record:
   same-language TF-IDF references;
 - training: fit seconds per method, and its ratio to Cr5's fit in the same run (the
   baseline); the neural methods' seconds per epoch, epochs, chosen epoch, processes and each
-  training process's peak resident memory.
+  training process's peak resident memory;
+- pools: each model's test P@1 (cosine, mean over directions) with three candidate pools:
+  every document of the target language (the evaluation's pool on this corpus, where each
+  language has fewer documents than ``evaluate.max_candidates``: training documents are
+  distractors), the held-out (test + validation) documents only, and the test documents only
+  (the kind of pool the per-epoch validation P@1 ranks in). A method whose score falls far
+  more than Cr5's from the last to the first has learned its training documents rather
+  than the languages.
 
     nice -n 10 python bench/bench_neural.py --out bench/results/neural_ddtp_sample
 
@@ -99,7 +106,57 @@ def summarise(report: dict) -> dict:
     return out
 
 
-def tables(summary: dict, classification: dict | None) -> str:
+def pool_effect(root: Path, report: dict) -> dict:
+    """Per method: test P@1 (cosine) with candidates = all / held-out / test documents of
+    the target language (see the module docstring)."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from pipeline.model.loading import load_model
+    from pipeline.ranking import pessimistic_ranks
+
+    splits = pq.read_table(root / "splits").to_pydict()
+    test = {c for c, r in zip(splits["concept_id"], splits["role"]) if r == "test"}
+    heldout = set(splits["concept_id"])
+    docs = ds.dataset(root / "documents", partitioning="hive").to_table().to_pydict()
+    langs = sorted(set(docs["lang"]))
+    concepts = {lang: np.array([c for c, x in zip(docs["concept_id"], docs["lang"]) if x == lang])
+                for lang in langs}  # fmt: skip
+    texts = {lang: [t for t, x in zip(docs["text"], docs["lang"]) if x == lang] for lang in langs}
+    pools = {
+        "all": lambda c: np.ones(c.size, bool),
+        "heldout": lambda c: np.isin(c, list(heldout)),
+        "test": lambda c: np.isin(c, list(test)),
+    }
+    out = {}
+    for name, info in report["methods"].items():
+        model = load_model(info["model"])
+        emb = {}
+        for lang in langs:
+            e = np.asarray(model.embed(texts[lang], lang), dtype=np.float64)
+            emb[lang] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        out[name] = {}
+        for pool, keep in pools.items():
+            scores = []
+            for a in langs:
+                for b in langs:
+                    if a == b:
+                        continue
+                    cand = np.flatnonzero(keep(concepts[b]))
+                    where: dict[str, int] = {}
+                    for i, c in enumerate(concepts[b][cand]):
+                        where.setdefault(c, i)
+                    q = [i for i, c in enumerate(concepts[a]) if c in test and c in where]
+                    if not q:
+                        continue
+                    target = np.array([where[concepts[a][i]] for i in q])
+                    ranks = pessimistic_ranks(emb[a][q] @ emb[b][cand].T, target)
+                    scores.append(float(np.mean(ranks == 1)))
+            out[name][pool] = float(np.mean(scores)) if scores else None
+    return out
+
+
+def tables(summary: dict, classification: dict | None, pools: dict | None = None) -> str:
     def f(v: float | None, fmt: str = ".3f") -> str:
         return "–" if v is None else format(v, fmt)
 
@@ -115,6 +172,10 @@ def tables(summary: dict, classification: dict | None) -> str:
             f"{f(s['seconds_per_epoch'], '.1f'):>9}{s['epochs'] or '–':>7}"
             f"{s['chosen_epoch'] or '–':>7}{f(s['peak_rss_mb_per_process'], '.0f'):>8}"
         )
+    if pools:
+        lines += ["", "Test P@1 (cosine) by candidate pool: all documents / held-out / test:"]
+        for name, p in pools.items():
+            lines.append(f"{name:<14}{f(p['all']):>7}{f(p['heldout']):>7}{f(p['test']):>7}")
     if classification:
         lines += ["", "Classification accuracy (Debian sections; same / cross / all):"]
         named = {**classification["methods"], **classification["references"]}
@@ -139,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = 0.0 if args.report_only else run_chain(args.root, args.corpus, args.labels, args.set)
     report = json.loads((args.root / "reports" / "evaluation.json").read_text())
     summary = summarise(report)
-    text = tables(summary, report.get("classification"))
+    pools = pool_effect(args.root, report)
+    text = tables(summary, report.get("classification"), pools)
     result = {
         "machine": machine_info(),
         "corpus": str(args.corpus),
@@ -149,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         "training_documents": report.get("training_documents"),
         "methods": summary,
         "classification": report.get("classification"),
+        "pools": pools,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str))
