@@ -92,17 +92,30 @@ def test_exported_map_embeds_as_the_network():
 
 
 def test_the_best_validation_epoch_is_kept():
-    class Scored:
-        def __init__(self, scores):
-            self.scores, self.i = scores, 0
-
-        def p_at_1(self, maps):
-            self.i += 1
-            return self.scores[self.i - 1], {}
-
-    task = dataclasses.replace(tiny_task(), validation=Scored([0.1, 0.5, 0.5, 0.2]))
+    task = tiny_task()
+    scores = iter([0.1, 0.5, 0.5, 0.2])
+    task.score = lambda model: next(scores)
     out = run_loop(task, LoopSettings(epochs=4, batch_size=8, lr=0.01, seed=0))
     assert out["chosen_epoch"] == 2
+    assert [h["validation_p_at_1"] for h in out["history"]] == [0.1, 0.5, 0.5, 0.2]
+
+
+def test_validation_ranks_among_training_distractors():
+    """The score with no distractors is the ValidationSet's P@1; training documents added to
+    the candidates can only lower it, and do here (the tiny task's untrained map)."""
+    from pipeline.linalg.monitor import ValidationSet
+
+    base = tiny_task()
+    val = ValidationSet(
+        rows={"a": base.rows[0][:8], "b": base.rows[1][-8:]},
+        concepts={"a": base.concepts[0][:8], "b": base.concepts[1][-8:]},
+    )
+    plain = dataclasses.replace(base, validation=val)
+    hard = dataclasses.replace(base, validation=val, distractors=16)
+    torch.manual_seed(0)
+    model = plain.build()
+    assert plain.score(model) == pytest.approx(val.p_at_1(plain.maps(model))[0])
+    assert hard.distractor_rows[0].size == 16 and hard.score(model) < plain.score(model)
 
 
 _RESUME_SCRIPT = """

@@ -50,6 +50,15 @@ class NeuralParams:
     neural_threads: int = param(
         1, lo=1, doc="PyTorch CPU threads per training process and per embedding worker."
     )
+    neural_validation_distractors: int = param(
+        2000,
+        lo=0,
+        doc="Training documents per language (a seeded sample) added to the candidates of "
+        "the per-epoch validation P@1, so the epoch is chosen ranking among training "
+        "documents as the evaluation does (its pool holds every document up to "
+        "evaluate.max_candidates); 0: among the validation documents only, where a model "
+        "that memorises its training pairs looks far better than the evaluation finds it.",
+    )
     xcnn_dim: int = param(128, lo=1, doc="XCNN embedding dimension (the paper's 128).")
     xcnn_scale: float = param(
         5.0,

@@ -30,8 +30,8 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.neural.loop import all_sum, import_torch
+from pipeline.neural.validation import distractor_rows, validation_p_at_1
 from pipeline.neural.xcnn import parallel_pairs
-from pipeline.ranking import pessimistic_ranks
 
 __all__ = [
     "PAD",
@@ -247,6 +247,9 @@ class TLaserTask:
     beta, margin : the cT-LASER constraint's weight and margin (β = 0: T-LASER)
     validation : dict of str to (list of ndarray, ndarray) or None
         Per language, validation documents' ids and concept ids.
+    distractors : int
+        Training documents per language (a seeded sample) added to the validation
+        candidates (:mod:`pipeline.neural.validation`).
     """
 
     langs: list[str]
@@ -257,11 +260,15 @@ class TLaserTask:
     beta: float = 0.0
     margin: float = 1.0
     validation: dict[str, tuple[list[np.ndarray], np.ndarray]] | None = None
+    distractors: int = 0
     pairs: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
         self.n_items = int(self.pairs.shape[0])
+        self.distractor_rows = [
+            distractor_rows(len(ids), self.distractors, seed=i) for i, ids in enumerate(self.ids)
+        ]
 
     def build(self) -> Any:
         return build_module(self.sizes)
@@ -323,25 +330,21 @@ class TLaserTask:
         return loss
 
     def score(self, model: Any) -> float | None:
-        """Mean P@1 (cosine) over the ordered pairs of validation languages."""
+        """Mean P@1 (cosine) over the ordered pairs of validation languages, the
+        training-document distractors among the candidates."""
         if not self.validation:
             return None
         torch = import_torch()
-        emb, concepts = {}, {}
+        emb, concepts, extra = {}, {}, {}
         for lang, (ids, conc) in self.validation.items():
-            e = encode_texts(torch, model, ids).astype(np.float64)
-            emb[lang] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+            emb[lang] = encode_texts(torch, model, ids)
             concepts[lang] = np.asarray(conc)
-        scores = []
-        for l1 in sorted(emb):
-            for l2 in sorted(emb):
-                if l1 == l2:
-                    continue
-                _, i1, i2 = np.intersect1d(concepts[l1], concepts[l2], return_indices=True)
-                if i1.size:
-                    ranks = pessimistic_ranks(emb[l1][i1] @ emb[l2].T, i2)
-                    scores.append(float(np.mean(ranks == 1)))
-        return float(np.mean(scores)) if scores else None
+        for i, lang in enumerate(self.langs):
+            if lang in emb and self.distractor_rows[i].size:
+                extra[lang] = encode_texts(
+                    torch, model, [self.ids[i][r] for r in self.distractor_rows[i]]
+                )
+        return validation_p_at_1(emb, concepts, extra)
 
     def export(self, model: Any) -> dict[str, np.ndarray]:
         return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}

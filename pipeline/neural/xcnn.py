@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.neural.loop import import_torch
+from pipeline.neural.validation import distractor_rows, validation_p_at_1
 
 __all__ = ["XcnnTask", "nce_loss", "parallel_pairs"]
 
@@ -97,6 +98,9 @@ class XcnnTask:
     dim, scale : the ``train.xcnn_*`` settings
     validation : ValidationSet or None
         Held-out documents (:class:`pipeline.linalg.monitor.ValidationSet`) scored each epoch.
+    distractors : int
+        Training documents per language (a seeded sample) added to the validation
+        candidates (:mod:`pipeline.neural.validation`).
     """
 
     langs: list[str]
@@ -105,10 +109,14 @@ class XcnnTask:
     dim: int
     scale: float
     validation: Any = None
+    distractors: int = 0
 
     def __post_init__(self) -> None:
         self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
         self.n_items = int(self.pairs.shape[0])
+        self.distractor_rows = [
+            distractor_rows(x.shape[0], self.distractors, seed=i) for i, x in enumerate(self.rows)
+        ]
 
     def build(self) -> Any:
         torch = import_torch()
@@ -171,9 +179,17 @@ class XcnnTask:
             }
 
     def score(self, model: Any) -> float | None:
+        """Validation P@1 (cosine), the training-document distractors among the candidates."""
         if self.validation is None:
             return None
-        return self.validation.p_at_1(self.maps(model))[0]
+        maps = {k: v.astype(np.float64) for k, v in self.maps(model).items()}
+        emb = {lang: np.asarray(x @ maps[lang]) for lang, x in self.validation.rows.items()}
+        extra = {
+            lang: np.asarray(self.rows[i][self.distractor_rows[i]] @ maps[lang])
+            for i, lang in enumerate(self.langs)
+            if lang in emb and self.distractor_rows[i].size
+        }
+        return validation_p_at_1(emb, self.validation.concepts, extra)
 
     def export(self, model: Any) -> dict[str, np.ndarray]:
         return self.maps(model)

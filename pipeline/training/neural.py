@@ -66,6 +66,7 @@ def _xcnn_task(t: TrainConfig, data: Any) -> Any:
         dim=t.xcnn_dim,
         scale=t.xcnn_scale,
         validation=data.validation,
+        distractors=t.neural_validation_distractors,
     )
 
 
@@ -112,6 +113,7 @@ def _tlaser_task(t: TrainConfig, data: Any) -> tuple[Any, bytes]:
         beta=t.ctlaser_beta if t.method == "ctlaser" else 0.0,
         margin=t.ctlaser_margin,
         validation=validation or None,
+        distractors=t.neural_validation_distractors,
     )
     return task, vocab.proto
 
