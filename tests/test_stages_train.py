@@ -177,7 +177,7 @@ def test_transitive_and_pairwise_row_selection(spark, sample_features):
 def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_features, tmp_path):
     common = [
         "train.r=12",
-        "train.eig_rtol=1e-4",
+        "train.eig_rtol=1e-9",
         "train.eig_maxiter=40",
         "train.cg_rtol=1e-4",
         "train.checkpoint_every=1",
