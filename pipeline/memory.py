@@ -28,6 +28,7 @@ needs, at most :data:`LOCAL_HEAP_SHARE` of it, at least :data:`HEAP_MIN`, and ne
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -41,6 +42,7 @@ from pipeline.config import Config, TrainConfig
 from pipeline.errors import ConfigError
 
 __all__ = [
+    "CLASSIC_PR_ARRAYS",
     "HEAP_MAX",
     "HEAP_MIN",
     "LOCAL_HEAP_SHARE",
@@ -50,6 +52,7 @@ __all__ = [
     "SparkMemory",
     "TrainPlan",
     "TrainSizes",
+    "classic_driver_need",
     "driver_memory",
     "embed_worker_need",
     "format_size",
@@ -57,8 +60,10 @@ __all__ = [
     "local_heap",
     "parse_size",
     "plan_embed",
+    "plan_methods",
     "plan_train",
     "preflight_embed",
+    "preflight_evaluate",
     "session_heap",
     "spark_memory",
     "train_python_need",
@@ -98,6 +103,21 @@ EMBED_BYTES_PER_ROW = 32 * 2**10
 #: block_cg.py) and of p x b while Â⁻¹ is applied (pipeline/linalg/woodbury.py).
 CG_ARRAYS = 11
 SOLVE_ARRAYS = 5
+
+#: The classic methods' driver-Python state, as a count of p x r float64 arrays (their
+#: eigensolver's basis and images, the optimiser's state): the driver peaks measured at 100k
+#: Wikipedia-shaped documents (bench/results/classic_costs_100k.json: Σp = 522,443, r = 100,
+#: local backend; CL-LSI 1,411, CCA 10,784, OPCA 9,143, JPLSA 2,529, CPLSA 3,173, S2Net
+#: 9,532 MiB) less the Python base and X, divided by 8·Σp·r bytes. One measured size: the
+#: state grows with Σp·r (K and n are smaller than Σp there), which is what this assumes.
+CLASSIC_PR_ARRAYS = {
+    "cl_lsi": 2.5,
+    "cca": 26.0,
+    "opca": 21.9,
+    "jplsa": 5.3,
+    "cplsa": 6.9,
+    "s2net": 22.9,
+}
 
 
 class MemoryPlanError(ConfigError):
@@ -343,6 +363,20 @@ def train_driver_need(sizes: TrainSizes, t: TrainConfig, unfused: Sequence[str] 
     return parts
 
 
+def classic_driver_need(sizes: TrainSizes, t: TrainConfig) -> dict:
+    """The driver Python's peak of a classic method's fit (``t.method`` in
+    :data:`CLASSIC_PR_ARRAYS`), by part (bytes): its p x r state and, on the local backend,
+    X."""
+    r = min(t.r, max(1, sizes.concepts - 1))
+    parts = {
+        "base": DRIVER_PYTHON_BASE,
+        f"{t.method} state": int(CLASSIC_PR_ARRAYS[t.method] * 8 * sizes.p * r),
+    }
+    if t.backend == "local":
+        parts["X"] = 8 * sizes.z + 16 * sizes.n
+    return parts
+
+
 def train_worker_need(
     sizes: TrainSizes, t: TrainConfig, resident: Sequence[str], filling: str | None
 ) -> dict:
@@ -365,7 +399,10 @@ def train_worker_need(
 
 def train_python_need(sizes: TrainSizes, t: TrainConfig, slots: int) -> int:
     """All Python memory of a fit with every language fused and resident (the local heap
-    rule's need for a Spark-backend train; the local backend's driver alone otherwise)."""
+    rule's need for a Spark-backend train; the local backend's driver alone otherwise; a
+    classic method's driver)."""
+    if t.method in CLASSIC_PR_ARRAYS:
+        return sum(classic_driver_need(sizes, t).values())
     driver = sum(train_driver_need(sizes, t).values())
     if t.backend == "local":
         return driver
@@ -485,6 +522,10 @@ def plan_train(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan:
     counted first and the workers split the rest. On a cluster each has its own.
     """
     t = cfg.train
+    if t.method in CLASSIC_PR_ARRAYS:
+        plan = TrainPlan(driver=classic_driver_need(sizes, t), driver_available=mem.driver_python)
+        _check_driver(plan, sizes, cfg, mem)
+        return plan
     if t.method != "cr5":
         return TrainPlan(driver={"base": DRIVER_PYTHON_BASE}, driver_available=mem.driver_python)
     if t.backend == "local":
@@ -541,7 +582,7 @@ def _check_driver(plan: TrainPlan, sizes: TrainSizes, cfg: Config, mem: SparkMem
         return
     t = cfg.train
     fixes = []
-    if t.backend == "local":
+    if t.backend == "local" and plan.driver.get("X", 0) >= need - plan.driver_available:
         fixes.append("--set train.backend=spark (X then stays on the executors)")
     if t.r > 100:
         fixes.append(f"a smaller train.r (now {t.r})")
@@ -706,11 +747,18 @@ def session_heap(cfg: Config, stages: Sequence[str], machine: Machine) -> int:
 def known_train_sizes(cfg: Config, stages: Sequence[str]) -> TrainSizes | None:
     """The sizes of the train stage among ``stages``, from the tfidf manifest, when the data
     exists before the run (no earlier stage of the run rewrites it) and is local."""
+
+    if "train" not in stages or cfg.train.method not in ("cr5", *CLASSIC_PR_ARRAYS):
+        return None
+    return _tfidf_sizes(cfg, stages, "train")
+
+
+def _tfidf_sizes(cfg: Config, stages: Sequence[str], stage: str) -> TrainSizes | None:
+    """The training rows' sizes for ``stage`` from the tfidf manifest, when the data exists
+    before the run (no earlier stage of the run rewrites it) and is local."""
     from pipeline.io.local_manifest import dataset_manifest
 
-    if "train" not in stages or cfg.train.method != "cr5":
-        return None
-    before = stages[: list(stages).index("train")]
+    before = stages[: list(stages).index(stage)]
     if any(s in ("ingest", "ingest_wikipedia", "vocabulary", "tfidf") for s in before):
         return None
     manifest = dataset_manifest(cfg.paths.dataset("tfidf"))
@@ -744,6 +792,38 @@ def preflight_train(cfg: Config, stages: Sequence[str]) -> TrainPlan | None:
     if sizes is None:
         return None
     return plan_train(sizes, cfg, _session_memory(cfg, stages))
+
+
+def plan_methods(
+    sizes: TrainSizes, cfg: Config, methods: Sequence[str], mem: SparkMemory
+) -> dict[str, TrainPlan]:
+    """The driver plan of each classic method among ``methods`` (the evaluate stage's
+    comparison methods, fitted one after another in the driver on the model's training rows
+    with its r); :class:`MemoryPlanError` naming the first that cannot fit."""
+    plans = {}
+    for method in methods:
+        if method not in CLASSIC_PR_ARRAYS:
+            continue
+        c = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, method=method))
+        try:
+            plans[method] = plan_train(sizes, c, mem)
+        except MemoryPlanError as exc:
+            raise MemoryPlanError(
+                f"evaluate.methods: {exc} Or drop {method} from evaluate.methods."
+            ) from None
+    return plans
+
+
+def preflight_evaluate(cfg: Config, stages: Sequence[str]) -> dict[str, TrainPlan] | None:
+    """Plan the evaluate stage's classic comparison methods among ``stages`` before Spark
+    starts; None when none is listed or the training rows do not exist yet (the stage
+    checks again before it fits them)."""
+    if "evaluate" not in stages or not set(cfg.evaluate.methods) & set(CLASSIC_PR_ARRAYS):
+        return None
+    sizes = _tfidf_sizes(cfg, stages, "evaluate")
+    if sizes is None:
+        return None
+    return plan_methods(sizes, cfg, cfg.evaluate.methods, _session_memory(cfg, stages))
 
 
 def preflight_embed(cfg: Config, stages: Sequence[str]) -> EmbedPlan | None:

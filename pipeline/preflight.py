@@ -12,6 +12,8 @@ with one paragraph naming the key and the fix.
   the train stage calls it again with the loaded data, before solving;
 - :func:`pipeline.memory.preflight_train`: the train stage's memory plan, when its data
   exists (``MemoryPlanError`` names the settings that would fit);
+- :func:`pipeline.memory.preflight_evaluate`: the evaluate stage's classic comparison
+  methods (``evaluate.methods``) against the driver's memory, when the training rows exist;
 - :func:`pipeline.memory.preflight_embed`: the embed stage's Python workers against the
   model's size, when the model exists.
 - :func:`check_evaluation_engine`: a topic model's L1 similarity needs the local evaluation
@@ -200,9 +202,10 @@ def run_preflight(cfg: Config, stages: Sequence[str], *, submitted: bool) -> Non
     probed = check_output_paths(cfg)
     check_rank_against_data(cfg, stages)
     if not submitted:
-        from pipeline.memory import preflight_embed, preflight_train
+        from pipeline.memory import preflight_embed, preflight_evaluate, preflight_train
 
         preflight_train(cfg, stages)
         preflight_embed(cfg, stages)
+        preflight_evaluate(cfg, stages)
     check_evaluation_engine(cfg, stages)
     log.debug("preflight: ok (probed %s)", probed)

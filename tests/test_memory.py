@@ -3,6 +3,7 @@ paragraph before any Spark work when a fit cannot fit."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -272,3 +273,66 @@ def test_embed_that_cannot_fit_exits_2_before_spark_starts(tmp_path, monkeypatch
     cfg = load_config([], [f"paths.root={tmp_path}"])
     assert memory.preflight_embed(cfg, ["embed"]) is not None
     assert memory.preflight_embed(cfg, ["train", "embed"]) is None  # the run makes the model
+
+
+#: The 100k corpus of bench/results/classic_costs_100k.json, whose driver peaks calibrated
+#: CLASSIC_PR_ARRAYS.
+WIKI_100K = TrainSizes(
+    nnz={"da": 1_637_095, "en": 7_725_803, "it": 5_756_993, "vi": 2_366_791},
+    docs={"da": 8_557, "en": 38_745, "it": 29_013, "vi": 12_240},
+    terms={"da": 74_658, "en": 199_391, "it": 156_811, "vi": 91_583},
+    concepts=39_719,
+)
+
+
+@pytest.mark.parametrize("method,peak_mib", [("cca", 10_784), ("opca", 9_143), ("s2net", 9_532)])
+def test_classic_driver_need_reproduces_its_calibration(method, peak_mib):
+    """The classic methods' estimate at the size it was measured at: within 1 % of the
+    measured driver peak (the constants are rounded to one decimal)."""
+    t = load_config([], ["train.backend=local", "train.r=100"]).train
+    t = dataclasses.replace(t, method=method)
+    need = sum(memory.classic_driver_need(WIKI_100K, t).values())
+    assert need == pytest.approx(peak_mib * MiB, rel=0.01)
+
+
+def test_a_classic_method_that_cannot_fit_stops_with_its_paragraph():
+    # CCA at 1M: 26 p x r float64 arrays over 800k terms at r = 100 is ~15.5 GiB
+    fits = plan_train(WIKI_1M, _cfg("train.method=cca"), _local(32, heap=4 * GiB))
+    assert fits.driver["cca state"] > 15 * GiB
+    with pytest.raises(MemoryPlanError) as err:
+        plan_train(WIKI_1M, _cfg("train.method=cca"), _local(24, heap=4 * GiB))
+    text = str(err.value)
+    assert text.startswith("train (cca, spark backend)") and "cca state" in text
+    assert "train.r" not in text and "Fix:" in text  # r = 100: no smaller-r advice
+    # on the local backend the advice to move X to the executors only when X is what is
+    # missing; here the arrays are
+    with pytest.raises(MemoryPlanError) as err:
+        plan_train(WIKI_1M, _cfg("train.method=cca", "train.backend=local"), _local(16, 4 * GiB))
+    assert "train.backend=spark" not in str(err.value)
+    # Cr5 and the neural methods are not planned this way
+    assert "cca state" not in plan_train(WIKI_1M, _cfg(), _local(24)).driver
+
+
+def test_evaluate_with_a_classic_method_that_cannot_fit_exits_2_before_spark(
+    tmp_path, monkeypatch, capsys
+):
+    import pipeline.runner as runner
+
+    _write_tfidf_manifest(tmp_path, WIKI_1M)
+    monkeypatch.setattr(Machine, "detect", classmethod(lambda cls: Machine(16 * GiB, 2)))
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(runner, "run_stages", no_spark)
+    args = ["--set", f"paths.root={tmp_path}", "--set", "train.r=100"]
+    code = runner.main(["evaluate"], [*args, "--set", "evaluate.methods=[cl_lsi, opca]"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: evaluate.methods: train (opca,")
+    assert lines[0].endswith("Or drop opca from evaluate.methods.")
+    # CL-LSI alone fits; without the tfidf data there is nothing to plan yet
+    cfg = load_config([], [f"paths.root={tmp_path}", "evaluate.methods=[cl_lsi]"])
+    assert set(memory.preflight_evaluate(cfg, ["evaluate"])) == {"cl_lsi"}
+    assert memory.preflight_evaluate(cfg, ["tfidf", "evaluate"]) is None

@@ -46,6 +46,7 @@ from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, wri
 from pipeline.io.schemas import EVALUATION, SPLITS
 from pipeline.model.format import read_model_json
 from pipeline.training import service as training
+from pipeline.training.rows import check_methods_memory
 
 log = logging.getLogger(__name__)
 
@@ -288,8 +289,10 @@ def compare_methods(
     rows: list[dict[str, Any]] = []
     entries: dict[str, dict[str, Any]] = {}
     data = None
+    methods = [m for m in ctx.e.methods if m != main_method]
+    check_methods_memory(ctx.spark, ctx.cfg, methods)
     try:
-        for method in [m for m in ctx.e.methods if m != main_method]:
+        for method in methods:
             if method.startswith("avg_"):
                 rows_m, entries[method] = evaluate_wordmap_baseline(ctx, method)
                 rows += rows_m

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +204,26 @@ def _memory_plan(spark: SparkSession, cfg: Config, rows_path: str) -> dict[str, 
     plan = plan_train(sizes, cfg, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
     log.info("memory plan: %s", plan.describe())
     return plan.backend_options(sizes, cfg.train)
+
+
+def check_methods_memory(spark: SparkSession, cfg: Config, methods: Sequence[str]) -> None:
+    """Before the evaluate stage fits its comparison ``methods``: the driver plan of each
+    classic one (:func:`pipeline.memory.plan_methods`, MemoryPlanError naming the method and
+    the settings) from the tfidf manifest and the session's settings. A Spark Connect session
+    does not tell its properties: no check there."""
+    from pipeline.memory import CLASSIC_PR_ARRAYS, Machine, TrainSizes, plan_methods, spark_memory
+    from pipeline.spark import is_connect
+
+    if not set(methods) & set(CLASSIC_PR_ARRAYS) or is_connect(spark):
+        return
+    manifest = read_manifest(spark, TFIDF, cfg.paths.dataset("tfidf"))
+    sizes = TrainSizes.from_manifest(manifest, cfg.train.languages)
+    if not sizes.nnz:
+        return
+    sc = spark.sparkContext
+    mem = spark_memory(dict(sc.getConf().getAll()), sc.defaultParallelism, Machine.detect())
+    for method, plan in plan_methods(sizes, cfg, methods, mem).items():
+        log.info("memory plan (%s): %s", method, plan.describe())
 
 
 def select_training_rows(
