@@ -727,21 +727,40 @@ def spark_memory(conf: Mapping[str, str], parallelism: int, machine: Machine) ->
 
 def session_heap(cfg: Config, stages: Sequence[str], machine: Machine) -> int:
     """The local-mode heap for running ``stages`` in one JVM (``spark.driver_memory: auto``):
-    :func:`local_heap` of the train stage's Python need when its data exists already (a
-    train stage after a tfidf of the same run is planned when it starts, within the heap
-    the session has)."""
+    :func:`local_heap` of the largest Python need among the train stage's, the embed stage's
+    and the evaluate stage's classic comparison methods' whose data exists already (a stage
+    after a tfidf of the same run is planned when it starts, within the heap the session
+    has)."""
     sizes = known_train_sizes(cfg, stages)
     embed = known_embed_need(cfg, stages)
-    if sizes is None and embed is None:
+    classic = _evaluate_classic_need(cfg, stages)
+    if sizes is None and embed is None and classic is None:
         return local_heap(machine)
     slots = local_slots(cfg.spark.master, machine.cores)
     needs = [DRIVER_PYTHON_BASE]
     if sizes is not None:
         needs.append(train_python_need(sizes, cfg.train, slots))
+    if classic is not None:
+        needs.append(classic)
     if embed is not None:
         worker = embed_worker_need(embed[0], embed[1], cfg.embed.batch_rows)
         needs.append(DRIVER_PYTHON_BASE + slots * sum(worker.values()))
     return local_heap(machine, max(needs))
+
+
+def _evaluate_classic_need(cfg: Config, stages: Sequence[str]) -> int | None:
+    """The largest driver need of the evaluate stage's classic comparison methods among
+    ``stages`` (bytes), when its training rows exist before the run; else None."""
+    methods = [m for m in cfg.evaluate.methods if m in CLASSIC_PR_ARRAYS]
+    if "evaluate" not in stages or not methods:
+        return None
+    sizes = _tfidf_sizes(cfg, stages, "evaluate")
+    if sizes is None:
+        return None
+    return max(
+        sum(classic_driver_need(sizes, dataclasses.replace(cfg.train, method=m)).values())
+        for m in methods
+    )
 
 
 def known_train_sizes(cfg: Config, stages: Sequence[str]) -> TrainSizes | None:

@@ -332,6 +332,12 @@ def test_evaluate_with_a_classic_method_that_cannot_fit_exits_2_before_spark(
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: evaluate.methods: train (opca,")
     assert lines[0].endswith("Or drop opca from evaluate.methods.")
+    # on a 24 GB machine the auto heap leaves CCA its ~15.5 GB (a fixed half would not)
+    monkeypatch.setattr(Machine, "detect", classmethod(lambda cls: Machine(24 * GiB, 2)))
+    cca = load_config([], [*args[1::2], "evaluate.methods=[cca]"])
+    heap = memory.session_heap(cca, ["evaluate"], Machine.detect())
+    assert heap < memory.local_heap(Machine.detect())
+    assert memory.preflight_evaluate(cca, ["evaluate"])["cca"].driver["cca state"] > 15 * GiB
     # CL-LSI alone fits; without the tfidf data there is nothing to plan yet
     cfg = load_config([], [f"paths.root={tmp_path}", "evaluate.methods=[cl_lsi]"])
     assert set(memory.preflight_evaluate(cfg, ["evaluate"])) == {"cl_lsi"}
