@@ -66,6 +66,7 @@ __all__ = [
     "preflight_evaluate",
     "session_heap",
     "spark_memory",
+    "train_jvm_need",
     "train_python_need",
 ]
 
@@ -103,6 +104,14 @@ EMBED_BYTES_PER_ROW = 32 * 2**10
 #: block_cg.py) and of p x b while Â⁻¹ is applied (pipeline/linalg/woodbury.py).
 CG_ARRAYS = 11
 SOLVE_ARRAYS = 5
+
+#: The Spark backend's JVM heap: X's blocks are built, pickled and cached in the JVM (with
+#: four languages loading at once), and the passes' results cross it. A floor of 1.5x the
+#: cached X plus 1 GiB: the 2M chain's train (3.2 GB of X) died of "Java heap space" while
+#: loading X with a 2 GiB heap, and the 1M one (1.6 GB of X) peaked at a 6.1 GB JVM with
+#: 10 GiB (bench/README.md, "1M documents").
+JVM_X_FACTOR = 1.5
+JVM_TRAIN_BASE = 1 * GiB
 
 #: The classic methods' driver-Python state, as a count of p x r float64 arrays (their
 #: eigensolver's basis and images, the optimiser's state): the driver peaks measured at 100k
@@ -267,16 +276,22 @@ class SparkMemory:
         return cls(False, slots, driver_heap, worker, driver)
 
 
-def local_heap(machine: Machine, python_need: int | None = None) -> int:
+def local_heap(
+    machine: Machine, python_need: int | None = None, jvm_need: int | None = None
+) -> int:
     """The local-mode heap of ``spark.driver_memory: auto``: what ``python_need`` (the stage's
     driver and workers' Python together) leaves of the usable memory, at most
-    :data:`LOCAL_HEAP_SHARE` of it, within [:data:`HEAP_MIN`, :data:`HEAP_MAX`]. Without a
-    known need, the share itself. Rounded down to whole GiB."""
+    :data:`LOCAL_HEAP_SHARE` of it, within [:data:`HEAP_MIN`, :data:`HEAP_MAX`]; never below
+    ``jvm_need`` (the stage's JVM need: the Python side's plan then works with what is left,
+    or stops). Without a known need, the share itself. Whole GiB."""
     cap = min(HEAP_MAX, int(LOCAL_HEAP_SHARE * machine.usable))
     if python_need is not None:
         room = (machine.usable - python_need - JVM_NONHEAP) / JVM_HEAP_FACTOR
         cap = min(cap, int(room))
-    return max(HEAP_MIN, cap) // GiB * GiB
+    heap = max(HEAP_MIN, cap) // GiB * GiB
+    if jvm_need is not None and heap < jvm_need:
+        heap = min(HEAP_MAX, -(-jvm_need // GiB) * GiB)
+    return heap
 
 
 # --- the train stage --------------------------------------------------------------------------
@@ -395,6 +410,15 @@ def train_worker_need(
         if filling in resident:  # counted once: its resident copy is what the read builds
             parts["reading X"] -= resident_bytes(sizes.nnz[filling], sizes.docs[filling], item)
     return parts
+
+
+def train_jvm_need(sizes: TrainSizes, t: TrainConfig) -> int | None:
+    """The local JVM heap a Spark-backend fit needs (bytes): :data:`JVM_X_FACTOR` times X's
+    cached blocks (float32 values and int32 indices per nonzero, int64 row offsets) plus
+    :data:`JVM_TRAIN_BASE`; None on the local backend (X stays in the driver's Python)."""
+    if t.backend != "spark":
+        return None
+    return int(JVM_X_FACTOR * (8 * sizes.z + 8 * sizes.n)) + JVM_TRAIN_BASE
 
 
 def train_python_need(sizes: TrainSizes, t: TrainConfig, slots: int) -> int:
@@ -738,14 +762,16 @@ def session_heap(cfg: Config, stages: Sequence[str], machine: Machine) -> int:
         return local_heap(machine)
     slots = local_slots(cfg.spark.master, machine.cores)
     needs = [DRIVER_PYTHON_BASE]
+    jvm = None
     if sizes is not None:
         needs.append(train_python_need(sizes, cfg.train, slots))
+        jvm = train_jvm_need(sizes, cfg.train)
     if classic is not None:
         needs.append(classic)
     if embed is not None:
         worker = embed_worker_need(embed[0], embed[1], cfg.embed.batch_rows)
         needs.append(DRIVER_PYTHON_BASE + slots * sum(worker.values()))
-    return local_heap(machine, max(needs))
+    return local_heap(machine, max(needs), jvm)
 
 
 def _evaluate_classic_need(cfg: Config, stages: Sequence[str]) -> int | None:

@@ -145,12 +145,43 @@ def run_stages(
     return reports
 
 
+#: How long a stage waits for the JVM it launched to exit once its session is stopped.
+JVM_EXIT_SECONDS = 60.0
+
+
 def _stop(spark) -> None:  # spark: pyspark.sql.SparkSession
-    """Stop the session; a JVM that is already gone is not an error here."""
+    """Stop the session, then shut down the JVM this process launched and wait for it to
+    exit (up to :data:`JVM_EXIT_SECONDS`); a JVM that is already gone is not an error here.
+
+    Waiting gives the stage's memory back before its process ends: the next stage's memory
+    plan reads what the machine has available when it starts, and a 2M-document train that
+    started while the previous stage's 11 GB JVM was still exiting saw 15.5 GB instead of
+    20 GB and planned a heap too small for it.
+    """
+    from pyspark import SparkContext
+
     try:
         spark.stop()
     except Exception:
         log.debug("stopping the SparkSession failed", exc_info=True)
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is None or proc is None:
+        return
+    try:
+        gateway.shutdown()
+    except Exception:
+        log.debug("shutting down the Py4J gateway failed", exc_info=True)
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the JVM's gateway server exits when its stdin closes
+        proc.wait(timeout=JVM_EXIT_SECONDS)
+    except Exception:
+        log.warning("the Spark JVM (pid %s) did not exit within %.0f s", proc.pid,
+                    JVM_EXIT_SECONDS)  # fmt: skip
+    # a later session of this process launches a JVM of its own
+    SparkContext._gateway = None
+    SparkContext._jvm = None
 
 
 def run_settings(cfg: Config) -> dict[str, str]:
