@@ -227,6 +227,39 @@ def _text(exc: BaseException) -> str:
             return type(exc).__name__
 
 
+def _jvm_died(ev: _Evidence) -> bool:
+    """A Py4J error whose message the JVM can no longer give: the JVM died during the call
+    (its own last words are in the log file, not in the exception)."""
+    for e in ev.chain:
+        if "Py4JJavaError" in _class_names(e):
+            try:
+                str(e)
+            except Exception:
+                return True
+    return False
+
+
+#: How much of the end of the log file is searched for the JVM's own error lines.
+_LOG_TAIL_BYTES = 4 * 2**20
+
+
+def _java_errors(log_file: str | None) -> str:
+    """The JVM's error lines (``java.lang.OutOfMemoryError``, a lost task) near the end of
+    the run's log file, where its standard error goes; empty when there are none."""
+    if not log_file:
+        return ""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _LOG_TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    keep = ("java.lang.OutOfMemoryError", "GC overhead limit exceeded", "Lost task")
+    lines = [line for line in tail.splitlines() if any(k in line for k in keep)]
+    return "".join("\n" + line for line in lines[:5])
+
+
 def full_trace(exc: BaseException) -> str:
     """Every frame of ``exc`` and its causes, Python and Java (for the log file)."""
     try:
@@ -714,6 +747,8 @@ def describe(
     """
     settings = dict(settings or {})
     ev = _Evidence.of(exc)
+    if _jvm_died(ev):
+        ev.text += "\nPy4JNetworkError: Answer from Java side is empty" + _java_errors(log_file)
     stage = stage or ev.context.get("stage")
     if isinstance(exc, KeyboardInterrupt):
         return Failure(

@@ -66,6 +66,13 @@ class _QuietFileHandler(logging.FileHandler):
     broken = False
 
 
+def _not_py4j(record: logging.LogRecord) -> bool:
+    """False for what py4j logs through the *root* logger (``logging.info("Exception while
+    sending command.", exc_info=True)`` when the JVM dies): a Py4J trace the console must not
+    show; the failure's one paragraph says what happened, the log file keeps the trace."""
+    return os.path.basename(os.path.dirname(record.pathname)) != "py4j"
+
+
 class RunLog:
     """The log file of one run, attached to the root logger until :meth:`close`.
 
@@ -93,6 +100,8 @@ class RunLog:
                 if h.level == logging.NOTSET:
                     h.setLevel(root.level or logging.WARNING)
             root.setLevel(logging.DEBUG)
+        for h in root.handlers:  # the console: py4j's own traces go to the file only
+            h.addFilter(_not_py4j)
         root.addHandler(handler)
         for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -116,6 +125,8 @@ class RunLog:
         if self._handler is not None:
             root = logging.getLogger()
             root.removeHandler(self._handler)
+            for h in root.handlers:
+                h.removeFilter(_not_py4j)
             with contextlib.suppress(OSError):
                 self._handler.close()
             self._handler = None

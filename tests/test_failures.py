@@ -231,6 +231,37 @@ def test_a_java_trace_text_is_classified_without_the_jvm():
     )
 
 
+def test_a_jvm_that_died_during_a_call_is_read_from_the_log(tmp_path):
+    """The 2M chain's train: the JVM died of "Java heap space" inside collectAndServe, so the
+    Py4J error's message could no longer be read (its str() asks the dead JVM); the JVM's own
+    lines are in the log file. One out-of-memory paragraph, not "a bug" with a trace."""
+
+    class Py4JJavaError(Exception):
+        def __str__(self) -> str:
+            raise ConnectionError("Answer from Java side is empty")
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "26/11/27 05:02:29 ERROR Executor: Exception in task 61.0 in stage 4.0 (TID 70)\n"
+        "java.lang.OutOfMemoryError: Java heap space\n"
+        "\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)\n"
+        "26/11/27 05:02:29 WARN TaskSetManager: Lost task 61.0 in stage 4.0 (TID 70) "
+        "(localhost executor driver): java.lang.OutOfMemoryError: Java heap space\n"
+    )
+    local = {"spark.master": "local[*]", "spark.driver_memory": "auto"}
+    dead = Py4JJavaError("An error occurred while calling z:PythonRDD.collectAndServe.\n")
+    failure = failures.describe(dead, stage="train", log_file=str(log), settings=local)
+    assert failure.kind == "out_of_memory" and failure.exit_code == 2, failure.paragraph
+    assert "\n" not in failure.paragraph and "spark.driver_memory" in failure.paragraph
+    # without the JVM's lines it is still named as a JVM that died, not as a bug
+    log.write_text("nothing of note\n")
+    failure = failures.describe(dead, stage="train", log_file=str(log), settings=local)
+    assert failure.kind == "jvm_gone" and "stopped answering" in failure.paragraph
+    # a Py4J error whose message reads is classified by its message as before
+    alive = Py4JJavaError.__bases__[0]("An error occurred while calling o1.x: boom")
+    assert failures.describe(alive, stage="train", log_file=str(log)).kind == "bug"
+
+
 # --------------------------------------------------------------------------- the master
 
 
@@ -301,6 +332,39 @@ def test_the_runner_prints_one_paragraph_and_logs_the_trace(spark, monkeypatch, 
     assert code == 1
     assert "a bug of Cr5-on-Spark" in err and "KeyError: 'missing'" in err
     assert "Traceback" not in err
+
+
+def test_py4j_s_own_traces_reach_the_log_file_not_the_console(spark, monkeypatch, capsys,
+                                                               tmp_path):  # fmt: skip
+    """py4j logs "Exception while sending command." with a trace through the *root* logger
+    when the JVM dies; the console shows the failure's paragraph only."""
+    import logging
+    import sys
+
+    def jvm_dies(spark_, cfg):
+        try:
+            raise ConnectionError("Answer from Java side is empty")
+        except ConnectionError:
+            record = logging.LogRecord("root", logging.INFO, "/x/py4j/java_gateway.py", 1056,
+                                       "Exception while sending command.", None,
+                                       sys.exc_info())  # fmt: skip
+        logging.getLogger().handle(record)
+        raise MemoryError
+
+    # the console handler a job's configure_logging installs (pytest's own handlers make
+    # basicConfig a no-op here)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.INFO)
+    logging.getLogger().addHandler(console)
+    try:
+        code, err = _runner(monkeypatch, capsys, tmp_path, jvm_dies)
+    finally:
+        logging.getLogger().removeHandler(console)
+    assert "stage split: starting" in err  # the console does show INFO records
+    assert code == 2 and "Exception while sending command" not in err and "Traceback" not in err
+    [line] = [x for x in err.splitlines() if x.startswith("error: ")]
+    log = Path(re.search(r"Full log: (\S+)$", line).group(1))
+    assert "Exception while sending command." in log.read_text()
 
 
 def test_the_cli_boundary(monkeypatch, capsys, tmp_path):
