@@ -408,3 +408,36 @@ def test_a_jvm_that_does_not_start_is_named():
     failure = described(exc, stage="ingest")
     assert failure.kind == "jvm_start" and failure.exit_code == 2
     assert "spark.driver_memory (now 2g)" in failure.paragraph
+
+
+def test_a_stage_waits_for_the_jvm_it_launched_to_exit(monkeypatch):
+    """The runner's stop: the session stopped, the gateway shut down, the JVM's stdin closed
+    and its exit awaited, so the stage's memory is back before its process ends. A ``cat``
+    stands in for the JVM (it exits when its stdin closes, as the gateway server does)."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    import pipeline.runner as runner
+
+    class Gateway:
+        def __init__(self) -> None:
+            self.proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
+            self.closed = False
+
+        def shutdown(self) -> None:
+            self.closed = True
+
+    class Session:
+        stopped = False
+
+        def stop(self) -> None:
+            Session.stopped = True
+
+    gateway = Gateway()
+    monkeypatch.setattr(SparkContext, "_gateway", gateway)
+    monkeypatch.setattr(SparkContext, "_jvm", object())
+    runner._stop(Session())
+    assert Session.stopped and gateway.closed
+    assert gateway.proc.returncode == 0  # waited for: it has exited
+    assert SparkContext._gateway is None and SparkContext._jvm is None

@@ -342,3 +342,20 @@ def test_evaluate_with_a_classic_method_that_cannot_fit_exits_2_before_spark(
     cfg = load_config([], [f"paths.root={tmp_path}", "evaluate.methods=[cl_lsi]"])
     assert set(memory.preflight_evaluate(cfg, ["evaluate"])) == {"cl_lsi"}
     assert memory.preflight_evaluate(cfg, ["tfidf", "evaluate"]) is None
+
+
+def test_the_auto_heap_never_drops_below_the_spark_backend_s_jvm_need():
+    """The 2M chain's train planned a 2 GiB heap (15.5 GB available, 13.5 GB of Python need)
+    and died of Java heap space loading X; the heap now has a floor of 1.5x X's cached blocks
+    plus 1 GiB, and the Python side's plan works with what is left."""
+    t = _cfg().train
+    need = memory.train_jvm_need(WIKI_1M, t)
+    assert need == int(1.5 * (8 * WIKI_1M.z + 8 * WIKI_1M.n)) + GiB
+    assert memory.train_jvm_need(WIKI_1M, _cfg("train.backend=local").train) is None
+    tight = Machine(memory=int(12 / 0.85 * GiB), cores=2)  # 12 GiB usable
+    python = memory.train_python_need(WIKI_1M, t, 2)
+    assert local_heap(tight, python) == memory.HEAP_MIN  # the old rule: the floor of 2 GiB
+    heap = local_heap(tight, python, need)
+    assert heap >= need and heap % GiB == 0
+    plan = plan_train(WIKI_1M, _cfg(), SparkMemory.local_mode(tight, heap, 2))
+    assert plan.worker_available > 0  # the workers got what the JVM left
