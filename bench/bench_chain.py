@@ -133,8 +133,13 @@ class TreeSampler(threading.Thread):
         rss = {"driver": 0.0, "jvm": 0.0, "executor_jvm": 0.0, "python_worker": 0.0, "other": 0.0}
         n_workers = 0
         for pid, fields in tree.items():
-            # Re-read every time: a fork shows its parent's command line until it execs.
-            kind = self.kind[pid] = self._classify(pid)
+            # Re-read every time: a fork shows its parent's command line until it execs. Never
+            # back to "other": an exiting JVM (a zombie while the stage waits for it) has no
+            # command line, and its peak and CPU must stay the JVM's.
+            kind = self._classify(pid)
+            if kind == "other" and self.kind.get(pid, "other") != "other":
+                kind = self.kind[pid]
+            self.kind[pid] = kind
             # stat fields 14, 15 (utime, stime) and 24 (rss pages), after "pid (comm) "
             self.ticks[pid] = int(fields[11]) + int(fields[12])
             rss[kind] += int(fields[21]) * PAGE / 1024.0
