@@ -24,6 +24,7 @@ Py4J: it recognises their exceptions by class name and message, so every layer m
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -49,6 +50,7 @@ __all__ = [
     "oom_paragraph",
     "rebuild_command",
     "register_hint",
+    "remember",
     "set_invocation",
     "wait_for_master",
 ]
@@ -215,9 +217,31 @@ def _class_names(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
 
+_TEXT_ATTR = "_cr5_failure_text"
+_TRACE_ATTR = "_cr5_failure_trace"
+
+
+def remember(exc: BaseException) -> BaseException:
+    """Read the messages and the full trace of ``exc``'s chain now and keep them on it.
+
+    A Py4J error's message is fetched from the JVM; the runner stops the session and its
+    JVM before the failure is described, so it calls this first. Returns ``exc``."""
+    for e in _chain(exc):
+        # the JVM already gone, or no __dict__: read later if at all
+        with contextlib.suppress(Exception):
+            setattr(e, _TEXT_ATTR, str(e))
+    with contextlib.suppress(Exception):
+        setattr(exc, _TRACE_ATTR, "".join(traceback.format_exception(exc)))
+    return exc
+
+
 def _text(exc: BaseException) -> str:
-    """``str(exc)``; for a Py4J error this asks the JVM for the Java trace, which fails when
-    the JVM is gone (then the class name and arguments)."""
+    """``str(exc)`` (as :func:`remember` kept it, if it did); for a Py4J error this asks the
+    JVM for the Java trace, which fails when the JVM is gone (then the class name and
+    arguments)."""
+    kept = getattr(exc, _TEXT_ATTR, None)
+    if kept is not None:
+        return kept
     try:
         return str(exc)
     except Exception:
@@ -231,7 +255,7 @@ def _jvm_died(ev: _Evidence) -> bool:
     """A Py4J error whose message the JVM can no longer give: the JVM died during the call
     (its own last words are in the log file, not in the exception)."""
     for e in ev.chain:
-        if "Py4JJavaError" in _class_names(e):
+        if "Py4JJavaError" in _class_names(e) and getattr(e, _TEXT_ATTR, None) is None:
             try:
                 str(e)
             except Exception:
@@ -262,6 +286,9 @@ def _java_errors(log_file: str | None) -> str:
 
 def full_trace(exc: BaseException) -> str:
     """Every frame of ``exc`` and its causes, Python and Java (for the log file)."""
+    kept = getattr(exc, _TRACE_ATTR, None)
+    if kept is not None:
+        return kept
     try:
         return "".join(traceback.format_exception(exc))
     except Exception:  # a Py4J error whose JVM is gone

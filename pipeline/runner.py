@@ -138,6 +138,7 @@ def run_stages(
                 write_outputs(outputs_json, outputs)
     except BaseException as exc:
         failures.annotate(exc, stage=current, completed=list(reports), driver_memory=heap)
+        failures.remember(exc)  # the Java messages, before the JVM is shut down below
         raise
     finally:
         if created and spark is not None:

@@ -257,6 +257,22 @@ def test_a_jvm_that_died_during_a_call_is_read_from_the_log(tmp_path):
     log.write_text("nothing of note\n")
     failure = failures.describe(dead, stage="train", log_file=str(log), settings=local)
     assert failure.kind == "jvm_gone" and "stopped answering" in failure.paragraph
+
+    # a message read by remember() while the JVM was up is what counts once it is gone (the
+    # runner stops the JVM before it describes the failure: a full disk stays a full disk)
+    class Py4JLater(Exception):
+        alive = True
+
+        def __str__(self) -> str:
+            if not Py4JLater.alive:
+                raise ConnectionError("Answer from Java side is empty")
+            return "java.io.IOException: No space left on device"
+
+    Py4JLater.__name__ = "Py4JJavaError"
+    later = failures.remember(Py4JLater())
+    Py4JLater.alive = False
+    failure = failures.describe(later, stage="ingest", log_file=str(log), settings=local)
+    assert failure.kind == "no_space", failure.paragraph
     # a Py4J error whose message reads is classified by its message as before
     alive = Py4JJavaError.__bases__[0]("An error occurred while calling o1.x: boom")
     assert failures.describe(alive, stage="train", log_file=str(log)).kind == "bug"
