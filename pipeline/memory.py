@@ -107,9 +107,8 @@ SOLVE_ARRAYS = 5
 
 #: The Spark backend's JVM heap: X's blocks are built, pickled and cached in the JVM (with
 #: four languages loading at once), and the passes' results cross it. A floor of 1.5x the
-#: cached X plus 1 GiB: the 2M chain's train (3.2 GB of X) died of "Java heap space" while
-#: loading X with a 2 GiB heap, and the 1M one (1.6 GB of X) peaked at a 6.1 GB JVM with
-#: 10 GiB (bench/README.md, "1M documents").
+#: cached X plus 1 GiB, set from the 1M and 2M chains (bench/README.md, "2M documents: the
+#: README's stage commands").
 JVM_X_FACTOR = 1.5
 JVM_TRAIN_BASE = 1 * GiB
 

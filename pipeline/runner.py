@@ -155,9 +155,8 @@ def _stop(spark) -> None:  # spark: pyspark.sql.SparkSession
     exit (up to :data:`JVM_EXIT_SECONDS`); a JVM that is already gone is not an error here.
 
     Waiting gives the stage's memory back before its process ends: the next stage's memory
-    plan reads what the machine has available when it starts, and a 2M-document train that
-    started while the previous stage's 11 GB JVM was still exiting saw 15.5 GB instead of
-    20 GB and planned a heap too small for it.
+    plan reads what the machine has available when it starts, which a JVM still exiting
+    would understate (bench/README.md, "2M documents: the README's stage commands").
     """
     from pyspark import SparkContext
 
