@@ -547,6 +547,8 @@ def run_chain(
                 "backend": tr.get("backend"),
                 "fit_s": tr.get("fit_seconds"),
                 "load_s": tr.get("load_seconds"),
+                # the Spark backend's fused and resident languages (the memory plan's choice)
+                "placement": tr.get("placement"),
                 "passes_over_x": tr.get("passes_over_x"),
                 "eigensolver_iterations": hist.get("eigensolver", {}).get("n_iter")
                 if isinstance(hist.get("eigensolver"), dict)

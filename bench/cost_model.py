@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -104,6 +105,9 @@ class Sizes:
     #: a language's blocks once, then its tasks multiply one CSR matrix; before, every task
     #: of every fused job re-read (read·z_l) and multiplied block by block.
     resident: bool = False
+    #: The resident languages when the run kept only some (its ``placement``); None: every
+    #: fused language (when ``resident``).
+    resident_langs: list[str] | None = None
     #: train.solve_in_task_memory_mb (the worker's CG vectors, for the memory check)
     solve_memory_mb: int = 512
     #: ``fused_tasks``: with solve_tasks unset a fused job has cores // languages tasks
@@ -147,6 +151,11 @@ class Sizes:
 
     def fused(self, lang: str) -> bool:
         return self.nnz[lang] <= self.solve_in_task_max_nnz
+
+    def is_resident(self, lang: str) -> bool:
+        """Whether the workers keep ``lang``'s X_l between jobs."""
+        in_set = self.resident_langs is None or lang in self.resident_langs
+        return self.resident and self.fused(lang) and in_set
 
     def tasks(self, columns: int) -> int:
         """Tasks of a fused job over ``columns`` right-hand sides
@@ -283,7 +292,7 @@ def _spark_product_jobs(s: Sizes, mc: Machine, lang: str, kind: str) -> tuple[in
     rows = p if kind == "xt_gather" else (s.docs[lang] if s.ct_language_rows else s.concepts)
     sent = s.docs[lang] * (4 * b + 8) if kind == "xt_gather" else 4 * p * b
     moved = sent + 8.0 * rows * b
-    if s.resident and s.fused(lang):  # every fused language: shares of the columns
+    if s.is_resident(lang):  # shares of the columns of the worker's X_l
         n = s.tasks(b)
         return n, 0.5 * mc.a_spark * z * b / n, moved
     if parts == 1:
@@ -309,7 +318,7 @@ def _spark_solve_jobs(
     a = mc.a_spark if cols > 1 else mc.a_one / max(cols, 1)
     if s.fused(lang):
         n = s.tasks(cols)
-        read = 0.0 if s.resident else mc.read * z
+        read = 0.0 if s.is_resident(lang) else mc.read * z
         task = read + q * (cols / n) * (a * z + mc.g * p)
         return [(n, task)], 16.0 * p * cols + 8.0 * p, 0.0
     parts = s.partitions(lang)
@@ -403,8 +412,8 @@ def predict_spark(s: Sizes, mc: Machine, order: list[list[str]] | None = None) -
         jobs, nbytes, _ = _spark_solve_jobs(s, mc, lang, s.w_iterations.get(lang, 100.0), 1)
         w_jobs += jobs
         w_bytes += nbytes
-    if s.resident:  # each worker reads every fused language once, at the first jobs
-        w_jobs += [(cores, mc.read * s.nnz[lang]) for lang in langs if s.fused(lang)]
+    # each worker reads every resident language once, at the first jobs
+    w_jobs += [(cores, mc.read * s.nnz[lang]) for lang in langs if s.is_resident(lang)]
     list_schedule(w_jobs, slots)  # the background w solve takes slots first
     moved += w_bytes
     warm = sum(products(k, slots) for _ in range(s.start_steps) for k in ("xt_gather", "x_scatter"))
@@ -548,6 +557,7 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         resident="resident_workers" in run.get("solver_features", []),
         tasks_per_language="fused_tasks" in run.get("solver_features", []),
         **_overridden_sizes(run.get("overrides", [])),
+        **_placement_sizes(run["stages"].get(stage, {})),
     )
 
 
@@ -559,6 +569,34 @@ def _overridden_sizes(overrides: list[str]) -> dict[str, Any]:
         if key == "train.solve_in_task_max_nnz" and value not in ("", "null"):
             out["solve_in_task_max_nnz"] = int(value)
     return out
+
+
+#: The Spark backend's placement line in a train log (runs before model.json recorded it)
+PLACEMENT_LINE = re.compile(
+    r"fused languages \(one job per solve\) up to (\d+) nonzeros: ([^,]*(?:, [a-z_-]+)*), "
+    r"resident in the Python workers: (.*?); one job per CG iteration"
+)
+
+
+def _placement_sizes(record: dict[str, Any]) -> dict[str, Any]:
+    """The fused limit and resident languages a Spark train stage ran with: what the memory
+    plan chose (model.json's ``training.placement``, or for older runs the backend's log
+    line); nothing for a local-backend stage or a run without either."""
+    placement = (record.get("report") or {}).get("placement")
+    if placement is None and record.get("log") and Path(record["log"]).exists():
+        found = PLACEMENT_LINE.search(Path(record["log"]).read_text(errors="replace"))
+        if found:
+            resident = found.group(3).strip()
+            placement = {
+                "solve_in_task_max_nnz": int(found.group(1)),
+                "resident": [] if resident == "none" else resident.split(", "),
+            }
+    if not placement:
+        return {}
+    return {
+        "solve_in_task_max_nnz": int(placement["solve_in_task_max_nnz"]),
+        "resident_langs": list(placement["resident"]),
+    }
 
 
 STAGES = (("train_local", "local"), ("train", "spark"))

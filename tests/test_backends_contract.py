@@ -735,6 +735,8 @@ def test_resident_matrix_equals_the_cached_blocks(spark, tfidf_path, reference, 
                 assert np.linalg.norm(res.x - want) <= 1e-8 * np.linalg.norm(want)
         counts = be.resident_counts
         assert counts["filled"] > 0
+        assert be.placement["resident_memory_mb"] == budget_mb
+        assert bool(be.placement["resident"]) == (budget_mb > 0)
         if budget_mb == 0:
             assert counts["resident"] == 0
         else:

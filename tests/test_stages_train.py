@@ -270,6 +270,13 @@ def test_spark_backend_trains_the_same_model_as_local(spark, sample_features, tm
         assert m.meta["solver"]["history"]["eigensolver"]["converged"]
         assert m.meta["training"]["backend"] in ("local", "spark")
     assert models["spark"].meta["training"]["backend"] == "spark"
+    # where the Spark backend's work ran is recorded (the plan's choices are nowhere else);
+    # the local backend has no placement
+    placement = models["spark"].meta["training"]["placement"]
+    assert placement["fused"] == [g for g in ("en", "es") if g in placement["fused"]]
+    assert set(placement["resident"]) <= set(placement["fused"])
+    assert placement["solve_in_task_max_nnz"] > 0
+    assert "placement" not in models["local"].meta["training"]
 
 
 @pytest.mark.parametrize("method", ["cl_lsi", "opca"])

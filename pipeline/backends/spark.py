@@ -221,6 +221,7 @@ class SparkCorpusBackend(CorpusBackend):
             ", ".join(sorted(self._kept)) or "none",
             ", ".join(lang for lang in blocks if lang not in fused) or "none",
         )
+        self._resident_memory_mb = int(resident_memory_mb)
         self._column_stats = column_stats
         self._concept_count = concept_counts
         # sorted ids of the concepts with a document in each language (xt_gather's rows of P)
@@ -320,6 +321,19 @@ class SparkCorpusBackend(CorpusBackend):
     @property
     def n_concepts(self) -> int:
         return self._layout.n_concepts
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Where each language's work ran (model.json's ``training.placement``): the fused
+        limit and languages (one job per solve), those resident in the Python workers, and
+        the residency budget. Settings the memory plan chose are recorded nowhere else, and
+        the cost model (bench/cost_model.py) needs them to replay a run."""
+        return {
+            "solve_in_task_max_nnz": self._solve_max_nnz,
+            "fused": [lang for lang in self._blocks if self._fuses(lang)],
+            "resident": sorted(self._kept),
+            "resident_memory_mb": self._resident_memory_mb,
+        }
 
     def n_docs(self, lang: str) -> int:
         return self._layout.n_docs[lang]

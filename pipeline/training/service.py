@@ -238,7 +238,7 @@ def _training_record(
 ) -> dict[str, Any]:
     """``model.json``'s ``training`` section: the rows, the backend, the cost, the start."""
     t, backend = cfg.train, data.backend
-    return {
+    record = {
         "tfidf": data.source or to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
         "selection": data.selection,
         "documents": {lang: backend.n_docs(lang) for lang in backend.languages},
@@ -253,6 +253,10 @@ def _training_record(
         "path_fits": fitted.path_fits,
         "stopping": _stopping_summary(fitted.history),
     }
+    placement = getattr(backend, "placement", None)
+    if placement is not None:
+        record["placement"] = placement
+    return record
 
 
 def _stopping_summary(history: dict[str, Any]) -> dict[str, Any] | None:
