@@ -37,6 +37,7 @@ from pipeline.ranking import pessimistic_ranks
 __all__ = [
     "IterationMonitor",
     "ValidationSet",
+    "directions_p_at_1",
     "neg_l1_scores",
     "orthonormal_rows",
     "orthonormalising_map",
@@ -97,6 +98,68 @@ def neg_l1_scores(q: np.ndarray, c: np.ndarray, max_elements: int = 1 << 22) -> 
     return out
 
 
+#: (query language, target language, query rows, their targets' rows) of one direction
+Direction = tuple[str, str, np.ndarray, np.ndarray]
+
+
+def shared_concept_directions(concepts: Mapping[str, np.ndarray]) -> list[Direction]:
+    """Every ordered pair of languages with a concept in common, and the rows of the shared
+    concepts on each side (``concepts[l]``: the concept of each row of language l)."""
+    out = []
+    langs = sorted(concepts)
+    for l1 in langs:
+        for l2 in langs:
+            if l1 == l2:
+                continue
+            c1, c2 = np.asarray(concepts[l1]), np.asarray(concepts[l2])
+            shared, i1, i2 = np.intersect1d(c1, c2, return_indices=True)
+            if shared.size:
+                out.append((l1, l2, i1, i2))
+    return out
+
+
+def _for_scoring(e: np.ndarray, similarity: str) -> np.ndarray:
+    e = np.asarray(e, dtype=np.float64)
+    if similarity == "cosine":
+        norms = np.linalg.norm(e, axis=1, keepdims=True)
+        e = e / np.where(norms > 0, norms, 1.0)
+    return e
+
+
+def directions_p_at_1(
+    directions: list[Direction],
+    embeddings: Mapping[str, np.ndarray],
+    similarity: str = "cosine",
+    distractors: Mapping[str, np.ndarray] | None = None,
+) -> tuple[float, dict[str, float]]:
+    """Mean P@1 over ``directions`` (:func:`shared_concept_directions`), and per direction.
+
+    ``embeddings[l]`` (m_l, r): the validation rows of language l; ``distractors[l]``
+    (k_l, r): further candidates of every direction into l (rows of other concepts, e.g.
+    training documents: the evaluation ranks among those too). ``similarity``:
+    ``"cosine"``, or ``"l1"`` (score = minus the L1 distance, for topic distributions). Ties
+    count against the target (:mod:`pipeline.ranking`).
+    """
+    if not directions:
+        raise ValueError("the validation set has no pair of languages sharing a concept")
+    if similarity not in ("cosine", "l1"):
+        raise ValueError(f"similarity must be 'cosine' or 'l1'; got {similarity!r}")
+    emb = {lang: _for_scoring(e, similarity) for lang, e in embeddings.items()}
+    for lang, extra in (distractors or {}).items():
+        if len(extra) and lang in emb:
+            emb[lang] = np.vstack([emb[lang], _for_scoring(extra, similarity)])
+    per = {}
+    for l1, l2, i1, i2 in directions:
+        if similarity == "cosine":
+            scores = emb[l1][i1] @ emb[l2].T
+        else:
+            scores = neg_l1_scores(emb[l1][i1], emb[l2])
+        # the project's ranking rule: a candidate tying with the target counts against it
+        ranks = pessimistic_ranks(scores, i2)
+        per[f"{l1}->{l2}"] = float(np.mean(ranks == 1))
+    return float(np.mean(list(per.values()))), per
+
+
 @dataclass
 class ValidationSet:
     """Documents of held-out concepts, scored at every eigensolver iteration.
@@ -111,9 +174,7 @@ class ValidationSet:
 
     rows: Mapping[str, sp.csr_matrix]
     concepts: Mapping[str, np.ndarray]
-    _directions: list[tuple[str, str, np.ndarray, np.ndarray]] = field(
-        default_factory=list, init=False, repr=False
-    )
+    _directions: list[Direction] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if set(self.rows) != set(self.concepts):
@@ -129,15 +190,7 @@ class ValidationSet:
                 )
             if np.unique(c).size != c.size:
                 raise ValueError(f"validation language {lang!r}: a concept appears twice")
-        langs = sorted(self.rows)
-        for l1 in langs:
-            for l2 in langs:
-                if l1 == l2:
-                    continue
-                c1, c2 = np.asarray(self.concepts[l1]), np.asarray(self.concepts[l2])
-                shared, i1, i2 = np.intersect1d(c1, c2, return_indices=True)
-                if shared.size:
-                    self._directions.append((l1, l2, i1, i2))
+        self._directions.extend(shared_concept_directions(self.concepts))
 
     @property
     def directions(self) -> list[str]:
@@ -168,35 +221,15 @@ class ValidationSet:
         return self.p_at_1_of(emb)
 
     def p_at_1_of(
-        self, embeddings: Mapping[str, np.ndarray], similarity: str = "cosine"
+        self,
+        embeddings: Mapping[str, np.ndarray],
+        similarity: str = "cosine",
+        distractors: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[float, dict[str, float]]:
-        """Mean P@1 over the directions, and per direction, of given embeddings.
-
-        ``embeddings[l]`` (m_l, r): the validation rows of language l embedded by any method.
-        ``similarity``: ``"cosine"``, or ``"l1"`` (score = minus the L1 distance, for topic
-        distributions). Ties count against the target (:mod:`pipeline.ranking`).
-        """
-        if not self._directions:
-            raise ValueError("the validation set has no pair of languages sharing a concept")
-        if similarity not in ("cosine", "l1"):
-            raise ValueError(f"similarity must be 'cosine' or 'l1'; got {similarity!r}")
-        emb = {}
-        for lang, e in embeddings.items():
-            e = np.asarray(e, dtype=np.float64)
-            if similarity == "cosine":
-                norms = np.linalg.norm(e, axis=1, keepdims=True)
-                e = e / np.where(norms > 0, norms, 1.0)
-            emb[lang] = e
-        per = {}
-        for l1, l2, i1, i2 in self._directions:
-            if similarity == "cosine":
-                scores = emb[l1][i1] @ emb[l2].T
-            else:
-                scores = neg_l1_scores(emb[l1][i1], emb[l2])
-            # the project's ranking rule: a candidate tying with the target counts against it
-            ranks = pessimistic_ranks(scores, i2)
-            per[f"{l1}->{l2}"] = float(np.mean(ranks == 1))
-        return float(np.mean(list(per.values()))), per
+        """Mean P@1 over the directions, and per direction, of given embeddings
+        (:func:`directions_p_at_1`): ``embeddings[l]`` (m_l, r), the validation rows of
+        language l embedded by any method; ``distractors[l]``, further candidates."""
+        return directions_p_at_1(self._directions, embeddings, similarity, distractors)
 
 
 @dataclass

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.neural.loop import import_torch
-from pipeline.neural.validation import distractor_rows, validation_p_at_1
+from pipeline.neural.validation import distractor_rows
 
 __all__ = ["XcnnTask", "nce_loss", "parallel_pairs"]
 
@@ -189,7 +189,9 @@ class XcnnTask:
             for i, lang in enumerate(self.langs)
             if lang in emb and self.distractor_rows[i].size
         }
-        return validation_p_at_1(emb, self.validation.concepts, extra)
+        if not self.validation.directions:
+            return None
+        return self.validation.p_at_1_of(emb, "cosine", extra)[0]
 
     def export(self, model: Any) -> dict[str, np.ndarray]:
         return self.maps(model)
