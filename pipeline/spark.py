@@ -87,6 +87,13 @@ def get_spark(
         local = master.startswith("local")
         if fresh:
             wait_for_master(master, cfg.master_wait_seconds)
+    python = cfg.conf.get("spark.pyspark.python")
+    if python and not submitted:
+        # PySpark's Python side reads the executors' interpreter of its SQL and Arrow
+        # functions from PYSPARK_PYTHON only (spark-submit copies the property there): without
+        # this, a profile's spark.pyspark.python reached the RDD workers but mapInArrow ran
+        # "python3" from the executors' PATH. Spark lets the property win over the variable.
+        os.environ["PYSPARK_PYTHON"] = str(python)
     if local:
         # Python workers must run this interpreter (and virtualenv), not the python3 on
         # PATH; on a cluster the executors' Python is the cluster's business
