@@ -474,6 +474,29 @@ class TrainPlan:
             opts["resident_memory_mb"] = self.resident_budget // MiB
         return opts
 
+    def unfused_warning(self, sizes: TrainSizes, t: TrainConfig) -> str | None:
+        """A paragraph when the plan left a language of a Spark-backend fit unfused although
+        the configuration left the choice to it: that language then costs one Spark job per
+        CG iteration with its CG on the driver, which the cost model puts at several times
+        the fit (bench/README.md, "r = 300 at 2M documents"); None otherwise."""
+        if t.backend != "spark" or t.solve_in_task_max_nnz is not None or not self.worker:
+            return None
+        unfused = [g for g in sorted(sizes.nnz, key=lambda g: -sizes.nnz[g]) if g not in self.fused]
+        if not unfused:
+            return None
+        largest = unfused[0]
+        need = train_worker_need(sizes, t, [], largest)
+        return (
+            f"{', '.join(unfused)} will run one Spark job per CG iteration (its CG on the "
+            f"driver), many times slower than a fused solve: a Python worker needs about "
+            f"{_gb(sum(need.values()))} to read {largest} ({sizes.nnz[largest] / 1e6:.1f}M "
+            f"nonzeros) and gets {_gb(self.worker_available)} beside the driver's "
+            f"~{_gb(sum(self.driver.values()))} ({_largest_parts(self.driver)}). To fuse it: "
+            f"give the workers more memory (on a cluster spark.executor.pyspark.memory), run "
+            f"fewer tasks at once (spark.master=local[1]), or shrink the driver's Lanczos "
+            f"basis (train.max_basis)."
+        )
+
     def describe(self) -> str:
         """One line for the log."""
         text = f"driver Python ~{_gb(sum(self.driver.values()))} of {_gb(self.driver_available)}"

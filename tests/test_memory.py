@@ -108,6 +108,16 @@ def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer():
     small = plan_train(WIKI_1M, cfg, _local(10))
     assert "en" not in small.fused and small.fused
     assert small.driver["CG vectors"] > 0  # English's CG runs on the driver
+    # ... and says so, with what English needs and what would fuse it
+    warning = small.unfused_warning(WIKI_1M, cfg.train)
+    unfused = ", ".join(g for g in ("en", "it", "vi", "da") if g not in small.fused)
+    assert warning.startswith(f"{unfused} will run one Spark job per CG iteration")
+    need = sum(memory.train_worker_need(WIKI_1M, cfg.train, [], "en").values())
+    assert memory._gb(need) in warning and "spark.master=local[1]" in warning
+    assert roomy.unfused_warning(WIKI_1M, cfg.train) is None
+    # a fused limit the user set is the user's choice: no warning
+    chosen = _cfg("train.solve_in_task_max_nnz=30000000")
+    assert plan_train(WIKI_1M, chosen, _local(24)).unfused_warning(WIKI_1M, chosen.train) is None
 
 
 def test_too_little_memory_stops_with_the_settings_that_fit():

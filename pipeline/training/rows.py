@@ -203,6 +203,9 @@ def _memory_plan(spark: SparkSession, cfg: Config, rows_path: str) -> dict[str, 
     conf = dict(sc.getConf().getAll())
     plan = plan_train(sizes, cfg, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
     log.info("memory plan: %s", plan.describe())
+    warning = plan.unfused_warning(sizes, cfg.train)
+    if warning:
+        log.warning("memory plan: %s", warning)
     return plan.backend_options(sizes, cfg.train)
 
 
