@@ -847,6 +847,22 @@ def main(argv: list[str] | None = None) -> int:
         help="also fit on each calibration run alone and predict the others",
     )
     ap.add_argument("--paper", action="store_true", help="apply to the paper's settings")
+    ap.add_argument(
+        "--what-if",
+        type=Path,
+        metavar="RUN",
+        help="predict the Spark fit of RUN's corpus with the sizes of --with changed (e.g. "
+        "r=300 block=25 lanczos_iterations=35), its last eigensolver iteration's CG counts "
+        "repeated",
+    )
+    ap.add_argument(
+        "--with",
+        dest="changes",
+        nargs="*",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="Sizes fields for --what-if (resident_langs as a comma list, none for [])",
+    )
     args = ap.parse_args(argv)
     if args.extract:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -880,7 +896,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.paper:
         assert mc_joint is not None
         _paper(mc_joint)
+    if args.what_if:
+        assert mc_joint is not None
+        _what_if(args.what_if, args.changes, mc_joint)
     return 0
+
+
+def _what_if(path: Path, changes: Sequence[str], mc: Machine) -> None:
+    """The Spark fit and driver peak of ``path``'s corpus with some sizes changed."""
+    s = sizes_of_run(path, "train")
+    kw: dict[str, Any] = {}
+    for item in changes:
+        key, _, value = item.partition("=")
+        if key == "resident_langs":
+            kw[key] = [] if value == "none" else value.split(",")
+        else:
+            kw[key] = int(value)
+    if "max_basis" not in kw and {"r", "block"} & set(kw):
+        kw["max_basis"] = None  # the run's recorded basis belongs to its r and b
+    iters = kw.get("lanczos_iterations", s.lanczos_iterations)
+    kw["cg_iterations"] = [s.cg_iterations[-1]] * iters
+    s = replace(s, **kw)
+    pr = predict(s, mc, "spark")
+    fused = [lang for lang in s.languages if s.fused(lang)]
+    resident = [lang for lang in s.languages if s.is_resident(lang)]
+    print(
+        f"\nwhat if {path.stem} with {' '.join(changes)}: fused {fused}, resident {resident}: "
+        f"Spark fit ~{pr.total:,.0f} s (warm start {pr.warm:,.0f}, solves "
+        f"{sum(pr.solves):,.0f}, products {pr.products:,.0f}, dense {pr.dense:,.0f}); driver "
+        f"~{driver_mb(s, 'spark')['total'] / 1024:.1f} GB"
+    )
 
 
 def _mean_stage_constants(paths: Sequence[Path]) -> dict[str, float]:
