@@ -772,25 +772,30 @@ def spark_memory(conf: Mapping[str, str], parallelism: int, machine: Machine) ->
 
 
 def session_heap(cfg: Config, stages: Sequence[str], machine: Machine) -> int:
-    """The local-mode heap for running ``stages`` in one JVM (``spark.driver_memory: auto``):
+    """The driver heap of ``spark.driver_memory: auto`` for running ``stages`` in one JVM:
     :func:`local_heap` of the largest Python need among the train stage's, the embed stage's
     and the evaluate stage's classic comparison methods' whose data exists already (a stage
     after a tfidf of the same run is planned when it starts, within the heap the session
-    has)."""
+    has). In local mode that JVM also runs the executors; with a cluster master only the
+    driver's needs count."""
     sizes = known_train_sizes(cfg, stages)
     embed = known_embed_need(cfg, stages)
     classic = _evaluate_classic_need(cfg, stages)
     if sizes is None and embed is None and classic is None:
         return local_heap(machine)
-    slots = local_slots(cfg.spark.master, machine.cores)
+    # On a cluster master (a client-mode driver started here) the executors, their cached X
+    # and their Python workers are the cluster's: this machine holds the driver's JVM and
+    # Python only.
+    local = cfg.spark.master.startswith("local")
+    slots = local_slots(cfg.spark.master, machine.cores) if local else 0
     needs = [DRIVER_PYTHON_BASE]
     jvm = None
     if sizes is not None:
         needs.append(train_python_need(sizes, cfg.train, slots))
-        jvm = train_jvm_need(sizes, cfg.train)
+        jvm = train_jvm_need(sizes, cfg.train) if local else None
     if classic is not None:
         needs.append(classic)
-    if embed is not None:
+    if embed is not None and local:
         worker = embed_worker_need(embed[0], embed[1], cfg.embed.batch_rows)
         needs.append(DRIVER_PYTHON_BASE + slots * sum(worker.values()))
     return local_heap(machine, max(needs), jvm)

@@ -214,6 +214,25 @@ def test_the_auto_heap_of_a_train_run_leaves_its_python_need(tmp_path, monkeypat
     assert memory.driver_memory(cfg, ["train"]) == "6g"
 
 
+def test_a_cluster_master_plans_the_driver_here_and_the_workers_from_the_executor_settings(
+    tmp_path, monkeypatch
+):
+    """`python jobs/train.py --set spark.master=spark://...` with the tfidf data present: the
+    auto heap counts only the driver's needs (the executors are the cluster's) and the plan
+    sizes the Python workers from the executor settings (it raised "not a local master")."""
+    _write_tfidf_manifest(tmp_path, WIKI_1M)
+    monkeypatch.setattr(Machine, "detect", classmethod(lambda cls: Machine(24 * GiB, 2)))
+    conf = {"spark.executor.cores": "1", "spark.executor.memoryOverhead": "4g"}
+    sets = [f"paths.root={tmp_path}", "train.backend=spark", "train.r=100"]
+    cfg = load_config([], [*sets, "spark.master=spark://h:7077", f"spark.conf={json.dumps(conf)}"])
+    heap = memory.session_heap(cfg, ["train"], Machine.detect())
+    driver_only = memory.train_python_need(WIKI_1M, cfg.train, 0)
+    assert heap == local_heap(Machine.detect(), driver_only)
+    plan = memory.preflight_train(cfg, ["train"])
+    assert plan.worker_available == 4 * GiB - memory.OVERHEAD_MIN
+    assert plan.fused == ["en", "it", "vi", "da"]
+
+
 # --- the embed stage ---------------------------------------------------------------------------
 
 
