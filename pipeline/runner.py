@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -139,11 +140,49 @@ def run_stages(
     except BaseException as exc:
         failures.annotate(exc, stage=current, completed=list(reports), driver_memory=heap)
         failures.remember(exc)  # the Java messages, before the JVM is shut down below
+        if created and spark is not None:
+            _stop(spark)
+            spark = None
+            if current is not None:
+                _sweep_leftovers(cfg, current)
         raise
     finally:
         if created and spark is not None:
             _stop(spark)
     return reports
+
+
+def _sweep_leftovers(cfg: Config, stage: str) -> None:
+    """After a failed stage's session is stopped (its Python workers with it), remove the
+    temporaries of the stage's local datasets that no live writer owns.
+
+    The writer deletes its temporary when the stage fails, but a task of the failed job that
+    was still writing (its Python worker outlives the job's abort by a moment) can recreate
+    a partition directory in it afterwards (seen in the fault-injection suite: a
+    ``.embeddings.tmp-…/lang=en/part-…`` left after a killed worker). The commit protocol's
+    recovery (:func:`pipeline.io.publish.recover`) touches only ownerless leftovers and
+    those of dead writers, never a live writer's. Stores other than the local disk are left
+    to the next writer's recovery (no JVM here any more to reach them).
+    """
+    from urllib.parse import urlparse
+
+    from pipeline.io.publish import LocalFS, recover
+    from pipeline.io.schemas import DATASETS
+
+    for name, spec in DATASETS.items():
+        if spec.producer != stage:
+            continue
+        path = cfg.paths.dataset(name)
+        url = urlparse(path)
+        if url.scheme not in ("", "file"):
+            continue
+        local = os.path.abspath(url.path if url.scheme else path).rstrip("/")
+        if not os.path.isdir(os.path.dirname(local)):
+            continue
+        try:
+            recover(LocalFS(), local, stale_seconds=cfg.paths.stale_write_seconds)
+        except OSError:
+            log.debug("sweeping leftovers of %s failed", local, exc_info=True)
 
 
 #: How long a stage waits for the JVM it launched to exit once its session is stopped.

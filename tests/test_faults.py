@@ -632,3 +632,26 @@ def test_protocol_through_hadoop_filesystem(spark, tmp_path):
             "lang=en/part-0": 2 * rows
         }
     assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".documents")) == []
+
+
+def test_a_failed_stage_sweeps_its_datasets_ownerless_temporaries(tmp_path):
+    """After a failed stage's session is stopped, the runner removes what a task that was
+    still writing recreated in the stage's temporary (the fault suite once found
+    ``.embeddings.tmp-…/lang=en/part-…`` after a killed worker); a live writer's temporary
+    and other stages' datasets are left alone."""
+    from pipeline.config import load_config
+    from pipeline.runner import _sweep_leftovers
+
+    cfg = load_config([], [f"paths.root={tmp_path}"])
+    orphan = tmp_path / ".embeddings.tmp-dead" / "lang=en"
+    orphan.mkdir(parents=True)
+    (orphan / "part-1-00001-0.parquet").write_bytes(b"x")
+    me = Owner.current()
+    live = tmp_path / f".embeddings.tmp-{me.token}"
+    live.mkdir()
+    (tmp_path / f".embeddings.owner-{me.token}").write_text(me.to_json())
+    other = tmp_path / ".tfidf.tmp-dead"  # the tfidf stage's, not embed's
+    other.mkdir()
+    _sweep_leftovers(cfg, "embed")
+    assert not (tmp_path / ".embeddings.tmp-dead").exists()
+    assert live.exists() and other.exists()
