@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -571,26 +570,12 @@ def _overridden_sizes(overrides: list[str]) -> dict[str, Any]:
     return out
 
 
-#: The Spark backend's placement line in a train log (runs before model.json recorded it)
-PLACEMENT_LINE = re.compile(
-    r"fused languages \(one job per solve\) up to (\d+) nonzeros: ([^,]*(?:, [a-z_-]+)*), "
-    r"resident in the Python workers: (.*?); one job per CG iteration"
-)
-
-
 def _placement_sizes(record: dict[str, Any]) -> dict[str, Any]:
     """The fused limit and resident languages a Spark train stage ran with: what the memory
-    plan chose (model.json's ``training.placement``, or for older runs the backend's log
-    line); nothing for a local-backend stage or a run without either."""
+    plan chose (its record's ``report.placement``, from model.json's ``training.placement``;
+    backfilled from the backend's log line into runs recorded before that); nothing for a
+    local-backend stage or a run without it."""
     placement = (record.get("report") or {}).get("placement")
-    if placement is None and record.get("log") and Path(record["log"]).exists():
-        found = PLACEMENT_LINE.search(Path(record["log"]).read_text(errors="replace"))
-        if found:
-            resident = found.group(3).strip()
-            placement = {
-                "solve_in_task_max_nnz": int(found.group(1)),
-                "resident": [] if resident == "none" else resident.split(", "),
-            }
     if not placement:
         return {}
     return {

@@ -157,15 +157,15 @@ def _sweep_leftovers(cfg: Config, stage: str) -> None:
     temporaries of the stage's local datasets that no live writer owns.
 
     The writer deletes its temporary when the stage fails, but a task of the failed job that
-    was still writing (its Python worker outlives the job's abort by a moment) can recreate
-    a partition directory in it afterwards (seen in the fault-injection suite: a
-    ``.embeddings.tmp-…/lang=en/part-…`` left after a killed worker). The commit protocol's
-    recovery (:func:`pipeline.io.publish.recover`) touches only ownerless leftovers and
-    those of dead writers, never a live writer's. Stores other than the local disk are left
-    to the next writer's recovery (no JVM here any more to reach them).
+    was still writing can outlive the job's abort by a moment and recreate a directory in
+    it. The commit protocol's recovery (:func:`pipeline.io.publish.recover`) touches only
+    ownerless leftovers and those of dead writers, never a live writer's. Stores other than
+    the local disk are left to the next writer's recovery (no JVM here any more to reach
+    them).
     """
     from urllib.parse import urlparse
 
+    from pipeline.io.arrow_scan import local_path
     from pipeline.io.publish import LocalFS, recover
     from pipeline.io.schemas import DATASETS
 
@@ -173,10 +173,9 @@ def _sweep_leftovers(cfg: Config, stage: str) -> None:
         if spec.producer != stage:
             continue
         path = cfg.paths.dataset(name)
-        url = urlparse(path)
-        if url.scheme not in ("", "file"):
+        if urlparse(path).scheme not in ("", "file"):
             continue
-        local = os.path.abspath(url.path if url.scheme else path).rstrip("/")
+        local = os.path.abspath(local_path(path)).rstrip("/")
         if not os.path.isdir(os.path.dirname(local)):
             continue
         try:
