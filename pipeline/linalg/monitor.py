@@ -41,6 +41,7 @@ __all__ = [
     "neg_l1_scores",
     "orthonormal_rows",
     "orthonormalising_map",
+    "shared_concept_directions",
 ]
 
 logger = logging.getLogger(__name__)
