@@ -155,6 +155,26 @@ def test_describe_hook_names_stages():
     assert not any(s.startswith("cr5/start") for s in seen)
 
 
+def test_solver_bounds_max_basis_by_the_block_width_it_uses():
+    """The smallest cap, max(r, b) + 2b, counts the eigensolver's block b (here the given 3),
+    not r + oversampling: the estimator fits with it and restarts, and one column less is a
+    ConfigError naming that bound."""
+    from pipeline.errors import ConfigError
+
+    problem = PROBLEMS["three_uneven"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    r, b = 4, 3
+    smallest = max(r, b) + 2 * b
+    common = dict(lam=0.3, r=r, oversampling=10, block_size=b, **TIGHT)
+    with pytest.raises(ConfigError, match=f"max\\(r, b\\) \\+ 2\\*b = {smallest} \\(b = 3"):
+        Cr5Solver(max_basis=smallest - 1, **common).fit(be)
+    solver = Cr5Solver(max_basis=smallest, **common).fit(be)
+    assert solver.history_["max_basis"] == smallest
+    assert solver.history_["eigensolver"]["n_restarts"] > 0
+    want_ev, _ = dense_cr5(problem.corpus(), problem.n_concepts, 0.3, r)
+    np.testing.assert_allclose(solver.eigenvalues_, want_ev, rtol=1e-6)
+
+
 @pytest.mark.parametrize("reuse", [True, False])
 def test_cr5_with_thick_restarts_matches_dense_reference(reuse):
     """A small max_basis forces thick restarts: the kept images Â⁻¹CV are transformed with

@@ -809,12 +809,14 @@ class Cr5Solver:
                 f"{max_rank(k, n_terms)} for this corpus (K={k}, p={n_terms}); got {p.r}: "
                 f"set a smaller train.r"
             )
-        b = min(p.r + p.oversampling, k)
+        # the width the eigensolver will use (not r + oversampling: the default block is
+        # narrower, and a bound computed from the widest block refused valid caps)
+        b = resolve_block_size(p.r, p.oversampling, p.block_size, k, warm=p.start_steps > 0)
         if p.max_basis is not None and p.max_basis < max(p.r, b) + 2 * b:
             raise ConfigError(
                 f"Cr5Solver parameter 'max_basis' (train.max_basis) must be None or >= "
-                f"max(r, b) + 2*b = {max(p.r, b) + 2 * b} (b = min(r + oversampling, K)); "
-                f"got {p.max_basis}"
+                f"max(r, b) + 2*b = {max(p.r, b) + 2 * b} (b = {b}, the eigensolver's block "
+                f"width); got {p.max_basis}"
             )
 
     def fit(
