@@ -53,6 +53,7 @@ __all__ = [
     "TrainPlan",
     "TrainSizes",
     "classic_driver_need",
+    "default_basis",
     "driver_memory",
     "embed_worker_need",
     "format_size",
@@ -353,6 +354,11 @@ def _solver_widths(sizes: TrainSizes, t: TrainConfig) -> tuple[int, int, int]:
     return r, b, m
 
 
+def default_basis(sizes: TrainSizes, t: TrainConfig) -> int:
+    """The eigensolver's basis columns at ``t``'s cap (its default when None) for ``sizes``."""
+    return _solver_widths(sizes, t)[2]
+
+
 def train_driver_need(sizes: TrainSizes, t: TrainConfig, unfused: Sequence[str] = ()) -> dict:
     """The driver Python's peak of a Cr5 fit, by part (bytes): the basis (K x m float64), the
     kept images (p x m float32), the larger of applying Â⁻¹ (p x b arrays) and forming Φ
@@ -462,6 +468,18 @@ class TrainPlan:
     driver_available: int = 0
     worker_available: int = 0
     slots: int = 1
+    max_basis: int | None = None
+
+    def solver_options(self) -> dict[str, int]:
+        """The eigensolver settings the plan chose: ``max_basis`` when it narrowed the basis
+        (:func:`plan_train`), else nothing."""
+        return {} if self.max_basis is None else {"max_basis": self.max_basis}
+
+    def unfused(self, sizes: TrainSizes) -> list[str]:
+        """The languages of a Spark-backend fit left to one job per CG iteration."""
+        if not self.worker:
+            return []
+        return [g for g in sizes.nnz if g not in self.fused]
 
     def backend_options(self, sizes: TrainSizes, t: TrainConfig) -> dict[str, int]:
         """The Spark backend's options the configuration left to the plan (``None``)."""
@@ -493,13 +511,20 @@ class TrainPlan:
             f"nonzeros) and gets {_gb(self.worker_available)} beside the driver's "
             f"~{_gb(sum(self.driver.values()))} ({_largest_parts(self.driver)}). To fuse it: "
             f"give the workers more memory (on a cluster spark.executor.pyspark.memory), run "
-            f"fewer tasks at once (spark.master=local[1]), or shrink the driver's Lanczos "
-            f"basis (train.max_basis)."
+            f"fewer tasks at once (spark.master=local[1])"
+            + (
+                ", or leave train.max_basis unset (the plan then narrows the driver's "
+                "Lanczos basis when that fuses more)."
+                if t.max_basis is not None
+                else "."
+            )
         )
 
     def describe(self) -> str:
         """One line for the log."""
         text = f"driver Python ~{_gb(sum(self.driver.values()))} of {_gb(self.driver_available)}"
+        if self.max_basis is not None:
+            text += f" (eigensolver basis narrowed to {self.max_basis} columns)"
         if self.worker:
             text += (
                 f"; {self.slots} Python workers ~{_gb(sum(self.worker.values()))} each of "
@@ -566,7 +591,64 @@ def plan_train(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan:
 
     In local mode the driver's Python and the workers share one budget: the driver is
     counted first and the workers split the rest. On a cluster each has its own.
+
+    A Cr5 fit whose ``train.max_basis`` is left to the plan (None) and whose default basis
+    (``max(r, b) + 4b`` columns, K x m float64 in the driver) leaves a language unfused or
+    the driver short gets the widest narrower basis, down to the eigensolver's smallest
+    ``max(r, b) + 2b`` in steps of b, that fuses every language and fits; failing that, the
+    one that fits with the fewest unfused nonzeros. A narrower basis costs more thick
+    restarts (a few more iterations); an unfused language costs a Spark job per CG
+    iteration, several times the fit (bench/README.md, "r = 300 at 2M documents").
     """
+    t = cfg.train
+    first = _plan_or_error(sizes, cfg, mem)
+    if t.method != "cr5" or t.max_basis is not None:
+        return _returned(first)
+    if isinstance(first, TrainPlan) and not first.unfused(sizes):
+        return first
+    best = first
+    for m in _narrower_bases(sizes, t):
+        narrowed = dataclasses.replace(cfg, train=dataclasses.replace(t, max_basis=m))
+        plan = _plan_or_error(sizes, narrowed, mem)
+        if not isinstance(plan, TrainPlan):
+            continue
+        plan.max_basis = m
+        if not isinstance(best, TrainPlan) or _unfused_nnz(plan, sizes) < _unfused_nnz(best, sizes):
+            best = plan
+        if not plan.unfused(sizes):
+            break
+    return _returned(best)
+
+
+def _plan_or_error(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan | Exception:
+    try:
+        return _plan_train_at(sizes, cfg, mem)
+    except MemoryPlanError as err:
+        return err
+
+
+def _returned(plan: TrainPlan | Exception) -> TrainPlan:
+    if isinstance(plan, Exception):
+        raise plan
+    return plan
+
+
+def _unfused_nnz(plan: TrainPlan, sizes: TrainSizes) -> int:
+    return sum(sizes.nnz[g] for g in plan.unfused(sizes))
+
+
+def _narrower_bases(sizes: TrainSizes, t: TrainConfig) -> list[int]:
+    """Basis caps below the default, widest first: steps of b down to max(r, b) + 2b."""
+    r, b, m = _solver_widths(sizes, t)
+    low = max(r, b) + 2 * b
+    caps = list(range(m - b, low - 1, -b))
+    if m > low and low not in caps:
+        caps.append(low)
+    return caps
+
+
+def _plan_train_at(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan:
+    """:func:`plan_train` at the configuration's basis cap."""
     t = cfg.train
     if t.method in CLASSIC_PR_ARRAYS:
         plan = TrainPlan(driver=classic_driver_need(sizes, t), driver_available=mem.driver_python)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 import pipeline.memory as memory
@@ -118,6 +119,77 @@ def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer():
     # a fused limit the user set is the user's choice: no warning
     chosen = _cfg("train.solve_in_task_max_nnz=30000000")
     assert plan_train(WIKI_1M, chosen, _local(24)).unfused_warning(WIKI_1M, chosen.train) is None
+
+
+#: The 2M-document corpus of bench/ (bench/results/chain_2M_text.json's train log).
+WIKI_2M = TrainSizes(
+    nnz={"en": 167_634_583, "it": 126_581_905, "vi": 58_056_759, "da": 43_485_064},
+    docs={"en": 851_545, "it": 633_467, "vi": 288_068, "da": 215_186},
+    terms={"en": 200_000, "it": 200_000, "vi": 200_000, "da": 200_000},
+    concepts=875_751,
+)
+
+
+def _local_for(sizes: TrainSizes, cfg, gib: float = 23.5, slots: int = 2) -> SparkMemory:
+    """A local session as ``spark.driver_memory: auto`` sizes it for a fit of ``sizes``."""
+    machine = Machine(memory=int(gib * GiB), cores=slots)
+    need = memory.train_python_need(sizes, cfg.train, slots)
+    heap = local_heap(machine, need, memory.train_jvm_need(sizes, cfg.train))
+    return SparkMemory.local_mode(machine, heap, slots)
+
+
+def _with_basis(cfg, m: int):
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_basis=m))
+
+
+def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused():
+    """r = 300 at 2M on this 24 GB machine: the default basis (max(r, b) + 4b = 400 columns,
+    2.8 GB) leaves the workers too little to read English, which would then cost a Spark job
+    per CG iteration; the plan narrows the basis to the widest cap that fuses it, and that
+    plan is the one the cap itself gives."""
+    cfg = _cfg("train.r=300")
+    mem = _local_for(WIKI_2M, cfg)
+    assert memory.default_basis(WIKI_2M, cfg.train) == 400
+    default = plan_train(WIKI_2M, _with_basis(cfg, 400), mem)
+    assert default.unfused(WIKI_2M) == ["en"] and default.max_basis is None
+    plan = plan_train(WIKI_2M, cfg, mem)
+    assert plan.unfused(WIKI_2M) == [] and plan.max_basis is not None
+    assert plan.solver_options() == {"max_basis": plan.max_basis}
+    assert "basis narrowed to" in plan.describe()
+    # the widest such cap: one block wider leaves English unfused again
+    assert 350 <= plan.max_basis < 400
+    if plan.max_basis < 400:
+        wider = plan_train(WIKI_2M, _with_basis(cfg, plan.max_basis + 25), mem)
+        assert wider.unfused(WIKI_2M) == ["en"]
+    same = plan_train(WIKI_2M, _with_basis(cfg, plan.max_basis), mem)
+    assert (same.fused, same.resident, same.driver) == (plan.fused, plan.resident, plan.driver)
+    assert plan.unfused_warning(WIKI_2M, cfg.train) is None
+    # a cap the user set is kept, and the warning says the plan could have narrowed it
+    warning = default.unfused_warning(WIKI_2M, _with_basis(cfg, 400).train)
+    assert "leave train.max_basis unset" in warning
+    # where the default basis fuses every language, nothing changes
+    r100 = _cfg()
+    assert plan_train(WIKI_2M, r100, _local_for(WIKI_2M, r100)).solver_options() == {}
+
+
+def test_a_narrower_basis_lets_a_cluster_driver_fit():
+    """On a cluster the basis is the driver's alone: a driver between the narrow and the
+    default basis's need gets the narrow one instead of exit 2."""
+    cfg = _cfg("train.r=300")
+    need = {
+        m: sum(memory.train_driver_need(WIKI_2M, _with_basis(cfg, m).train).values())
+        for m in (350, 400)
+    }
+    driver = (need[350] + need[400]) // 2
+    cluster = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=driver)
+    with pytest.raises(MemoryPlanError, match="driver's Python"):
+        plan_train(WIKI_2M, _with_basis(cfg, 400), cluster)
+    plan = plan_train(WIKI_2M, cfg, cluster)
+    assert plan.max_basis is not None and sum(plan.driver.values()) <= driver
+    # below the smallest basis's need the error is the default basis's paragraph
+    small = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=need[350] // 2)
+    with pytest.raises(MemoryPlanError, match="driver's Python"):
+        plan_train(WIKI_2M, cfg, small)
 
 
 def test_too_little_memory_stops_with_the_settings_that_fit():
@@ -388,3 +460,26 @@ def test_the_auto_heap_never_drops_below_the_spark_backend_s_jvm_need():
     assert heap >= need and heap % GiB == 0
     plan = plan_train(WIKI_1M, _cfg(), SparkMemory.local_mode(tight, heap, 2))
     assert plan.worker_available > 0  # the workers got what the JVM left
+
+
+def test_the_plans_basis_reaches_the_cr5_fit():
+    """TrainingData.solver_options (the plan's narrowed cap) is what the Cr5 fit uses, in
+    place of the configuration's None."""
+    from pipeline.backends.local import LocalCorpusBackend
+    from pipeline.training.fit import fit_method
+    from pipeline.training.rows import TrainingData
+    from tests.problems import PROBLEMS
+
+    problem = PROBLEMS["three_uneven"]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    tight = ["train.eig_rtol=1e-9", "train.cg_rtol=1e-12", "train.w_rtol=1e-13"]
+    t = load_config([], ["train.r=4", "train.block_size=3", "train.dtype=float64", *tight]).train
+    assert t.max_basis is None
+    fits = {}
+    for options in ({}, {"max_basis": 10}):
+        data = TrainingData(be, {}, {}, 0.0, solver_options=options)
+        fits[bool(options)] = fit_method(t, data, None)
+    assert fits[False].history["max_basis"] == 4 + 4 * 3  # the default cap
+    assert fits[True].history["max_basis"] == 10
+    assert fits[True].history["eigensolver"]["n_restarts"] > 0
+    np.testing.assert_allclose(fits[True].eigenvalues, fits[False].eigenvalues, rtol=1e-7)

@@ -176,6 +176,8 @@ def _fit_cr5(t: TrainConfig, data: TrainingData, ckpt: str | None) -> FittedMode
     """Cr5 at ``t.lam``: from the previous fit's start when ``data`` chains its fits, else
     after the ``train.path_factors`` fits, else from the surrogate start."""
     backend = data.backend
+    if data.solver_options:  # what the memory plan chose where the configuration left it
+        t = dataclasses.replace(t, **data.solver_options)
     path_fits: list[dict[str, Any]] = []
     start = data.path_start if data.chain_starts else None
     if start is None and t.path_factors:

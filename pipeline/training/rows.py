@@ -79,6 +79,9 @@ class TrainingData:
     texts: dict[str, Any] | None = None
     #: What the rows are, for ``model.json`` (None: the ``tfidf`` dataset of paths.tfidf).
     source: str | None = None
+    #: Eigensolver settings the memory plan chose for this data (``max_basis`` when it
+    #: narrowed the basis, :func:`pipeline.memory.plan_train`); the Cr5 fit applies them.
+    solver_options: dict[str, Any] = field(default_factory=dict)
     #: Where the rows were read from, and the session and configuration that loaded them
     #: (JPLSA, CPLSA and S2Net load their concept-grouped rows from them on first use).
     rows_path: str | None = None
@@ -132,8 +135,10 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     t = cfg.train
     t0 = time.perf_counter()
     rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
-    options = t.backend_options() | _memory_plan(spark, cfg, rows_path)
-    backend = make_backend(t.backend, spark, rows_path, dtype=t.dtype, **options)
+    plan_options, solver_options = _memory_plan(spark, cfg, rows_path)
+    backend = make_backend(
+        t.backend, spark, rows_path, dtype=t.dtype, **(t.backend_options() | plan_options)
+    )
     vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
     validation = None
     if t.method == "cr5" and t.stop_rule == "validation":
@@ -154,6 +159,7 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
         spark=spark,
         cfg=cfg,
         texts=texts,
+        solver_options=solver_options,
     )
 
 
@@ -175,38 +181,54 @@ def _training_texts(
     return {"training": training, "validation": validation}
 
 
-def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any]) -> None:
+def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any]) -> dict:
     """The train stage's memory check for rows held in a DataFrame of sizes ``report``
-    (MemoryPlanError before they are collected when the driver cannot hold the fit). A
-    Spark Connect session does not tell its properties: no check there."""
+    (MemoryPlanError before they are collected when the driver cannot hold the fit); returns
+    the eigensolver settings the plan chose. A Spark Connect session does not tell its
+    properties: no check there."""
     from pipeline.memory import Machine, TrainSizes, plan_train, spark_memory
     from pipeline.spark import is_connect
 
     sizes = TrainSizes.from_manifest({"report": report}, cfg.train.languages)
     if not sizes.nnz or is_connect(spark):
-        return
+        return {}
     sc = spark.sparkContext
     mem = spark_memory(dict(sc.getConf().getAll()), sc.defaultParallelism, Machine.detect())
-    log.info("memory plan: %s", plan_train(sizes, cfg, mem).describe())
+    plan = plan_train(sizes, cfg, mem)
+    log.info("memory plan: %s", plan.describe())
+    return plan.solver_options()
 
 
-def _memory_plan(spark: SparkSession, cfg: Config, rows_path: str) -> dict[str, Any]:
+def _memory_plan(
+    spark: SparkSession, cfg: Config, rows_path: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Plan the fit's memory from the training rows' manifest and the session's settings
     (:func:`pipeline.memory.plan_train`: raises MemoryPlanError, exit 2, when it cannot fit);
-    return the backend options it chose."""
-    from pipeline.memory import Machine, TrainSizes, plan_train, spark_memory
+    return the backend options and the eigensolver settings it chose."""
+    from pipeline.memory import Machine, TrainSizes, default_basis, plan_train, spark_memory
 
     sizes = TrainSizes.from_manifest(read_manifest(spark, TFIDF, rows_path), cfg.train.languages)
     if not sizes.nnz:
-        return {}
+        return {}, {}
     sc = spark.sparkContext
     conf = dict(sc.getConf().getAll())
     plan = plan_train(sizes, cfg, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
     log.info("memory plan: %s", plan.describe())
+    if plan.max_basis is not None:
+        log.warning(
+            "memory plan: the eigensolver's basis is narrowed to train.max_basis=%d columns "
+            "(default %d) so that %s: it restarts more often (a few more iterations); set "
+            "train.max_basis to choose it yourself",
+            plan.max_basis,
+            default_basis(sizes, cfg.train),
+            "every language's solve runs as one job"
+            if not plan.unfused(sizes)
+            else "the driver fits",
+        )
     warning = plan.unfused_warning(sizes, cfg.train)
     if warning:
         log.warning("memory plan: %s", warning)
-    return plan.backend_options(sizes, cfg.train)
+    return plan.backend_options(sizes, cfg.train), plan.solver_options()
 
 
 def check_methods_memory(spark: SparkSession, cfg: Config, methods: Sequence[str]) -> None:
@@ -333,14 +355,21 @@ def training_data_from_frame(
         tfidf = selected.cache()
         sizes = _selection_manifest(cfg, tfidf, report, selection, source)
     layout = TfidfLayout(sizes, selection["languages"], source)
-    _frame_memory_plan(tfidf.sparkSession, cfg, sizes)
+    solver_options = _frame_memory_plan(tfidf.sparkSession, cfg, sizes)
     try:
         backend = local_backend_from_frame(tfidf, layout, dtype=t.dtype)
     finally:
         if selected is not None:
             tfidf.unpersist()
     vocab = {lang: vocabulary[lang] for lang in backend.languages}
-    return TrainingData(backend, selection, vocab, time.perf_counter() - t0, source=source)
+    return TrainingData(
+        backend,
+        selection,
+        vocab,
+        time.perf_counter() - t0,
+        source=source,
+        solver_options=solver_options,
+    )
 
 
 def _training_languages(cfg: Config, available: list[str], tfidf_path: str) -> list[str]:
