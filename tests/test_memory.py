@@ -483,3 +483,18 @@ def test_the_plans_basis_reaches_the_cr5_fit():
     assert fits[True].history["max_basis"] == 10
     assert fits[True].history["eigensolver"]["n_restarts"] > 0
     np.testing.assert_allclose(fits[True].eigenvalues, fits[False].eigenvalues, rtol=1e-7)
+
+
+def test_a_planned_basis_checkpoints_in_its_own_directory(tmp_path):
+    """The plan's cap counts as configuration for the checkpoint directory: the same plan
+    resumes from the same directory, another (another machine's memory) gets its own instead
+    of a CheckpointMismatchError against the default basis's checkpoints."""
+    from pipeline.training.service import checkpoint_dir
+
+    cfg = load_config([], [f"paths.root={tmp_path}", "train.r=300"])
+    default = checkpoint_dir(cfg)
+    assert checkpoint_dir(cfg, {}) == default
+    planned = checkpoint_dir(cfg, {"max_basis": 350})
+    assert planned != default and planned == checkpoint_dir(cfg, {"max_basis": 350})
+    assert planned == checkpoint_dir(_with_basis(cfg, 350))
+    assert checkpoint_dir(cfg, {"max_basis": 375}) not in (default, planned)

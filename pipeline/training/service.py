@@ -8,6 +8,7 @@ record how the model was trained (``model.json``'s ``training`` section) and sav
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import platform
 import shutil
@@ -83,7 +84,9 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
             sum(backend.n_terms(lang) for lang in languages),
             where=f"the training rows (train.setup={t.setup}, languages {languages})",
         )
-    ckpt = checkpoint_dir(cfg) if t.method in (*CHECKPOINTED, *NEURAL_METHODS) else None
+    ckpt = None
+    if t.method in (*CHECKPOINTED, *NEURAL_METHODS):
+        ckpt = checkpoint_dir(cfg, data.solver_options)
     t0 = time.perf_counter()
     fitted = fit_method(t, data, ckpt)
     fit_seconds = time.perf_counter() - t0
@@ -170,10 +173,16 @@ def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
     return [msg]
 
 
-def checkpoint_dir(cfg: Config) -> str | None:
-    """Where the solver checkpoints: one directory per training configuration."""
+def checkpoint_dir(cfg: Config, planned: dict[str, Any] | None = None) -> str | None:
+    """Where the solver checkpoints: one directory per training configuration, with the
+    eigensolver settings the memory plan chose (``planned``, TrainingData.solver_options)
+    counted as configuration: a rerun that plans the same resumes, one that plans another
+    basis (another machine's memory) starts its own directory instead of meeting a
+    checkpoint of a different problem."""
     if cfg.train.checkpoint_dir == "":
         return None
+    if planned:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **planned))
     base = cfg.train.checkpoint_dir or (cfg.paths.root.rstrip("/") + "/checkpoints")
     return f"{base}/train-{cfg.fingerprint('train', 'features', 'text')}"
 
@@ -256,6 +265,8 @@ def _training_record(
     placement = getattr(backend, "placement", None)
     if placement is not None:
         record["placement"] = placement
+    if data.solver_options:  # the memory plan's choices (pipeline.memory.plan_train)
+        record["planned_solver_settings"] = dict(data.solver_options)
     return record
 
 
