@@ -12,8 +12,9 @@ A run's memory lives in three kinds of process, and a stage fails when any of th
 
 Before any Spark work, :func:`plan_train` estimates each from the tfidf manifest (the
 formulas of docs/performance.md, "Memory"), chooses the settings the user left to it
-(``train.solve_in_task_max_nnz``, ``train.resident_memory_mb``) so that the processes fit
-what Spark gives them, and otherwise raises :class:`MemoryPlanError` (exit 2) with one
+(``train.solve_in_task_max_nnz``, ``train.resident_memory_mb``, and a narrower
+``train.max_basis`` when the default basis would leave a language unfused) so that the
+processes fit what Spark gives them, and otherwise raises :class:`MemoryPlanError` (exit 2) with one
 paragraph naming the need, the memory available and the settings that would fit.
 
 Local mode, ``spark.driver_memory: auto`` (:func:`local_heap`): the JVM heap is what the

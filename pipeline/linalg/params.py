@@ -120,7 +120,9 @@ class Cr5Params:
         lo=3,
         doc="Eigensolver thick-restart size: the driver keeps a K x max_basis float64 basis and "
         "p x max_basis float32 images, whatever the iteration count. None: max(r, b) + 4b "
-        "(b the block width).",
+        "(b the block width), narrowed by the train stage's memory plan (down to "
+        "max(r, b) + 2b) when that fuses a language the default leaves to one Spark job per "
+        "CG iteration or lets the driver fit.",
         extra=_role(PROBLEM),
     )
     block_size: int | None = param(
