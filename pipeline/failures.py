@@ -239,28 +239,28 @@ def _text(exc: BaseException) -> str:
     """``str(exc)`` (as :func:`remember` kept it, if it did); for a Py4J error this asks the
     JVM for the Java trace, which fails when the JVM is gone (then the class name and
     arguments)."""
+    return _read(exc)[0]
+
+
+def _read(exc: BaseException) -> tuple[str, bool]:
+    """(:func:`_text` of ``exc``, whether ``str(exc)`` could be read)."""
     kept = getattr(exc, _TEXT_ATTR, None)
     if kept is not None:
-        return kept
+        return kept, True
     try:
-        return str(exc)
+        return str(exc), True
     except Exception:
         try:
-            return repr(exc.args)
+            return repr(exc.args), False
         except Exception:
-            return type(exc).__name__
+            return type(exc).__name__, False
 
 
 def _jvm_died(ev: _Evidence) -> bool:
-    """A Py4J error whose message the JVM can no longer give: the JVM died during the call
-    (its own last words are in the log file, not in the exception)."""
-    for e in ev.chain:
-        if "Py4JJavaError" in _class_names(e) and getattr(e, _TEXT_ATTR, None) is None:
-            try:
-                str(e)
-            except Exception:
-                return True
-    return False
+    """A Py4J error whose message the JVM could no longer give when the chain was read: the
+    JVM died during the call (its own last words are in the log file, not in the
+    exception). Read once, in :meth:`_Evidence.of`: each attempt asks the gateway again."""
+    return any("Py4JJavaError" in _class_names(e) for e in ev.unreadable)
 
 
 #: How much of the end of the log file is searched for the JVM's own error lines.
@@ -302,12 +302,15 @@ class _Evidence:
     chain: list[BaseException]
     text: str  # every message of the chain, Java traces included
     context: dict[str, Any]
+    unreadable: list[BaseException] = field(default_factory=list)  # str() raised
 
     @classmethod
     def of(cls, exc: BaseException) -> _Evidence:
         chain = list(_chain(exc))
-        text = "\n".join(f"{type(e).__name__}: {_text(e)}" for e in chain)
-        return cls(chain, text, context_of(exc))
+        reads = [_read(e) for e in chain]
+        text = "\n".join(f"{type(e).__name__}: {t}" for e, (t, _) in zip(chain, reads))
+        unreadable = [e for e, (_, ok) in zip(chain, reads) if not ok]
+        return cls(chain, text, context_of(exc), unreadable)
 
     def has(self, *needles: str) -> bool:
         return any(n in self.text for n in needles)

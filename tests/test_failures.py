@@ -278,6 +278,22 @@ def test_a_jvm_that_died_during_a_call_is_read_from_the_log(tmp_path):
     assert failures.describe(alive, stage="train", log_file=str(log)).kind == "bug"
 
 
+def test_a_dead_jvm_is_asked_for_the_message_once(tmp_path):
+    """Each str() of a Py4J error asks the gateway (a dead JVM answers after a connection
+    attempt): describing the failure reads the chain once."""
+    asked = []
+
+    class Py4JJavaError(Exception):
+        def __str__(self) -> str:
+            asked.append(1)
+            raise ConnectionError("Answer from Java side is empty")
+
+    log = tmp_path / "train.log"
+    log.write_text("nothing of note\n")
+    failure = failures.describe(Py4JJavaError("call"), stage="train", log_file=str(log))
+    assert failure.kind == "jvm_gone" and len(asked) == 1
+
+
 # --------------------------------------------------------------------------- the master
 
 
