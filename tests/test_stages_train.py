@@ -222,6 +222,10 @@ def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_feature
         proc.wait()
     assert not (tmp_path / "resumed").exists()
 
+    # the rerun may change when the eigensolver stops and how often it saves (a larger cap,
+    # here): the same problem, the same checkpoint directory, resumed
+    cfg = cfg_for(sample_features, *args, "train.eig_maxiter=60", "train.checkpoint_every=2")
+    assert checkpoint_dir(cfg) == str(pointer.parent)
     report = get_stage("train")(spark, cfg)
     resumed = Cr5Model.load(report["path"])
     history = resumed.meta["solver"]["history"]["eigensolver"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -734,11 +735,14 @@ class Config:
         value = self.features.heldout_concepts
         return self.paths.dataset("splits") if value == "splits" else value
 
-    def fingerprint(self, *sections: str) -> str:
-        """A short stable hash of the named sections (all when none), for provenance."""
+    def fingerprint(self, *sections: str, leave_out: Mapping[str, Iterable[str]] = {}) -> str:
+        """A short stable hash of the named sections (all when none), for provenance;
+        ``leave_out`` names keys per section that do not count."""
         data = self.to_dict()
         if sections:
             data = {s: data[s] for s in sections}
+        for section, keys in leave_out.items():
+            data[section] = {k: v for k, v in data[section].items() if k not in set(keys)}
         blob = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

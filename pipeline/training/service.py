@@ -27,6 +27,7 @@ from pipeline.config import Config, TrainConfig
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.locations import to_manifest
 from pipeline.linalg.backend import pass_delta
+from pipeline.linalg.params import EXECUTION, STOPPING, Cr5Params
 from pipeline.model.encoder_model import SUBWORDS
 from pipeline.model.format import LanguageMap, save_encoder_model, save_model
 from pipeline.model.loading import ENCODER_METHODS
@@ -173,18 +174,28 @@ def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
     return [msg]
 
 
+#: Train settings a rerun may change and still resume the fit's checkpoints: when the
+#: eigensolver stops and how the work is spread and saved (the solver's STOPPING and
+#: EXECUTION roles, which its checkpoint's own fingerprint leaves out too), and where the
+#: checkpoints go. A stopped r = 300 fit can be resumed with a larger train.eig_maxiter, a
+#: looser train.eig_rtol or train.stop_rule=validation.
+RESUMABLE_CHANGES = (*Cr5Params.names(STOPPING, EXECUTION), "checkpoint_dir")
+
+
 def checkpoint_dir(cfg: Config, planned: dict[str, Any] | None = None) -> str | None:
-    """Where the solver checkpoints: one directory per training configuration, with the
-    eigensolver settings the memory plan chose (``planned``, TrainingData.solver_options)
-    counted as configuration: a rerun that plans the same resumes, one that plans another
-    basis (another machine's memory) starts its own directory instead of meeting a
-    checkpoint of a different problem."""
+    """Where the solver checkpoints: one directory per training problem (the train, features
+    and text settings but :data:`RESUMABLE_CHANGES`), with the eigensolver settings the
+    memory plan chose (``planned``, TrainingData.solver_options) counted as settings: a
+    rerun that plans the same resumes, one that plans another basis (another machine's
+    memory) starts its own directory instead of meeting a checkpoint of a different
+    problem."""
     if cfg.train.checkpoint_dir == "":
         return None
     if planned:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **planned))
     base = cfg.train.checkpoint_dir or (cfg.paths.root.rstrip("/") + "/checkpoints")
-    return f"{base}/train-{cfg.fingerprint('train', 'features', 'text')}"
+    problem = cfg.fingerprint("train", "features", "text", leave_out={"train": RESUMABLE_CHANGES})
+    return f"{base}/train-{problem}"
 
 
 def model_preprocessing(cfg: Config) -> dict[str, Any]:
