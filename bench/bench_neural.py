@@ -36,8 +36,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -138,8 +140,7 @@ def pool_effect(root: Path, report: dict) -> dict:
         model = load_model(info["model"])
         emb = {}
         for lang in langs:
-            e = np.asarray(model.embed(texts[lang], lang), dtype=np.float64)
-            emb[lang] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+            emb[lang] = _unit_rows(model.embed(texts[lang], lang))
         out[name] = {}
         for pool, keep in pools.items():
             scores = []
@@ -155,10 +156,23 @@ def pool_effect(root: Path, report: dict) -> dict:
                     if not q:
                         continue
                     target = np.array([where[concepts[a][i]] for i in q])
-                    ranks = pessimistic_ranks(emb[a][q] @ emb[b][cand].T, target)
+                    sims = emb[a][q] @ emb[b][cand].T
+                    sims = sims.toarray() if sp.issparse(sims) else sims
+                    ranks = pessimistic_ranks(sims, target)
                     scores.append(float(np.mean(ranks == 1)))
             out[name][pool] = float(np.mean(scores)) if scores else None
     return out
+
+
+def _unit_rows(e: Any) -> Any:
+    """Rows scaled to unit L2 norm, float64; a sparse embedding (untranslated's bag of words
+    over the union vocabulary) stays sparse."""
+    if sp.issparse(e):
+        e = sp.csr_matrix(e, dtype=np.float64)
+        norms = np.sqrt(np.asarray(e.multiply(e).sum(axis=1)).ravel())
+        return sp.diags(1.0 / np.maximum(norms, 1e-12)) @ e
+    e = np.asarray(e, dtype=np.float64)
+    return e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
 
 
 def tables(summary: dict, classification: dict | None, pools: dict | None = None) -> str:
