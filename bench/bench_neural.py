@@ -36,7 +36,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -119,6 +118,7 @@ def pool_effect(root: Path, report: dict) -> dict:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
+    from pipeline.evaluation.classify import unit_rows
     from pipeline.model.loading import load_model
     from pipeline.ranking import pessimistic_ranks
 
@@ -140,7 +140,7 @@ def pool_effect(root: Path, report: dict) -> dict:
         model = load_model(info["model"])
         emb = {}
         for lang in langs:
-            emb[lang] = _unit_rows(model.embed(texts[lang], lang))
+            emb[lang] = unit_rows(model.embed(texts[lang], lang).astype(np.float64))
         out[name] = {}
         for pool, keep in pools.items():
             scores = []
@@ -162,17 +162,6 @@ def pool_effect(root: Path, report: dict) -> dict:
                     scores.append(float(np.mean(ranks == 1)))
             out[name][pool] = float(np.mean(scores)) if scores else None
     return out
-
-
-def _unit_rows(e: Any) -> Any:
-    """Rows scaled to unit L2 norm, float64; a sparse embedding (untranslated's bag of words
-    over the union vocabulary) stays sparse."""
-    if sp.issparse(e):
-        e = sp.csr_matrix(e, dtype=np.float64)
-        norms = np.sqrt(np.asarray(e.multiply(e).sum(axis=1)).ravel())
-        return sp.diags(1.0 / np.maximum(norms, 1e-12)) @ e
-    e = np.asarray(e, dtype=np.float64)
-    return e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
 
 
 def tables(summary: dict, classification: dict | None, pools: dict | None = None) -> str:

@@ -346,11 +346,10 @@ class TrainSizes:
 
 def _solver_widths(sizes: TrainSizes, t: TrainConfig) -> tuple[int, int, int]:
     """(r, block width b, basis columns m) as the solver will resolve them."""
-    from pipeline.linalg.cr5 import default_block_size, default_max_basis
+    from pipeline.linalg.cr5 import default_max_basis, resolve_block_size
 
     r = min(t.r, max(1, sizes.concepts - 1))
-    b = t.block_size or default_block_size(r, t.oversampling, warm=t.start_steps > 0)
-    b = min(b, sizes.concepts)
+    b = resolve_block_size(r, t.oversampling, t.block_size, sizes.concepts, warm=t.start_steps > 0)
     m = min(t.max_basis or default_max_basis(r, b), sizes.concepts)
     return r, b, m
 
@@ -498,9 +497,9 @@ class TrainPlan:
         the configuration left the choice to it: that language then costs one Spark job per
         CG iteration with its CG on the driver, which the cost model puts at several times
         the fit (bench/README.md, "r = 300 at 2M documents"); None otherwise."""
-        if t.backend != "spark" or t.solve_in_task_max_nnz is not None or not self.worker:
+        if t.backend != "spark" or t.solve_in_task_max_nnz is not None:
             return None
-        unfused = [g for g in sorted(sizes.nnz, key=lambda g: -sizes.nnz[g]) if g not in self.fused]
+        unfused = sorted(self.unfused(sizes), key=lambda g: -sizes.nnz[g])
         if not unfused:
             return None
         largest = unfused[0]
@@ -640,8 +639,10 @@ def _unfused_nnz(plan: TrainPlan, sizes: TrainSizes) -> int:
 
 def _narrower_bases(sizes: TrainSizes, t: TrainConfig) -> list[int]:
     """Basis caps below the default, widest first: steps of b down to max(r, b) + 2b."""
+    from pipeline.linalg.cr5 import smallest_max_basis
+
     r, b, m = _solver_widths(sizes, t)
-    low = max(r, b) + 2 * b
+    low = smallest_max_basis(r, b)
     caps = list(range(m - b, low - 1, -b))
     if m > low and low not in caps:
         caps.append(low)

@@ -735,14 +735,17 @@ class Config:
         value = self.features.heldout_concepts
         return self.paths.dataset("splits") if value == "splits" else value
 
-    def fingerprint(self, *sections: str, leave_out: Mapping[str, Iterable[str]] = {}) -> str:
+    def fingerprint(
+        self, *sections: str, leave_out: Mapping[str, Iterable[str]] | None = None
+    ) -> str:
         """A short stable hash of the named sections (all when none), for provenance;
         ``leave_out`` names keys per section that do not count."""
         data = self.to_dict()
         if sections:
             data = {s: data[s] for s in sections}
-        for section, keys in leave_out.items():
-            data[section] = {k: v for k, v in data[section].items() if k not in set(keys)}
+        for section, keys in (leave_out or {}).items():
+            dropped = set(keys)
+            data[section] = {k: v for k, v in data[section].items() if k not in dropped}
         blob = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -75,7 +75,8 @@ def classifier_split(concepts: np.ndarray, train_fraction: float, seed: int) -> 
     return out
 
 
-def _normalise(x: Any) -> Any:
+def unit_rows(x: Any) -> Any:
+    """Rows scaled to unit L2 norm (zero rows stay zero); a sparse matrix stays sparse."""
     import scipy.sparse as sp
 
     if sp.issparse(x):
@@ -133,12 +134,12 @@ def transfer_accuracy(
                 np.unique(s.train_y).size,
             )
             continue
-        clf = _classifier(c, seed).fit(_normalise(s.train_x), s.train_y)
+        clf = _classifier(c, seed).fit(unit_rows(s.train_x), s.train_y)
         row = {}
         for tgt, t in sorted(sets.items()):
             if (within_language_only and tgt != src) or t.test_y.size == 0:
                 continue
-            row[tgt] = float(np.mean(clf.predict(_normalise(t.test_x)) == t.test_y))
+            row[tgt] = float(np.mean(clf.predict(unit_rows(t.test_x)) == t.test_y))
         out[src] = row
     return out
 

@@ -375,6 +375,12 @@ def default_max_basis(r: int, b: int) -> int:
     return max(r, b) + 4 * b
 
 
+def smallest_max_basis(r: int, b: int) -> int:
+    """The narrowest thick-restart size the eigensolver accepts from a random or surrogate
+    start: ``max(r, b) + 2 b`` (the wanted space and room for two blocks)."""
+    return max(r, b) + 2 * b
+
+
 def resolve_block_size(
     r: int, oversampling: int, block_size: int | None, limit: int, *, warm: bool = False
 ) -> int:
@@ -812,10 +818,10 @@ class Cr5Solver:
         # the width the eigensolver will use (not r + oversampling: the default block is
         # narrower, and a bound computed from the widest block refused valid caps)
         b = resolve_block_size(p.r, p.oversampling, p.block_size, k, warm=p.start_steps > 0)
-        if p.max_basis is not None and p.max_basis < max(p.r, b) + 2 * b:
+        if p.max_basis is not None and p.max_basis < smallest_max_basis(p.r, b):
             raise ConfigError(
                 f"Cr5Solver parameter 'max_basis' (train.max_basis) must be None or >= "
-                f"max(r, b) + 2*b = {max(p.r, b) + 2 * b} (b = {b}, the eigensolver's block "
+                f"max(r, b) + 2*b = {smallest_max_basis(p.r, b)} (b = {b}, the eigensolver's block "
                 f"width); got {p.max_basis}"
             )
 
