@@ -815,8 +815,7 @@ class Cr5Solver:
                 f"{max_rank(k, n_terms)} for this corpus (K={k}, p={n_terms}); got {p.r}: "
                 f"set a smaller train.r"
             )
-        # the width the eigensolver will use (not r + oversampling: the default block is
-        # narrower, and a bound computed from the widest block refused valid caps)
+        # the block width the eigensolver will use, usually far below r + oversampling
         b = resolve_block_size(p.r, p.oversampling, p.block_size, k, warm=p.start_steps > 0)
         if p.max_basis is not None and p.max_basis < smallest_max_basis(p.r, b):
             raise ConfigError(
