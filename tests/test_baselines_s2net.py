@@ -1,5 +1,6 @@
 """S2Net: the loss gradient against finite differences, the triples it samples, a fit that
-improves a deliberately poor start, checkpoint/resume and parameter checks."""
+improves a deliberately poor start, validation among training-document distractors,
+checkpoint/resume and parameter checks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pipeline.backends.local_groups import LocalGroupedCorpus
 from pipeline.baselines.s2net import batch_loss, batch_pairs, fit_s2net, triplet_loss
 from pipeline.errors import ConfigError
 from pipeline.linalg.checkpoint import CheckpointStore
-from pipeline.linalg.monitor import ValidationSet
+from pipeline.linalg.monitor import ValidationSet, distractor_rows
 
 
 def test_triplet_gradient_matches_finite_differences():
@@ -134,6 +135,47 @@ def test_fit_improves_a_poor_start_and_keeps_the_best_epoch():
     assert losses[-1] < losses[0]
 
 
+def test_sampled_rows_are_the_corpus_rows_of_the_seeded_sample():
+    data, c = corpus(n_concepts=30, n_blocks=4)
+    got = c.sample_rows(7)
+    for i, (lang, (x, _)) in enumerate(data.items()):
+        want = x[distractor_rows(x.shape[0], 7, seed=i)]
+        assert got[lang].shape == (7, x.shape[1])
+        np.testing.assert_array_equal(got[lang].toarray(), want.toarray())
+    assert all(v.shape[0] == 30 for v in c.sample_rows(100).values())  # all rows, capped
+
+
+def test_validation_ranks_among_training_document_distractors():
+    """The epoch is scored with training documents among the candidates: the recorded
+    scores are P@1 with the sampled rows embedded as extra candidates, computed here from
+    the matrices, and lower than among validation documents alone."""
+    data, c = corpus()
+    rng = np.random.default_rng(5)
+    init = {lang: rng.standard_normal((x.shape[1], 3)) for lang, (x, _) in data.items()}
+    val_data, _ = corpus(seed=1)
+    validation = ValidationSet(
+        {lang: x[:20] for lang, (x, _) in val_data.items()},
+        {lang: np.arange(20) for lang in val_data},
+    )
+    kw = {"r": 3, "learning_rates": [0.5, 5.0], "epochs": [0, 5], "batch_concepts": 10}
+    plain = fit_s2net(c, init, validation=validation, **kw)
+    hard = fit_s2net(c, init, validation=validation, distractors=15, **kw)
+    assert hard.history["validation_distractors"] == {"en": 15, "de": 15}
+    extra = {
+        lang: x[distractor_rows(x.shape[0], 15, seed=i)]
+        for i, (lang, (x, _)) in enumerate(data.items())
+    }
+    want = validation.p_at_1_of(
+        {lang: validation.rows[lang] @ hard.components[lang] for lang in data},
+        distractors={lang: extra[lang] @ hard.components[lang] for lang in data},
+    )[0]
+    assert hard.history["chosen"]["validation_p_at_1"] == pytest.approx(want, abs=1e-9)
+    scores = [r["validation_p_at_1"] for r in hard.history["epochs_run"]]
+    easy = [r["validation_p_at_1"] for r in plain.history["epochs_run"]]
+    assert all(h <= e for h, e in zip(scores, easy, strict=True) if h is not None)
+    assert sum(scores[i] < easy[i] for i in range(len(scores)) if scores[i] is not None) > 0
+
+
 def test_resume_continues_at_the_next_epoch(tmp_path):
     data, c = corpus()
     rng = np.random.default_rng(5)
@@ -162,6 +204,7 @@ def test_resume_continues_at_the_next_epoch(tmp_path):
         ({"negatives": 0}, "s2net_negatives"),
         ({"learning_rates": []}, "at least one value"),
         ({"learning_rates": [1.0, 2.0]}, "needs validation documents"),
+        ({"distractors": -1}, "distractors must be >= 0"),
     ],
 )
 def test_bad_parameters_are_rejected_before_any_work(kwargs, needle):

@@ -23,6 +23,7 @@ from pipeline.baselines import fit_cplsa, fit_jplsa, fit_s2net
 from pipeline.config import load_config
 from pipeline.io.datasets import read_dataset
 from pipeline.io.schemas import EMBEDDINGS
+from pipeline.linalg.monitor import distractor_rows
 from pipeline.model import Cr5Model
 from pipeline.stages import get_stage
 from pipeline.training import checkpoint_dir, load_training_data
@@ -154,6 +155,13 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
             np.testing.assert_allclose(
                 s_local.components[lang], s_spark.components[lang], atol=1e-5
             )
+        # S2Net's validation distractors: the same seeded training rows from both engines
+        sampled = {kind: corpus.sample_rows(6) for kind, corpus in tfidf.items()}
+        for i, lang in enumerate(langs):
+            x = data.backend.matrix(lang).tocsr()
+            want = x[distractor_rows(x.shape[0], 6, seed=i)].toarray()
+            for kind in sampled:
+                np.testing.assert_allclose(sampled[kind][lang].toarray(), want, rtol=1e-12)
         # more blocks than the driver adds: partials summed by term range on the executors
         many = cfg_for(corpus_root, "train.backend=spark", "train.pair_partitions=11")
         ranged = load_grouped_corpus(spark, many, data.rows_path, langs, data.vocabulary, "counts")

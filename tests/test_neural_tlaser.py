@@ -28,15 +28,42 @@ def test_distance_constraint_against_a_hand_computation():
     eb = torch.tensor([[3.0, 0.0], [0.0, 1.0]])
     en = torch.tensor([[0.0, 4.0], [0.0, -2.0]])
     margin = 1.5
-    norms = [5, 1, 3, 1, 4, 2]
-    m = sum(norms) / 6  # 16 / 6
-    pos = [4 / m, 0 / m]  # |ea - eb|
-    neg = [3 / m, 3 / m]  # |ea - en|
-    want = np.mean(pos) + np.mean([max(0.0, margin - v) for v in neg])
-    got = float(distance_constraint(torch, ea, eb, en, margin))
-    assert got == pytest.approx(want, rel=1e-6)
-    # scaling every vector leaves it unchanged (the batch-norm normalisation)
-    assert float(distance_constraint(torch, 7 * ea, 7 * eb, 7 * en, margin)) == pytest.approx(got)
+
+    def want(m: float) -> float:
+        pos = [4 / m, 0 / m]  # |ea - eb|
+        neg = [3 / m, 3 / m]  # |ea - en|
+        return np.mean(pos) + np.mean([max(0.0, margin - v) for v in neg])
+
+    # the paper's m: the mean norm of the six vectors
+    literal = float(distance_constraint(torch, ea, eb, en, margin, center=False))
+    assert literal == pytest.approx(want(sum([5, 1, 3, 1, 4, 2]) / 6), rel=1e-6)
+    # centred: the six vectors' mean is (1, 4/3); their norms less it, by hand
+    rows = np.array([[3, 4], [0, 1], [3, 0], [0, 1], [0, 4], [0, -2]], float) - [1, 4 / 3]
+    centred = float(distance_constraint(torch, ea, eb, en, margin))
+    assert centred == pytest.approx(want(np.linalg.norm(rows, axis=1).mean()), rel=1e-6)
+    # scaling every vector leaves both unchanged (the batch-norm normalisation)
+    for center, got in [(False, literal), (True, centred)]:
+        scaled = distance_constraint(torch, 7 * ea, 7 * eb, 7 * en, margin, center=center)
+        assert float(scaled) == pytest.approx(got)
+
+
+def test_centred_distance_constraint_cannot_be_won_by_a_common_offset():
+    """Early in training a pair is no closer than an unrelated document (pos ≈ neg ≈ √2 m):
+    adding one large vector to every embedding then lowers the paper's uncentred loss to its
+    collapsed value (the margin: every distance over m near zero), so the gradient leads
+    there; the centred loss does not move."""
+    g = torch.Generator().manual_seed(0)
+    ea = torch.randn(32, 8, generator=g)
+    eb = torch.randn(32, 8, generator=g)
+    en = torch.randn(32, 8, generator=g)
+    shift = torch.full((8,), 1e4)
+    shifted = (ea + shift, eb + shift, en + shift)
+    literal = float(distance_constraint(torch, ea, eb, en, 1.0, center=False))
+    literal_shifted = float(distance_constraint(torch, *shifted, 1.0, center=False))
+    assert literal_shifted < literal
+    assert literal_shifted == pytest.approx(1.0, abs=1e-3)
+    centred = float(distance_constraint(torch, ea, eb, en, 1.0))
+    assert float(distance_constraint(torch, *shifted, 1.0)) == pytest.approx(centred, rel=1e-3)
 
 
 def _corpus(n: int = 12):

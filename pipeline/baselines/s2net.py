@@ -28,7 +28,11 @@ TF-IDF rows):
 * each learning rate of ``learning_rates`` runs from that start for ``max(epochs)`` epochs,
   scored on the validation documents (P@1, cosine) after each epoch of ``epochs`` (0: the
   start itself); the best (rate, epochs) is the model. A single candidate needs no
-  validation documents.
+  validation documents. The candidates of that P@1 include ``distractors`` training
+  documents per language (a seeded sample, :meth:`GroupedCorpus.sample_rows`), as the
+  evaluation's pool does: among the validation documents alone, more epochs look better
+  while the map learns its training documents (bench/README.md, "Every non-neural method on
+  the same splits").
 
 Checkpoints (a :class:`~pipeline.linalg.checkpoint.CheckpointStore`): W, the best W so far and
 the position (rate, epoch), after every epoch; a rerun resumes at the next epoch.
@@ -208,6 +212,8 @@ def _check(params: dict[str, Any], corpus: Any, validation: Any, init: Any) -> N
         "seed": params["seed"],
     }
     check_params("s2net", declared)
+    if params["distractors"] < 0:
+        raise ConfigError(f"s2net: distractors must be >= 0; got {params['distractors']}")
     if not params["learning_rates"] or not params["epochs"]:
         raise ConfigError(
             "s2net: s2net_learning_rates and s2net_epochs must each name at least one value"
@@ -234,6 +240,9 @@ class _S2NetFit:
 
     def __init__(self, corpus, params, validation, store) -> None:
         self.corpus, self.p, self.validation, self.store = corpus, params, validation, store
+        self.distractor_rows = None
+        if validation is not None and params["distractors"]:
+            self.distractor_rows = corpus.sample_rows(params["distractors"])
         self.records: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
         self.best_w: np.ndarray | None = None
@@ -241,7 +250,8 @@ class _S2NetFit:
     def score(self, w: np.ndarray) -> float | None:
         if self.validation is None:
             return None
-        return self.validation.p_at_1(self.corpus.layout.split(w))[0]
+        split = self.corpus.layout.split(w)
+        return self.validation.p_at_1(split, distractor_rows=self.distractor_rows)[0]
 
     def consider(self, w: np.ndarray, rate_index: int, epoch: int, loss: float | None) -> None:
         candidate = epoch in self.p["epochs"]
@@ -330,6 +340,7 @@ def fit_s2net(
     gamma: float = _S.s2net_gamma,
     negatives: int = _S.s2net_negatives,
     validation: ValidationSet | None = None,
+    distractors: int = 0,
     checkpoint: CheckpointStore | None = None,
     seed: int = _D.seed,
 ) -> BaselineResult:
@@ -354,6 +365,9 @@ def fit_s2net(
         Unrelated pairs per related pair.
     validation : ValidationSet, optional
         TF-IDF rows of held-out concepts' documents (needed for more than one candidate).
+    distractors : int
+        Training documents per language added to the validation P@1's candidates (0: the
+        validation documents only).
     checkpoint : CheckpointStore, optional
     seed : int
         Seeds the mini-batches and the negatives.
@@ -371,6 +385,7 @@ def fit_s2net(
         "gamma": gamma,
         "negatives": negatives,
         "seed": seed,
+        "distractors": int(distractors),
     }
     _check(params, corpus, validation, init)
     t_start = time.perf_counter()
@@ -422,6 +437,9 @@ def fit_s2net(
             "validation_p_at_1": best["score"],
         },
         "training_concepts": int(concepts.size),
+        "validation_distractors": {
+            lang: int(x.shape[0]) for lang, x in (fit.distractor_rows or {}).items()
+        },
         "blocks": corpus.n_blocks,
         "steps": corpus.steps - steps0,
         "timings": {"total": seconds},

@@ -40,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.linalg.backend import TermLayout
+from pipeline.linalg.monitor import distractor_rows
 
 __all__ = [
     "GroupBlock",
@@ -309,6 +310,33 @@ class GroupedCorpus(ABC):
         out = self.step(_count_task, None, description="count documents")
         return int(sum(out.extras))
 
+    def sample_rows(self, count: int) -> dict[str, sp.csr_matrix]:
+        """A seeded sample of ``min(count, n_l)`` training rows of each language l, over its
+        own terms: (k_l, p_l) in row order. The rows are
+        :func:`~pipeline.linalg.monitor.distractor_rows` (seed: the language's position),
+        the neural methods' sample; one step, each block returning only its sampled rows."""
+        offsets = self.doc_offsets()
+        picked = {
+            lang: distractor_rows(self.n_docs[lang], count, seed=i)
+            for i, lang in enumerate(self.languages)
+        }
+        wanted = np.concatenate(
+            [offsets[i] + picked[lang] for i, lang in enumerate(self.languages)]
+        )
+        out = self.step(_rows_task, (np.sort(wanted), self.n_terms), description="sample rows")
+        parts = [e for e in out.extras if e[0].size] or [
+            (np.zeros(0, np.int64), sp.csr_matrix((0, self.n_terms)))
+        ]
+        keys = np.concatenate([k for k, _ in parts])
+        rows = sp.vstack([x for _, x in parts], format="csr")
+        result = {}
+        for i, lang in enumerate(self.languages):
+            ends = (offsets[i], offsets[i] + self.n_docs[lang])
+            mine = np.flatnonzero((keys >= ends[0]) & (keys < ends[1]))
+            mine = mine[np.argsort(keys[mine])]
+            result[lang] = rows[mine][:, self.layout.slices[lang]].tocsr()
+        return result
+
     def reset_state(self) -> None:
         """Forget every block's state (a new fit starts from ``None``)."""
         self.step(_clear_state, None, update_state=True, description="reset state")
@@ -319,6 +347,18 @@ class GroupedCorpus(ABC):
 
 def _clear_state(block: GroupBlock, state: Any, shared: Any) -> tuple[None, None, None]:
     return None, None, None
+
+
+def _rows_task(block: GroupBlock, state: Any, shared: tuple) -> tuple[Any, None, tuple]:
+    """The block's documents among the sorted global numbers ``wanted``: (their numbers,
+    their rows over all ``n_terms`` stacked terms)."""
+    wanted, n_terms = shared
+    mask = np.isin(block.doc_key, wanted)
+    sub = block.x[mask].tocsr()
+    rows = sp.csr_matrix(
+        (sub.data, block.cols[sub.indices], sub.indptr), shape=(sub.shape[0], n_terms)
+    )
+    return state, None, (block.doc_key[mask], rows)
 
 
 def _count_task(block: GroupBlock, state: Any, shared: Any) -> tuple[Any, None, int]:

@@ -38,6 +38,7 @@ __all__ = [
     "IterationMonitor",
     "ValidationSet",
     "directions_p_at_1",
+    "distractor_rows",
     "neg_l1_scores",
     "orthonormal_rows",
     "orthonormalising_map",
@@ -117,6 +118,15 @@ def shared_concept_directions(concepts: Mapping[str, np.ndarray]) -> list[Direct
             if shared.size:
                 out.append((l1, l2, i1, i2))
     return out
+
+
+def distractor_rows(n_rows: int, count: int, seed: int = 0) -> np.ndarray:
+    """A seeded sorted sample of ``min(count, n_rows)`` row indices out of ``n_rows``: the
+    same rows every epoch, so the scores of two epochs compare."""
+    k = min(count, n_rows)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(n_rows, size=k, replace=False))
 
 
 def _for_scoring(e: np.ndarray, similarity: str) -> np.ndarray:
@@ -199,7 +209,10 @@ class ValidationSet:
         return [f"{l1}->{l2}" for l1, l2, _, _ in self._directions]
 
     def p_at_1(
-        self, phi_t: Mapping[str, np.ndarray], transform: np.ndarray | None = None
+        self,
+        phi_t: Mapping[str, np.ndarray],
+        transform: np.ndarray | None = None,
+        distractor_rows: Mapping[str, sp.spmatrix] | None = None,
     ) -> tuple[float, dict[str, float]]:
         """Mean P@1 (cosine) over the directions, and per direction.
 
@@ -207,19 +220,25 @@ class ValidationSet:
         (r', r) the map ``phi_t[l] @ transform``, applied to the r'-dimensional embeddings of
         the validation rows instead of to the p_l x r' map (the monitor passes Φ*ᵀ and
         Eq. 15's r x r map: no p x r product per iteration). The candidates of a direction
-        l1->l2 are all validation documents of l2.
+        l1->l2 are all validation documents of l2, and ``distractor_rows[l2]`` (k, p_l2)
+        when given (rows of other concepts, e.g. training documents), embedded alike.
         """
         if not self._directions:
             raise ValueError("the validation set has no pair of languages sharing a concept")
-        emb = {}
-        for lang, x in self.rows.items():
+
+        def embed(lang: str, x: sp.spmatrix) -> np.ndarray:
             # in float64 (a float32 map is cast per language, p_l x r', not the p x r Φᵀ):
             # float32 embeddings could move near-ties, and with them a validation stop
             e = np.asarray(x @ np.asarray(phi_t[lang], dtype=np.float64))
-            if transform is not None:
-                e = e @ transform
-            emb[lang] = e
-        return self.p_at_1_of(emb)
+            return e if transform is None else e @ transform
+
+        emb = {lang: embed(lang, x) for lang, x in self.rows.items()}
+        extra = {
+            lang: embed(lang, x)
+            for lang, x in (distractor_rows or {}).items()
+            if lang in emb and x.shape[0]
+        }
+        return self.p_at_1_of(emb, distractors=extra or None)
 
     def p_at_1_of(
         self,

@@ -54,7 +54,8 @@ class NeuralParams:
         2000,
         lo=0,
         doc="Training documents per language (a seeded sample) added to the candidates of "
-        "the per-epoch validation P@1, so the epoch is chosen ranking among training "
+        "the per-epoch validation P@1 (of the neural methods and S2Net), so the epoch is "
+        "chosen ranking among training "
         "documents as the evaluation does (its pool holds every document up to "
         "evaluate.max_candidates); 0: among the validation documents only, where a model "
         "that memorises its training pairs looks far better than the evaluation finds it.",
@@ -88,6 +89,12 @@ class NeuralParams:
         lo=0.0,
         doc="cT-LASER: margin of the distance constraint's unrelated-sentence term (in units "
         "of the batch's mean vector norm).",
+    )
+    ctlaser_center: bool = param(
+        True,
+        doc="cT-LASER: measure the batch's mean vector norm on the vectors less their batch "
+        "mean. The paper's uncentred norm (false) lets the network shrink every distance by "
+        "adding one large vector to all embeddings, which collapses them on small corpora.",
     )
 
 

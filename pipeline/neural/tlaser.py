@@ -200,7 +200,9 @@ def build_module(sizes: EncoderSizes) -> Any:
     return TLaser()
 
 
-def distance_constraint(torch: Any, ea: Any, eb: Any, en: Any, margin: float, m: Any = None) -> Any:
+def distance_constraint(
+    torch: Any, ea: Any, eb: Any, en: Any, margin: float, m: Any = None, center: bool = True
+) -> Any:
     """cT-LASER's distance-constraint loss for (B, d) embeddings of the pairs' two sides
     (ea, eb) and of unrelated documents (en).
 
@@ -211,12 +213,28 @@ def distance_constraint(torch: Any, ea: Any, eb: Any, en: Any, margin: float, m:
 
     pull translations together and push unrelated documents at least ``margin`` mean norms
     away; dividing by m keeps the network from shrinking every vector to win the first term.
+
+    ``center`` (the default) measures m on the vectors less their batch mean: the paper's
+    uncentred m lets the network win both terms by adding one large vector to every embedding
+    (m grows, every distance over m shrinks; the hinge then costs at most ``margin``), which
+    the encoder's final LayerNorm bias does within an epoch and which leaves the embeddings
+    indistinguishable by cosine. Distances do not change with centring, only m.
     """
     if m is None:
-        m = torch.cat([ea, eb, en]).norm(dim=1).mean()
+        m = _mean_norm(torch, torch.cat([ea, eb, en]), center)
     pos = (ea - eb).norm(dim=1) / m
     neg = (ea - en).norm(dim=1) / m
     return pos.mean() + torch.relu(margin - neg).mean()
+
+
+def _mean_norm(torch: Any, e: Any, center: bool, total: int | None = None) -> Any:
+    """Mean vector norm of the (n, d) rows ``e``, less their mean if ``center``; ``total``
+    (with the sums over processes by :func:`all_sum`): the whole batch's, of ``total`` rows."""
+    count = e.shape[0] if total is None else total
+    add = (lambda x: x) if total is None else all_sum
+    if center:
+        e = e - add(e.sum(dim=0)) / count
+    return add(e.norm(dim=1).sum()) / count
 
 
 def encode_texts(torch: Any, model: Any, ids: list[np.ndarray], batch: int = 64) -> np.ndarray:
@@ -245,6 +263,8 @@ class TLaserTask:
         The ``<2l>`` tag id of each language.
     sizes : EncoderSizes
     beta, margin : the cT-LASER constraint's weight and margin (β = 0: T-LASER)
+    center : whether the constraint's mean norm is measured on batch-centred vectors
+        (:func:`distance_constraint`)
     validation : dict of str to (list of ndarray, ndarray) or None
         Per language, validation documents' ids and concept ids.
     distractors : int
@@ -259,6 +279,7 @@ class TLaserTask:
     sizes: EncoderSizes
     beta: float = 0.0
     margin: float = 1.0
+    center: bool = True
     validation: dict[str, tuple[list[np.ndarray], np.ndarray]] | None = None
     distractors: int = 0
     pairs: np.ndarray = field(init=False)
@@ -321,9 +342,9 @@ class TLaserTask:
         if self.beta > 0:
             n = len(items)
             en = model(self._src(torch, lb, draws[items]))
-            # the slices are equal, so the slice's mean terms average to the batch's; only m,
-            # a mean over the whole batch, needs the other processes' vectors
-            m = all_sum(torch.cat([emb, en]).norm(dim=1).sum()) / (3 * len(batch))
+            # the slices are equal, so the slice's mean terms average to the batch's; only m
+            # (and the centre), means over the whole batch, need the other processes' vectors
+            m = _mean_norm(torch, torch.cat([emb, en]), self.center, total=3 * len(batch))
             loss = loss + self.beta * distance_constraint(
                 torch, emb[:n], emb[n:], en, self.margin, m=m
             )

@@ -14,18 +14,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pipeline.linalg.monitor import directions_p_at_1, shared_concept_directions
+from pipeline.linalg.monitor import (
+    directions_p_at_1,
+    distractor_rows,
+    shared_concept_directions,
+)
 
 __all__ = ["distractor_rows", "validation_p_at_1"]
-
-
-def distractor_rows(n_rows: int, count: int, seed: int = 0) -> np.ndarray:
-    """A seeded sorted sample of ``min(count, n_rows)`` row indices out of ``n_rows``: the
-    same rows every epoch, so the scores of two epochs compare."""
-    k = min(count, n_rows)
-    if k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.sort(np.random.default_rng(seed).choice(n_rows, size=k, replace=False))
 
 
 def validation_p_at_1(

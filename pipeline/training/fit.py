@@ -134,6 +134,7 @@ def _fit_grouped(t: TrainConfig, data: TrainingData, ckpt: str | None) -> Fitted
             gamma=t.s2net_gamma,
             negatives=t.s2net_negatives,
             validation=validation,
+            distractors=t.neural_validation_distractors,
             checkpoint=store,
             seed=t.seed,
         )

@@ -112,6 +112,7 @@ def _tlaser_task(t: TrainConfig, data: Any) -> tuple[Any, bytes]:
         sizes=sizes,
         beta=t.ctlaser_beta if t.method == "ctlaser" else 0.0,
         margin=t.ctlaser_margin,
+        center=t.ctlaser_center,
         validation=validation or None,
         distractors=t.neural_validation_distractors,
     )
