@@ -35,11 +35,11 @@ def test_distance_constraint_against_a_hand_computation():
         return np.mean(pos) + np.mean([max(0.0, margin - v) for v in neg])
 
     # the paper's m: the mean norm of the six vectors
-    literal = float(distance_constraint(torch, ea, eb, en, margin, center=False))
+    literal = float(distance_constraint(torch, ea, eb, en, margin))
     assert literal == pytest.approx(want(sum([5, 1, 3, 1, 4, 2]) / 6), rel=1e-6)
     # centred: the six vectors' mean is (1, 4/3); their norms less it, by hand
     rows = np.array([[3, 4], [0, 1], [3, 0], [0, 1], [0, 4], [0, -2]], float) - [1, 4 / 3]
-    centred = float(distance_constraint(torch, ea, eb, en, margin))
+    centred = float(distance_constraint(torch, ea, eb, en, margin, center=True))
     assert centred == pytest.approx(want(np.linalg.norm(rows, axis=1).mean()), rel=1e-6)
     # scaling every vector leaves both unchanged (the batch-norm normalisation)
     for center, got in [(False, literal), (True, centred)]:
@@ -58,12 +58,14 @@ def test_centred_distance_constraint_cannot_be_won_by_a_common_offset():
     en = torch.randn(32, 8, generator=g)
     shift = torch.full((8,), 1e4)
     shifted = (ea + shift, eb + shift, en + shift)
-    literal = float(distance_constraint(torch, ea, eb, en, 1.0, center=False))
-    literal_shifted = float(distance_constraint(torch, *shifted, 1.0, center=False))
+    literal = float(distance_constraint(torch, ea, eb, en, 1.0))
+    literal_shifted = float(distance_constraint(torch, *shifted, 1.0))
     assert literal_shifted < literal
     assert literal_shifted == pytest.approx(1.0, abs=1e-3)
-    centred = float(distance_constraint(torch, ea, eb, en, 1.0))
-    assert float(distance_constraint(torch, *shifted, 1.0)) == pytest.approx(centred, rel=1e-3)
+    centred = float(distance_constraint(torch, ea, eb, en, 1.0, center=True))
+    assert float(distance_constraint(torch, *shifted, 1.0, center=True)) == pytest.approx(
+        centred, rel=1e-3
+    )
 
 
 def _corpus(n: int = 12):
@@ -76,7 +78,7 @@ def _corpus(n: int = 12):
     return en, de
 
 
-def _task(beta: float = 0.0, n: int = 12) -> TLaserTask:
+def _task(beta: float = 0.0, n: int = 12, center: bool = False) -> TLaserTask:
     en, de = _corpus(n)
     vocab = SubwordVocabulary.train(en + de, ["en", "de"], 60)
     sizes = EncoderSizes(len(vocab), dim=32, heads=2, layers=2, ff=64, max_tokens=16)
@@ -86,6 +88,7 @@ def _task(beta: float = 0.0, n: int = 12) -> TLaserTask:
         concepts=[np.arange(n), np.arange(n)],
         tags=[vocab.tag("en"), vocab.tag("de")],
         sizes=sizes,
+        center=center,
         beta=beta,
         margin=1.0,
     )
@@ -174,16 +177,17 @@ def test_encoder_model_directory_round_trip(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("beta", [0.0, 0.5])
-def test_torch_distributor_run_equals_a_single_process_run(spark, beta):
+@pytest.mark.parametrize(("beta", "center"), [(0.0, False), (0.5, False), (0.5, True)])
+def test_torch_distributor_run_equals_a_single_process_run(spark, beta, center):
     """Two processes take the single process's steps: the translation loss is normalised by
-    the whole batch's token count and cT-LASER's m is the whole batch's mean norm (per-slice
-    normalisers moved the embeddings by 0.87 (β = 0) and 1.87 (β = 0.5) on this task)."""
+    the whole batch's token count and cT-LASER's m is the whole batch's mean norm, centred
+    on the whole batch's mean (per-slice normalisers moved the embeddings by 0.87 (β = 0)
+    and 1.87 (β = 0.5) on this task)."""
     from pipeline.training.neural import train_task
 
     settings = LoopSettings(epochs=3, batch_size=8, lr=0.01, seed=7)
-    single = run_loop(_task(beta, 24), settings)
-    distributed = train_task(_task(beta, 24), settings, processes=2)
+    single = run_loop(_task(beta, 24, center), settings)
+    distributed = train_task(_task(beta, 24, center), settings, processes=2)
     assert distributed["world_size"] == 2
     for h1, h2 in zip(single["history"], distributed["history"]):
         assert h1["loss"] == pytest.approx(h2["loss"], rel=1e-5)

@@ -91,10 +91,10 @@ class NeuralParams:
         "of the batch's mean vector norm).",
     )
     ctlaser_center: bool = param(
-        True,
+        False,
         doc="cT-LASER: measure the batch's mean vector norm on the vectors less their batch "
-        "mean. The paper's uncentred norm (false) lets the network shrink every distance by "
-        "adding one large vector to all embeddings, which collapses them on small corpora.",
+        "mean (true) instead of the paper's uncentred norm (false), which the network can "
+        "inflate by adding one vector to every embedding (docs/neural.md).",
     )
 
 

@@ -201,7 +201,7 @@ def build_module(sizes: EncoderSizes) -> Any:
 
 
 def distance_constraint(
-    torch: Any, ea: Any, eb: Any, en: Any, margin: float, m: Any = None, center: bool = True
+    torch: Any, ea: Any, eb: Any, en: Any, margin: float, m: Any = None, center: bool = False
 ) -> Any:
     """cT-LASER's distance-constraint loss for (B, d) embeddings of the pairs' two sides
     (ea, eb) and of unrelated documents (en).
@@ -214,11 +214,11 @@ def distance_constraint(
     pull translations together and push unrelated documents at least ``margin`` mean norms
     away; dividing by m keeps the network from shrinking every vector to win the first term.
 
-    ``center`` (the default) measures m on the vectors less their batch mean: the paper's
-    uncentred m lets the network win both terms by adding one large vector to every embedding
-    (m grows, every distance over m shrinks; the hinge then costs at most ``margin``), which
-    the encoder's final LayerNorm bias does within an epoch and which leaves the embeddings
-    indistinguishable by cosine. Distances do not change with centring, only m.
+    ``center`` measures m on the vectors less their batch mean. The paper's uncentred m
+    can be inflated by adding one large vector to every embedding (every distance over m
+    shrinks; the hinge then costs at most ``margin``), a state the encoder's final LayerNorm
+    bias reaches easily; distances do not change with centring, only m. (Measured on the
+    DDTP sample it did not explain cT-LASER's stall: bench/README.md.)
     """
     if m is None:
         m = _mean_norm(torch, torch.cat([ea, eb, en]), center)
@@ -279,7 +279,7 @@ class TLaserTask:
     sizes: EncoderSizes
     beta: float = 0.0
     margin: float = 1.0
-    center: bool = True
+    center: bool = False
     validation: dict[str, tuple[list[np.ndarray], np.ndarray]] | None = None
     distractors: int = 0
     pairs: np.ndarray = field(init=False)
