@@ -158,16 +158,39 @@ def test_resume_after_a_kill_ends_with_the_uninterrupted_weights(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["epoch-0006.pt"]
 
 
+def three_language_task() -> XcnnTask:
+    """tiny_task plus a language c with documents of concepts 0..2 only: most slices of a
+    batch have no pair of c, some batches none at all (its parameters then get no gradient
+    in some or all processes)."""
+    base = tiny_task()
+    return XcnnTask(
+        ["a", "b", "c"],
+        [*base.rows, base.rows[0][:3]],
+        [*base.concepts, np.arange(3)],
+        dim=base.dim,
+        scale=base.scale,
+    )
+
+
 @pytest.mark.slow
 def test_torch_distributor_run_equals_a_single_process_run(spark):
     from pipeline.training.neural import train_task
 
-    task = tiny_task()
+    task = three_language_task()
     settings = LoopSettings(epochs=3, batch_size=8, lr=0.02, seed=7)
+    # the loop's batches (run_loop: epoch e's permutation seeded by (seed, e)): one process's
+    # slice has a pair of c while the other's has none
+    has_c = (task.pairs[:, 0] == 2) | (task.pairs[:, 2] == 2)
+    steps = task.n_items // 8
+    slices = [
+        np.random.default_rng([7, e]).permutation(task.n_items)[: steps * 8].reshape(-1, 2, 4)
+        for e in range(3)
+    ]
+    assert any(has_c[b[0]].any() != has_c[b[1]].any() for s in slices for b in s)
     single = run_loop(task, settings)
     distributed = train_task(task, settings, processes=2)
     assert distributed["world_size"] == 2 and single["world_size"] == 1
-    for lang in ("a", "b"):
+    for lang in ("a", "b", "c"):
         # the same steps; the gradients differ by the all-reduce's rounding only
         np.testing.assert_allclose(distributed["weights"][lang], single["weights"][lang],
                                    rtol=0, atol=2e-5)  # fmt: skip
