@@ -249,6 +249,7 @@ def test_evaluation_scores_the_classic_methods_beside_cr5(spark, corpus_root, tm
         f"evaluate.report_dir={tmp_path}/reports",
         f"evaluate.baseline_models_dir={tmp_path}/baselines",
         "evaluate.methods=[opca, jplsa, cplsa, s2net]",
+        "evaluate.gamma_grid=[0.0001, 1.0]",
         "evaluate.plot=false",
         "train.plsa_maxiter=8",
         "train.plsa_stop_rule=validation",
@@ -273,8 +274,12 @@ def test_evaluation_scores_the_classic_methods_beside_cr5(spark, corpus_root, tm
         assert np.mean(l1) > 0.1
     md = Path(report["report_md"]).read_text()
     assert "| jplsa |" in md and "l1: " in md
+    # S2Net's start (OPCA's γ) is chosen on validation like OPCA's own γ: γ = 1 makes OPCA
+    # per-language PCA, a start with no crosslingual signal
     s2 = report["methods"]["s2net"]
-    assert s2["params"] == {"γ": cfg.train.gamma}
+    curve = {c["gamma"]: c["score"] for c in s2["gamma_selection"]["curve"]}
+    assert list(curve) == [0.0001, 1.0] and curve[1.0] < curve[0.0001]
+    assert s2["params"] == {"γ": 0.0001} and s2["model"].endswith("gamma=0.0001")
     # a topic model through the embed stage: the public path, topic distributions
     model = Cr5Model.load(report["methods"]["jplsa"]["model"])
     emb_cfg = cfg_for(

@@ -507,8 +507,9 @@ class EvaluateConfig(RetrievalParams):
         default_factory=list,
         lo=0.0,
         lo_open=True,
-        doc="γ of CCA and OPCA chosen on the validation concepts when two or more values are "
-        "given; else train.gamma. A large γ turns both into per-language PCA.",
+        doc="γ of CCA, OPCA and S2Net (its OPCA start) chosen on the validation concepts "
+        "when two or more values are given; else train.gamma. A large γ turns CCA and OPCA "
+        "into per-language PCA.",
     )
     classify_labels: str | None = param(
         None,

@@ -81,6 +81,12 @@ class Context:
     splits_rows: list
 
 
+#: Methods fitted once per γ of ``evaluate.gamma_grid``, the best kept (S2Net starts from
+#: OPCA's map with γ: fitted with train.gamma alone, it started from a map far below the
+#: OPCA the same evaluation chose, on the full DDTP corpus).
+GAMMA_METHODS = ("cca", "opca", "s2net")
+
+
 def check_no_leak(spark: SparkSession, cfg: Config, splits: DataFrame, splits_path: str) -> int:
     """Raise when a training (tfidf) row belongs to a test/validation concept; return 0."""
     leaked = count_leaked_rows(spark, cfg, splits.select("concept_id"))
@@ -169,10 +175,10 @@ def train_and_evaluate(
     """Train ``method`` on the model's training rows and evaluate it on the test concepts.
 
     Same training rows (train.* selection), same r as the evaluated model (its λ for cr5),
-    same splits, candidates and engine: only the method differs. CCA and OPCA take γ from
-    ``evaluate.gamma_grid`` when it has two or more values, chosen on the validation
-    concepts like λ (otherwise ``train.gamma``). A method with a similarity of its own (the
-    topic models' L1) is scored with it too
+    same splits, candidates and engine: only the method differs. CCA, OPCA and S2Net (whose
+    start is OPCA's map) take γ from ``evaluate.gamma_grid`` when it has two or more values,
+    chosen on the validation concepts like λ (otherwise ``train.gamma``). A method with a
+    similarity of its own (the topic models' L1) is scored with it too
     (:func:`~pipeline.evaluation.protocol.model_measures`). ``data`` is the loaded training rows
     (:func:`pipeline.training.load_training_data`), shared by every fit.
     """
@@ -182,7 +188,7 @@ def train_and_evaluate(
     r = cfg.train.r if meta.get("phi_format") == "selection" else int(meta["r"])
     lam = float(meta["lam"])
     gammas = [cfg.train.gamma]
-    if method in ("cca", "opca") and len(e.gamma_grid) >= 2:
+    if method in GAMMA_METHODS and len(e.gamma_grid) >= 2:
         gammas = list(e.gamma_grid)
     curve: list[dict[str, Any]] = []
     t0 = time.perf_counter()
