@@ -104,15 +104,22 @@ def test_triples_pair_a_concepts_documents_with_other_concepts_documents():
     assert a.size == 3 * len(pairs)
 
 
-def test_fit_improves_a_poor_start_and_keeps_the_best_epoch():
+def poor_start_problem(validation_seed: int) -> tuple:
+    """corpus(), a random start of r = 3 and 20 validation documents per language of
+    corpus(seed=validation_seed)."""
     data, c = corpus()
     rng = np.random.default_rng(5)
     init = {lang: rng.standard_normal((x.shape[1], 3)) for lang, (x, _) in data.items()}
-    val_data, _ = corpus(seed=0)
+    val_data, _ = corpus(seed=validation_seed)
     validation = ValidationSet(
         {lang: x[:20] for lang, (x, _) in val_data.items()},
         {lang: np.arange(20) for lang in val_data},
     )
+    return data, c, init, validation
+
+
+def test_fit_improves_a_poor_start_and_keeps_the_best_epoch():
+    _, c, init, validation = poor_start_problem(validation_seed=0)
     res = fit_s2net(
         c,
         init,
@@ -149,14 +156,7 @@ def test_validation_ranks_among_training_document_distractors():
     """The epoch is scored with training documents among the candidates: the recorded
     scores are P@1 with the sampled rows embedded as extra candidates, computed here from
     the matrices, and lower than among validation documents alone."""
-    data, c = corpus()
-    rng = np.random.default_rng(5)
-    init = {lang: rng.standard_normal((x.shape[1], 3)) for lang, (x, _) in data.items()}
-    val_data, _ = corpus(seed=1)
-    validation = ValidationSet(
-        {lang: x[:20] for lang, (x, _) in val_data.items()},
-        {lang: np.arange(20) for lang in val_data},
-    )
+    data, c, init, validation = poor_start_problem(validation_seed=1)
     kw = {"r": 3, "learning_rates": [0.5, 5.0], "epochs": [0, 5], "batch_concepts": 10}
     plain = fit_s2net(c, init, validation=validation, **kw)
     hard = fit_s2net(c, init, validation=validation, distractors=15, **kw)
