@@ -30,9 +30,8 @@ TF-IDF rows):
   start itself); the best (rate, epochs) is the model. A single candidate needs no
   validation documents. The candidates of that P@1 include ``distractors`` training
   documents per language (a seeded sample, :meth:`GroupedCorpus.sample_rows`), as the
-  evaluation's pool does: among the validation documents alone, more epochs look better
-  while the map learns its training documents (bench/README.md, "Every non-neural method on
-  the same splits").
+  evaluation's pool does: among the validation documents alone, a map that learns its
+  training documents looks better than the evaluation will find it.
 
 Checkpoints (a :class:`~pipeline.linalg.checkpoint.CheckpointStore`): W, the best W so far and
 the position (rate, epoch), after every epoch; a rerun resumes at the next epoch.

@@ -81,9 +81,9 @@ class Context:
     splits_rows: list
 
 
-#: Methods fitted once per γ of ``evaluate.gamma_grid``, the best kept (S2Net starts from
-#: OPCA's map with γ: fitted with train.gamma alone, it started from a map far below the
-#: OPCA the same evaluation chose, on the full DDTP corpus).
+#: Methods fitted once per γ of ``evaluate.gamma_grid``, the best kept. S2Net is among them
+#: because it starts from OPCA's map: its start needs the γ choice OPCA gets, or it begins
+#: below the OPCA it is compared with.
 GAMMA_METHODS = ("cca", "opca", "s2net")
 
 

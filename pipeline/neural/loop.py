@@ -131,10 +131,9 @@ def average_gradients(torch: Any, model: Any, world: int) -> None:
 
     What DistributedDataParallel does, except for parameters a process's slice did not use:
     XCNN's maps are per language, and a slice of a batch can lack a language that another
-    slice has (the full DDTP corpus has 1,203 Spanish training documents against 22,159
-    English ones), which DDP refuses mid-training. Here an unused parameter counts as a zero
-    gradient, and one that no process used keeps no gradient, so Adam leaves it alone as a
-    single process running the whole batch would.
+    slice has (a language with few training documents), which DDP refuses mid-training.
+    Here an unused parameter counts as a zero gradient, and one that no process used keeps
+    no gradient, so Adam leaves it alone as a single process running the whole batch would.
     """
     import torch.distributed as dist
 

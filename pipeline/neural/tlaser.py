@@ -217,8 +217,7 @@ def distance_constraint(
     ``center`` measures m on the vectors less their batch mean. The paper's uncentred m
     can be inflated by adding one large vector to every embedding (every distance over m
     shrinks; the hinge then costs at most ``margin``), a state the encoder's final LayerNorm
-    bias reaches easily; distances do not change with centring, only m. (Measured on the
-    DDTP sample it did not explain cT-LASER's stall: bench/README.md.)
+    bias reaches easily; distances do not change with centring, only m.
     """
     if m is None:
         m = _mean_norm(torch, torch.cat([ea, eb, en]), center)
