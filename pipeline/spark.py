@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from pipeline.config import SparkConfig
@@ -27,7 +28,8 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
     props = {
         "spark.app.name": cfg.app_name,
         "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
-        "spark.ui.enabled": str(cfg.ui).lower(),
+        # ui: null means on for a cluster, off on a laptop or CI machine.
+        "spark.ui.enabled": str(not local if cfg.ui is None else cfg.ui).lower(),
         # Reuse Python workers: a task then does not pay for starting a Python process.
         "spark.python.worker.reuse": "true",
         "spark.sql.session.timeZone": "UTC",
@@ -49,6 +51,40 @@ def spark_properties(cfg: SparkConfig, *, local: bool) -> dict[str, str]:
     return props
 
 
+def submitted_properties(conf: Mapping[str, str], script: str) -> dict[str, str]:
+    """The properties a spark-submit command line set, from its JVM's SparkConf ``conf``.
+
+    spark-submit always sets spark.app.name: without --name (or --conf spark.app.name) it
+    is the primary resource's file name, ``script``'s base name. That default names no
+    choice of the submitter, so it is dropped here and the profile's app_name fills in; an
+    explicit --name equal to the script's file name is indistinguishable and yields too.
+    """
+    props = dict(conf)
+    if props.get("spark.app.name") == os.path.basename(script):
+        del props["spark.app.name"]
+    return props
+
+
+def merge_submitted(
+    profile: Mapping[str, str], submitted: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """What the builder sets under spark-submit: the ``profile``'s properties that the
+    submission left unset (a builder option would override spark-submit's ``--conf``,
+    ``--properties-file``, spark-defaults.conf and its flags such as --executor-memory).
+
+    Returns the properties to set and one ``key=submitted (profile: value)`` entry per
+    property on which the two disagree (the submitted value is kept).
+    """
+    props: dict[str, str] = {}
+    disagreements: list[str] = []
+    for key, value in profile.items():
+        if key not in submitted:
+            props[key] = value
+        elif submitted[key] != value:
+            disagreements.append(f"{key}={submitted[key]} (profile: {value})")
+    return props, disagreements
+
+
 def get_spark(
     cfg: SparkConfig, driver_memory: str | None = None, *, log_file: str | None = None
 ):  # -> SparkSession
@@ -58,7 +94,11 @@ def get_spark(
     command line's; otherwise ``cfg.master`` (default ``local[2]``) is used and a
     local JVM is started with ``driver_memory`` (the runner's memory plan,
     :func:`pipeline.memory.driver_memory`), else ``cfg.driver_memory``, whose ``auto`` is
-    the heap of :func:`pipeline.memory.local_heap` for this machine. A ``spark://`` master
+    the heap of :func:`pipeline.memory.local_heap` for this machine. Under spark-submit
+    every property its command line (or properties file, or spark-defaults.conf) set wins
+    over the profile's, with one warning naming those that disagree
+    (:func:`merge_submitted`); otherwise the profile's properties are all set. A
+    ``spark://`` master
     is waited for up to ``cfg.master_wait_seconds``. With ``log_file``, a JVM started here
     (or a spark-submit JVM without a SparkContext yet) sends its output to that file
     (:mod:`pipeline.runlog`); a session that exists already is left as it is.
@@ -68,13 +108,16 @@ def get_spark(
 
     submitted = launched_by_spark_submit()
     fresh = SparkContext._active_spark_context is None
+    submitted_conf: dict[str, str] = {}
     if submitted:
         from pyspark import SparkConf
 
-        # The JVM is up already; its conf holds spark-submit's --master.
+        # The JVM is up already; its conf holds spark-submit's --master, --conf, flags and
+        # properties file (or spark-defaults.conf).
         SparkContext._ensure_initialized()  # connects to it (no SparkContext yet)
         master = None
-        submitted_master = SparkConf().get("spark.master", "")
+        submitted_conf = dict(SparkConf().getAll())
+        submitted_master = submitted_conf.get("spark.master", "")
         local = submitted_master.startswith("local")
         if fresh:
             wait_for_master(submitted_master, cfg.master_wait_seconds, key="--master")
@@ -112,7 +155,16 @@ def get_spark(
             driver_memory = format_size(local_heap(Machine.detect()))
         builder = builder.master(master)
         builder = builder.config("spark.driver.memory", driver_memory)
-    for key, value in spark_properties(cfg, local=local).items():
+    props = spark_properties(cfg, local=local)
+    if submitted:
+        props, disagreements = merge_submitted(
+            props, submitted_properties(submitted_conf, sys.argv[0] if sys.argv else "")
+        )
+        if disagreements:
+            log.warning(
+                "spark-submit's settings win over the profile: %s", ", ".join(disagreements)
+            )
+    for key, value in props.items():
         builder = builder.config(key, value)
     launch = log_file if fresh and SparkContext._gateway is None else None
     if log_file and fresh:

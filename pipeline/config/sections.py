@@ -50,7 +50,8 @@ class SparkConfig:
     """How the SparkSession is built (see :mod:`pipeline.spark`).
 
     Under ``spark-submit`` the master and driver memory come from the command line
-    and ``master``/``driver_memory`` here are ignored.
+    and ``master``/``driver_memory`` here are ignored; every other property the submission
+    sets (``--conf``, ``--properties-file``, spark-defaults.conf) wins over the one here.
     """
 
     master: str = param("local[2]", doc="Spark master URL for plain `python` runs.")
@@ -63,7 +64,12 @@ class SparkConfig:
         'at most half of it, at least 2g (docs/performance.md, "Memory").',
     )
     shuffle_partitions: int = param(8, lo=1, doc="spark.sql.shuffle.partitions.")
-    ui: bool = param(False, doc="Start the Spark web UI.")
+    ui: bool | None = param(
+        None,
+        doc="Start the Spark web UI. null (the default): on for a cluster master, off for a "
+        "local[...] one (a laptop or CI machine never listens on a public port). Under "
+        "spark-submit, --conf spark.ui.enabled wins (deploy/README.md, 'Which setting wins').",
+    )
     conf: dict[str, str] = param(
         default_factory=dict,
         doc='Extra Spark properties, e.g. {"spark.executor.memory": "8g"}.',
