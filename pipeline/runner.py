@@ -106,12 +106,14 @@ def run_stages(
     thread is left to print at exit; one that existed before (a test's) is kept. An
     exception leaves annotated with the stage that raised it and the stages that finished
     (:func:`pipeline.failures.annotate`). With ``outputs_json``, what each stage produced
-    is written there after it (:mod:`pipeline.outputs`).
+    is written there after it (:mod:`pipeline.outputs`). While a stage runs, its Spark jobs'
+    progress is logged every ``spark.progress_seconds`` (:mod:`pipeline.progress`).
     """
     from pyspark import SparkContext
 
     from pipeline.memory import driver_memory
     from pipeline.outputs import stage_outputs, write_outputs
+    from pipeline.progress import stage_progress
     from pipeline.spark import get_spark
 
     fns = [(n, get_stage(n)) for n in names]
@@ -129,7 +131,8 @@ def run_stages(
             t0 = time.perf_counter()
             log.info("stage %s: starting", name)
             spark.sparkContext.setJobGroup(name, f"cr5 stage {name}", interruptOnCancel=True)
-            report = fn(spark, cfg)
+            with stage_progress(spark, name, interval=cfg.spark.progress_seconds):
+                report = fn(spark, cfg)
             report["wall_seconds"] = round(time.perf_counter() - t0, 2)
             log.info("stage %s: finished in %.1f s", name, report["wall_seconds"])
             reports[name] = report

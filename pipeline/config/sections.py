@@ -81,6 +81,14 @@ class SparkConfig:
         "before the run stops (exit 2) with a message naming it, instead of Spark's own "
         "minute of registration attempts; 0: one attempt (pipeline/failures.py).",
     )
+    progress_seconds: float = param(
+        30.0,
+        lo=0.0,
+        doc="While a stage's Spark jobs run, log one line this often: the stage, the jobs and "
+        "their descriptions, tasks done/total, the rate and an ETA (nothing while no Spark job "
+        "is active); on a terminal a one-line bar is redrawn every second too. 0: off "
+        "(pipeline/progress.py).",
+    )
     driver_malloc_tuning: bool = param(
         True,
         doc="Python driver process (glibc): keep freed blocks up to 64 MB in the heap and trim "
