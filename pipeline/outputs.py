@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from pipeline.config import Config
@@ -64,10 +62,10 @@ def index_record(path: str) -> dict[str, Any]:
 
 def model_record(path: str) -> dict[str, Any]:
     """A model directory's identity and sizes from its ``model.json``."""
-    from pipeline.model.format import MODEL_JSON, read_model_json
+    from pipeline.model.format import MODEL_JSON, model_directory, read_model_json
 
     meta = read_model_json(path)
-    digest = hashlib.sha256((Path(path) / MODEL_JSON).read_bytes()).hexdigest()
+    digest = hashlib.sha256((model_directory(path) / MODEL_JSON).read_bytes()).hexdigest()
     training = meta.get("training", {})
     return {
         "path": path,
@@ -83,10 +81,8 @@ def model_record(path: str) -> dict[str, Any]:
 
 
 def write_outputs(path: str, outputs: dict[str, Any]) -> None:
-    """Write ``outputs`` as JSON to the local file ``path`` (atomically: a reader sees the
-    previous file or this one)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(outputs, indent=1, sort_keys=True, default=str), encoding="utf-8")
-    os.replace(tmp, target)
+    """Write ``outputs`` as JSON to ``path``, a local file or any URI the session's storage
+    resolves (atomically: a reader sees the previous file or this one)."""
+    from pipeline.io.storage import write_file
+
+    write_file(path, json.dumps(outputs, indent=1, sort_keys=True, default=str))

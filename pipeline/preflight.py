@@ -6,7 +6,9 @@ with one paragraph naming the key and the fix.
 
 - :func:`check_spark_master`: ``spark.master`` is a master URL Spark accepts;
 - :func:`check_output_paths`: every local output root is a writable directory (one
-  probe file per root; URIs such as ``hdfs://`` or ``s3a://`` are not probed);
+  probe file per root; roots on other stores, ``hdfs://``, ``s3a://``, ``viewfs://``, are
+  probed the same way through the session's Hadoop FileSystem as soon as it starts:
+  :func:`check_remote_output_paths`);
 - :func:`check_rank`: ``train.r`` against the data, from the manifests of datasets an
   earlier run wrote (the ``concepts`` and ``vocabulary`` manifests have the counts);
   the train stage calls it again with the loaded data, before solving;
@@ -27,6 +29,7 @@ import os
 import re
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config import Config
@@ -64,16 +67,27 @@ def check_spark_master(master: str, *, key: str = "spark.master") -> None:
     )
 
 
-def output_roots(cfg: Config) -> dict[str, str]:
-    """The local directories the run writes under, each with the key that sets it.
+def output_locations(cfg: Config) -> dict[str, str]:
+    """Every directory the run writes under, each with the key that sets it.
 
-    ``paths.root``, plus the parent of every explicitly set dataset path and of
-    ``train.checkpoint_dir`` that lies outside it.
+    ``paths.root``, plus the parent of every explicitly set dataset path, of
+    ``paths.logs`` and of ``train.checkpoint_dir`` that lies outside it. Local directories
+    are absolute paths; directories on other stores are their URIs.
     """
-    roots: dict[str, str] = {}
-    root = local_fs_path(cfg.paths.root)
-    if root is not None:
-        roots[os.path.abspath(root)] = "paths.root"
+    locations: dict[str, str] = {}
+
+    def add(path: str, key: str, *, parent: bool = False) -> None:
+        local = local_fs_path(path)
+        if local is not None:
+            where, sep = os.path.abspath(local), os.sep
+            where = os.path.dirname(where) if parent else where
+        else:
+            where, sep = path.rstrip("/"), "/"
+            where = where.rpartition("/")[0] if parent else where
+        if not any(where == r or where.startswith(r + sep) for r in locations):
+            locations.setdefault(where, key)
+
+    add(cfg.paths.root, "paths.root")
     explicit = {
         f"paths.{name}": getattr(cfg.paths, name)
         for name in (
@@ -86,18 +100,53 @@ def output_roots(cfg: Config) -> dict[str, str]:
             "embeddings",
             "evaluation",
             "index",
+            "word_vectors",
         )
     }
+    if cfg.paths.logs:
+        explicit["paths.logs"] = cfg.paths.logs.rstrip("/") + "/x"
     if cfg.train.checkpoint_dir:
         explicit["train.checkpoint_dir"] = cfg.train.checkpoint_dir.rstrip("/") + "/x"
     for key, value in explicit.items():
-        local = local_fs_path(value) if value else None
-        if local is None:
-            continue
-        parent = os.path.dirname(os.path.abspath(local))
-        if not any(parent == r or parent.startswith(r + os.sep) for r in roots):
-            roots.setdefault(parent, key)
-    return roots
+        if value:
+            add(value, key, parent=True)
+    return locations
+
+
+def output_roots(cfg: Config) -> dict[str, str]:
+    """The local directories among :func:`output_locations` (probed before Spark starts)."""
+    return {p: k for p, k in output_locations(cfg).items() if local_fs_path(p) is not None}
+
+
+def remote_output_roots(cfg: Config) -> dict[str, str]:
+    """The directories of :func:`output_locations` on other stores (probed through the
+    session's Hadoop FileSystem once it runs: :func:`check_remote_output_paths`)."""
+    return {p: k for p, k in output_locations(cfg).items() if local_fs_path(p) is None}
+
+
+def check_remote_output_paths(spark: Any, cfg: Config) -> list[str]:
+    """Create every remote output root and write (then remove) one probe file in it, through
+    the session's storage (:mod:`pipeline.io.storage`), so that a store the driver cannot
+    write fails in a second, before any stage, naming the key; returns those probed."""
+    from pipeline.io.storage import join, storage_for
+
+    roots = remote_output_roots(cfg)
+    for directory, key in roots.items():
+        probe = join(directory, f".cr5-probe-{os.getpid()}")
+        try:
+            store = storage_for(directory, spark)
+            store.mkdirs(directory)
+            store.replace_bytes(probe, b"")
+            store.delete(probe)
+        except Exception as exc:  # py4j wraps the store's IOException
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"the output directory {directory} ({key}) cannot be written through the "
+                f"session's Hadoop FileSystem: {reason[:300]}. Nothing was run. Fix: check "
+                f"the URI, the cluster's credentials for that store (spark.hadoop.* "
+                f"settings) and permissions, or set {key} to another location."
+            ) from None
+    return sorted(roots)
 
 
 def check_writable(directory: str, key: str) -> None:

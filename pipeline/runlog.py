@@ -24,11 +24,12 @@ import contextlib
 import datetime as _dt
 import logging
 import os
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from pipeline.io.storage import is_local, join, local_path, scratch_root, storage_for
 
 __all__ = [
     "RunLog",
@@ -43,17 +44,11 @@ log = logging.getLogger(__name__)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def _is_uri(path: str) -> bool:
-    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path)) and not path.startswith("file:")
-
-
-def log_directory(root: str, logs: str | None) -> Path:
-    """``paths.logs``, else ``<paths.root>/logs`` for a local root, else ``./logs``."""
+def log_directory(root: str, logs: str | None) -> str:
+    """``paths.logs``, else ``<paths.root>/logs`` (a local directory or any store's URI)."""
     if logs:
-        return Path(logs.removeprefix("file://").removeprefix("file:"))
-    if _is_uri(root):
-        return Path("logs")
-    return Path(root.removeprefix("file://").removeprefix("file:")) / "logs"
+        return local_path(logs)
+    return join(local_path(root), "logs")
 
 
 class _QuietFileHandler(logging.FileHandler):
@@ -79,11 +74,17 @@ class RunLog:
     Attributes
     ----------
     path : pathlib.Path
-        The log file.
+        The log file (local: a file handler appends to it).
+    remote : str or None
+        Where the file is published when ``paths.logs`` is on another store (HDFS, an object
+        store, ``viewfs://``): :meth:`publish` copies it there while the Spark session that
+        reaches the store still runs; the local file is the driver's scratch copy.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, remote: str | None = None) -> None:
         self.path = path
+        self.remote = remote
+        self._written: set[int] = set()
         self._handler: _QuietFileHandler | None = None
         self._levels: tuple[int, dict[logging.Handler, int]] | None = None
 
@@ -107,6 +108,38 @@ class RunLog:
             logging.getLogger(noisy).setLevel(logging.WARNING)
         self._handler = handler
         return self
+
+    @property
+    def location(self) -> str:
+        """Where to read the log: the published copy when there is one."""
+        return self.remote or str(self.path)
+
+    def publish(self, spark: Any = None) -> None:
+        """Copy the log file to :attr:`remote` (a no-op for a local log); a failure to do so
+        is logged, never raised (the run's own outcome matters more)."""
+        if self.remote is None:
+            return
+        try:
+            store = storage_for(self.remote, spark)
+            if self._handler is not None:
+                self._handler.flush()
+            staged = f"{self.remote}.tmp"  # uploaded beside, then renamed over the last copy
+            for old in (staged, self.remote):
+                if store.exists(old):
+                    store.delete(old)
+            store.put(str(self.path), staged)
+            store.rename(staged, self.remote)
+        except Exception as exc:  # the log must never fail the run
+            log.warning("could not copy the run log to %s (%s)", self.remote, exc)
+            self.remote = None
+
+    def write_trace(self, exc: BaseException, text: str) -> None:
+        """Append the full trace ``text`` of ``exc`` once (a failure is reported both before
+        the session stops, so that a published log has it, and after)."""
+        if id(exc) in self._written:
+            return
+        self._written.add(id(exc))
+        self.write(text)
 
     def write(self, text: str) -> None:
         """Append ``text`` to the file (a failure's full trace)."""
@@ -137,14 +170,17 @@ class RunLog:
                     h.setLevel(h_level)
 
 
-def start_run_log(directory: Path, stages: Sequence[str]) -> RunLog | None:
+def start_run_log(directory: str, stages: Sequence[str]) -> RunLog | None:
     """Open ``<directory>/<stages>-<UTC time>-<pid>.log``; None (with a warning) when the
-    directory cannot be written."""
+    directory cannot be written. For a ``directory`` on another store the file is written
+    in the driver's scratch directory and published there (:meth:`RunLog.publish`)."""
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = "+".join(stages) if len(stages) <= 3 else f"{stages[0]}-to-{stages[-1]}"
-    path = Path(directory) / f"{name}-{when}-{os.getpid()}.log"
+    file = f"{name}-{when}-{os.getpid()}.log"
+    remote = None if is_local(directory) else join(directory, file)
+    path = Path(scratch_root()) / "cr5-logs" / file if remote else Path(directory) / file
     try:
-        return RunLog(path.absolute()).open()
+        return RunLog(path.absolute(), remote).open()
     except OSError as exc:
         log.warning("cannot write the run log %s (%s): traces go to the console", path, exc)
         return None

@@ -99,6 +99,7 @@ def run_stages(
     *,
     log_file: str | None = None,
     outputs_json: str | None = None,
+    run_log: RunLog | None = None,
 ) -> dict[str, dict]:
     """Run stages in order in one SparkSession; return their reports by name.
 
@@ -107,12 +108,16 @@ def run_stages(
     exception leaves annotated with the stage that raised it and the stages that finished
     (:func:`pipeline.failures.annotate`). With ``outputs_json``, what each stage produced
     is written there after it (:mod:`pipeline.outputs`). While a stage runs, its Spark jobs'
-    progress is logged every ``spark.progress_seconds`` (:mod:`pipeline.progress`).
+    progress is logged every ``spark.progress_seconds`` (:mod:`pipeline.progress`). A
+    ``run_log`` on another store is published through the session before it stops (with a
+    failure's trace), since that store may be reachable only through the session's Hadoop
+    configuration.
     """
     from pyspark import SparkContext
 
     from pipeline.memory import driver_memory
     from pipeline.outputs import stage_outputs, write_outputs
+    from pipeline.preflight import check_remote_output_paths
     from pipeline.progress import stage_progress
     from pipeline.spark import get_spark
 
@@ -126,6 +131,7 @@ def run_stages(
     try:
         heap = driver_memory(cfg, names)
         spark = get_spark(cfg.spark, driver_memory=heap, log_file=log_file)
+        check_remote_output_paths(spark, cfg)
         for name, fn in fns:
             current = name
             t0 = time.perf_counter()
@@ -143,6 +149,9 @@ def run_stages(
     except BaseException as exc:
         failures.annotate(exc, stage=current, completed=list(reports), driver_memory=heap)
         failures.remember(exc)  # the Java messages, before the JVM is shut down below
+        if run_log is not None and run_log.remote:
+            run_log.write_trace(exc, failures.full_trace(exc))
+            run_log.publish(spark)
         if created and spark is not None:
             _stop(spark)
             spark = None
@@ -150,6 +159,8 @@ def run_stages(
                 _sweep_leftovers(cfg, current)
         raise
     finally:
+        if spark is not None and run_log is not None:
+            run_log.publish(spark)
         if created and spark is not None:
             _stop(spark)
     return reports
@@ -330,12 +341,13 @@ def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None)
         run_preflight(cfg, names, submitted=launched_by_spark_submit())
         run_log = start_run_log(log_directory(cfg.paths.root, cfg.paths.logs), names)
         if run_log is not None:
-            log.info("log file: %s", run_log.path)
+            log.info("log file: %s", run_log.location)
         run_stages(
             names,
             cfg,
             log_file=str(run_log.path) if run_log else None,
             outputs_json=args.outputs_json,
+            run_log=run_log,
         )
     except (Exception, KeyboardInterrupt) as exc:
         return report_failure(exc, run_log, settings)
@@ -353,7 +365,7 @@ def report_failure(exc: BaseException, run_log: RunLog | None, settings: dict[st
     heap = context.get("driver_memory")
     if heap and settings.get("spark.driver_memory") == "auto" and "submitted" not in settings:
         settings = {**settings, "spark.driver_memory": f"auto, which gave {heap}"}
-    where = run_log.path if run_log is not None else None
+    where = run_log.location if run_log is not None else None
     if where is None and not isinstance(exc, PipelineError):
         where = failures.fallback_log(failures.full_trace(exc))
     failure = failures.describe(
@@ -364,6 +376,6 @@ def report_failure(exc: BaseException, run_log: RunLog | None, settings: dict[st
     )
     if run_log is not None:
         log.debug("failure: %s", failure.paragraph)
-        run_log.write(failures.full_trace(exc))
+        run_log.write_trace(exc, failures.full_trace(exc))
     failures.print_paragraph(failure)
     return failure.exit_code

@@ -290,10 +290,12 @@ def test_unwritable_output_root_fails_before_spark(capsys, tmp_path):
     )
     assert code == 2 and "(paths.model) is not writable" in err
     from pipeline.config import load_config
-    from pipeline.preflight import output_roots
+    from pipeline.preflight import output_roots, remote_output_roots
 
+    # Roots on other stores are probed once the session runs (through its Hadoop FS).
     cfg = load_config([], ["paths.root=hdfs:///data/cr5", "paths.model=s3a://b/model"])
     assert output_roots(cfg) == {}
+    assert remote_output_roots(cfg) == {"hdfs:///data/cr5": "paths.root", "s3a://b": "paths.model"}
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")

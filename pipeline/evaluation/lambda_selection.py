@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -42,6 +40,7 @@ from pipeline.errors import DatasetNotFoundError
 from pipeline.io.datasets import read_manifest
 from pipeline.io.locations import same_location
 from pipeline.io.schemas import SPLITS, TFIDF, VOCABULARY
+from pipeline.io.storage import locate, remote_storage
 from pipeline.linalg.checkpoint import CheckpointStore, fingerprint_hash
 from pipeline.model.format import read_model_json
 from pipeline.training import service as training
@@ -113,10 +112,13 @@ class _PathCheckpoint:
         name = f".path-{fingerprint_hash(fingerprint)[:16]}"
         # one path's checkpoint per models directory: other settings would overwrite the
         # same lam=<λ> models anyway, so an older path's checkpoint can no longer resume
-        for old in Path(base).glob(".path-*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
-        self.store = CheckpointStore(f"{base}/{name}", fingerprint)
+        files, where = locate(base, spark)
+        for old in files.list_names(where):
+            if old.startswith(".path-") and old != name:
+                files.delete(f"{where}/{old}")
+        self.store = CheckpointStore(
+            f"{base}/{name}", fingerprint, files=remote_storage(base, spark)
+        )
 
     def finished(self) -> tuple[list[str], Any]:
         """The digests of the models the path finished, in path order, and the PathStart
@@ -246,7 +248,7 @@ def select_lambda(
             entries[i] = {
                 "lam": lam,
                 "score": float(score),
-                "model": str(Path(path)),
+                "model": str(path),
                 "fit_seconds": round(fit_seconds, 2),
                 "reused_train_model": reused,
                 "resumed": resumed,

@@ -11,16 +11,19 @@ Files (``evaluate.report_dir``, default ``<paths.root>/reports``):
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import Config, EvaluateConfig
-from pipeline.errors import ConfigError
 from pipeline.evaluation.classification import markdown_section
+from pipeline.io.storage import join, local_path, write_file
 
 log = logging.getLogger(__name__)
+
+PLOT_NAME = "precision_at_k.png"
 
 __all__ = ["evaluation_rows", "format_table", "write_reports"]
 
@@ -235,7 +238,7 @@ _LOOKS = (
 )
 
 
-def _plot(report: dict[str, Any], path: Path) -> bool:
+def _plot(report: dict[str, Any], path: Path | io.BytesIO) -> bool:
     try:
         import matplotlib
 
@@ -294,35 +297,23 @@ def _plot(report: dict[str, Any], path: Path) -> bool:
     title = ", ".join(methods) + " (cosine)" if several else report.get("method", "cr5")
     fig.suptitle(f"{title}; {report['setup']}, λ={report['lam']:g}, r={report['r']}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
     return True
 
 
 def write_reports(cfg: Config, e: EvaluateConfig, report: dict[str, Any]) -> dict[str, str]:
-    """Write the JSON, Markdown and PNG reports; return their paths and the table."""
-    where = e.report_dir or (cfg.paths.root.rstrip("/") + "/reports")
-    if "://" in where and not where.startswith("file:"):
-        raise ConfigError(
-            f"reports are written to a local directory; {where!r} is not one. "
-            "Set evaluate.report_dir to a local path"
-        )
-    out = Path(where.removeprefix("file://"))
-    out.mkdir(parents=True, exist_ok=True)
-    plot = out / "precision_at_k.png"
+    """Write the JSON, Markdown and PNG reports (any store, :mod:`pipeline.io.storage`; each
+    file replaced whole); return their paths and the table."""
+    out = local_path(e.report_dir or (cfg.paths.root.rstrip("/") + "/reports"))
+    plot = io.BytesIO()
     have_plot = e.plot and _plot(report, plot)
-    files = {
-        "report_json": str(out / "evaluation.json"),
-        "report_md": str(out / "evaluation.md"),
-    }
+    files = {"report_json": join(out, "evaluation.json"), "report_md": join(out, "evaluation.md")}
     if have_plot:
-        files["plot"] = str(plot)
+        files["plot"] = join(out, PLOT_NAME)
+        write_file(files["plot"], plot.getvalue())
     table = format_table(report["results"])
     body = {**report, **files, "table": table}
-    tmp = out / ".evaluation.json.tmp"
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    tmp.replace(out / "evaluation.json")
-    tmp = out / ".evaluation.md.tmp"
-    tmp.write_text(_markdown(report, plot.name if have_plot else None), encoding="utf-8")
-    tmp.replace(out / "evaluation.md")
+    write_file(files["report_json"], json.dumps(body, indent=2, sort_keys=True, default=str))
+    write_file(files["report_md"], _markdown(report, PLOT_NAME if have_plot else None))
     return {**files, "table": table}

@@ -74,7 +74,11 @@ class FileOps(Protocol):
 
 
 class LocalFS:
-    """:class:`FileOps` on a local disk, with POSIX atomicity."""
+    """:class:`FileOps` (and :class:`pipeline.io.storage.Storage`) on a local disk, with
+    POSIX atomicity."""
+
+    #: ``rename(2)`` of a directory is atomic (see :mod:`pipeline.io.storage`).
+    atomic_rename = True
 
     def exists(self, p: str) -> bool:
         return os.path.lexists(p)
@@ -141,6 +145,47 @@ class LocalFS:
                 full = os.path.join(root, name)
                 out[os.path.relpath(full, p)] = os.stat(full).st_size
         return out
+
+    # -- the rest of pipeline.io.storage.Storage
+    def read_bytes(self, p: str) -> bytes:
+        with open(p, "rb") as f:
+            return f.read()
+
+    def replace_bytes(self, p: str, data: bytes) -> None:
+        """Write ``p`` so that a reader sees the previous content or ``data`` (rename)."""
+        os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+        staged = f"{p}.new-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(staged, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(staged, p)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
+            raise
+
+    def put(self, local: str, p: str) -> None:
+        """Copy the local file or directory ``local`` to ``p`` (which must not exist)."""
+        import shutil
+
+        if self.exists(p):
+            raise FileExistsError(f"could not copy {local} to {p}: the target exists")
+        os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+        if os.path.isdir(local):
+            shutil.copytree(local, p)
+        else:
+            shutil.copyfile(local, p)
+
+    def get(self, p: str, local: str) -> None:
+        """Copy the file ``p`` to the local path ``local``."""
+        import shutil
+
+        shutil.copyfile(p, local)
+
+    def describe(self, p: str) -> str:
+        return p
 
 
 # --------------------------------------------------------------------------- owners

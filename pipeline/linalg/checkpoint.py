@@ -8,7 +8,9 @@ Layout of a checkpoint directory::
 
 A state is written into a temporary directory which is then renamed (``os.replace``) to a fresh
 ``<name>-<seq>`` directory; only then is ``<name>.json`` replaced atomically (temp file +
-``os.replace``), so a crash at any point leaves the previous state readable. Arrays are stored
+``os.replace``), so a crash at any point leaves the previous state readable. On another store
+(``files=``: HDFS, an object store) the state is uploaded under its fresh name and the pointer
+is then written whole, which is the commit there too. Arrays are stored
 with ``allow_pickle=False``; nothing is pickled. An array given as :class:`ColumnBlocks` (the
 eigensolver's tracked images, kept as a list of p x b blocks) is written as the one array
 they form side by side, row step by row step, without forming it in memory.
@@ -26,10 +28,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -39,6 +42,7 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointStore",
     "ColumnBlocks",
+    "RemoteFiles",
     "array_digest",
     "fingerprint_hash",
 ]
@@ -122,6 +126,21 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
         raise
 
 
+class RemoteFiles(Protocol):
+    """The file operations a :class:`CheckpointStore` needs on a store that is not the local
+    disk (``pipeline.io.storage.Storage`` has them; paths are strings). The solver never
+    reaches a store itself: its caller passes one in."""
+
+    def exists(self, p: str) -> bool: ...
+    def mkdirs(self, p: str) -> None: ...
+    def delete(self, p: str) -> None: ...
+    def list_names(self, p: str) -> list[str]: ...
+    def read_text(self, p: str) -> str: ...
+    def replace_bytes(self, p: str, data: bytes) -> None: ...
+    def put(self, local: str, p: str) -> None: ...
+    def get(self, p: str, local: str) -> None: ...
+
+
 class CheckpointStore:
     """A directory of named, atomically written solver states for one problem.
 
@@ -132,6 +151,11 @@ class CheckpointStore:
     fingerprint : dict, optional
         JSON-serialisable description of the problem: binds the store at once
         (:meth:`bind`). Without it the store touches nothing until it is bound.
+    files : RemoteFiles, optional
+        The store ``directory`` lives on when it is not a local path (HDFS, an object
+        store): states are written to a local temporary directory and uploaded under their
+        fresh ``<name>-<seq>`` name, then the pointer is replaced (one whole-object write),
+        so the commit is the pointer on every store. Default: the local disk.
 
     Raises
     ------
@@ -139,12 +163,37 @@ class CheckpointStore:
         If the directory holds checkpoints of a different problem.
     """
 
-    def __init__(self, directory: str | os.PathLike, fingerprint: dict | None = None) -> None:
-        self.directory = Path(directory)
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        fingerprint: dict | None = None,
+        *,
+        files: RemoteFiles | None = None,
+    ) -> None:
+        self.files = files
+        self.directory: Any = os.fspath(directory).rstrip("/") if files else Path(directory)
         self.fingerprint: dict | None = None
         self.hash: str | None = None
         if fingerprint is not None:
             self.bind(fingerprint)
+
+    # -- the few file operations, local or through ``files``
+    def _at(self, name: str) -> Any:
+        return f"{self.directory}/{name}" if self.files else self.directory / name
+
+    def _exists(self, name: str) -> bool:
+        return self.files.exists(self._at(name)) if self.files else self._at(name).exists()
+
+    def _read_json(self, name: str) -> dict:
+        text = self.files.read_text(self._at(name)) if self.files else self._at(name).read_text()
+        return json.loads(text)
+
+    def _write_json(self, name: str, obj: dict) -> None:
+        if self.files:
+            data = json.dumps(obj, indent=1, sort_keys=True).encode()
+            self.files.replace_bytes(self._at(name), data)
+        else:
+            _write_json_atomic(self._at(name), obj)
 
     def bind(self, fingerprint: dict) -> CheckpointStore:
         """Bind the store to the problem ``fingerprint``; return it.
@@ -160,20 +209,23 @@ class CheckpointStore:
         """
         canonical = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
         problem = fingerprint_hash(canonical)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        manifest = self.directory / "manifest.json"
-        if manifest.exists():
-            self._check_manifest(manifest, canonical, problem)
+        if self.files:
+            self.files.mkdirs(self.directory)
         else:
-            _write_json_atomic(
-                manifest, {"version": FORMAT_VERSION, "hash": problem, "fingerprint": canonical}
+            self.directory.mkdir(parents=True, exist_ok=True)
+        if self._exists("manifest.json"):
+            self._check_manifest(self._at("manifest.json"), canonical, problem)
+        else:
+            self._write_json(
+                "manifest.json",
+                {"version": FORMAT_VERSION, "hash": problem, "fingerprint": canonical},
             )
         self.fingerprint, self.hash = canonical, problem
         return self
 
-    def _check_manifest(self, manifest: Path, fingerprint: dict, problem: str) -> None:
+    def _check_manifest(self, manifest: Any, fingerprint: dict, problem: str) -> None:
         try:
-            stored = json.loads(manifest.read_text())
+            stored = self._read_json("manifest.json")
         except (OSError, json.JSONDecodeError) as exc:
             raise CheckpointMismatchError(
                 f"checkpoint manifest {manifest} is unreadable ({exc}); remove the directory"
@@ -197,14 +249,17 @@ class CheckpointStore:
     def save(self, name: str, arrays: dict[str, np.ndarray | ColumnBlocks], meta: dict) -> None:
         """Atomically replace state ``name`` by ``arrays`` (.npy each) and ``meta`` (JSON)."""
         problem = self._bound()
-        pointer = self.directory / f"{name}.json"
         seq = 0
-        if pointer.exists():
-            seq = int(json.loads(pointer.read_text()).get("seq", 0)) + 1
-        final = self.directory / f"{name}-{seq:06d}"
-        if final.exists():  # left over from a crash between rename and pointer update
-            shutil.rmtree(final)
-        tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".{name}-", suffix=".tmp"))
+        if self._exists(f"{name}.json"):
+            seq = int(self._read_json(f"{name}.json").get("seq", 0)) + 1
+        final = f"{name}-{seq:06d}"
+        if self._exists(final):  # left over from a crash between rename and pointer update
+            if self.files:
+                self.files.delete(self._at(final))
+            else:
+                shutil.rmtree(self._at(final))
+        where = None if self.files else self.directory
+        tmp = Path(tempfile.mkdtemp(dir=where, prefix=f".{name}-", suffix=".tmp"))
         try:
             for key, value in arrays.items():
                 with open(tmp / f"{key}.npy", "wb") as f:
@@ -214,37 +269,54 @@ class CheckpointStore:
                         np.save(f, np.asarray(value), allow_pickle=False)
                     f.flush()
                     os.fsync(f.fileno())
-            os.replace(tmp, final)
+            if self.files:  # a fresh name nobody reads until the pointer names it
+                self.files.put(str(tmp), self._at(final))
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                os.replace(tmp, self._at(final))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        _write_json_atomic(
-            pointer,
-            {
-                "seq": seq,
-                "dir": final.name,
-                "arrays": sorted(arrays),
-                "meta": meta,
-                "hash": problem,
-            },
+        self._write_json(
+            f"{name}.json",
+            {"seq": seq, "dir": final, "arrays": sorted(arrays), "meta": meta, "hash": problem},
         )
-        for old in self.directory.glob(f"{name}-*"):
-            if old.is_dir() and old.name != final.name:
-                shutil.rmtree(old, ignore_errors=True)
-        logger.debug("checkpoint %s saved to %s", name, final)
+        olds = (
+            [n for n in self.files.list_names(self.directory) if n.startswith(f"{name}-")]
+            if self.files
+            else [p.name for p in self.directory.glob(f"{name}-*") if p.is_dir()]
+        )
+        for old in olds:
+            if old != final and re.fullmatch(rf"{re.escape(name)}-\d{{6}}", old):
+                if self.files:
+                    self.files.delete(self._at(old))
+                else:
+                    shutil.rmtree(self._at(old), ignore_errors=True)
+        logger.debug("checkpoint %s saved to %s", name, self._at(final))
 
     def load(self, name: str) -> tuple[dict[str, np.ndarray], dict] | None:
         """The latest state ``name`` as ``(arrays, meta)``, or None if there is none."""
         problem = self._bound()
-        pointer = self.directory / f"{name}.json"
-        if not pointer.exists():
+        if not self._exists(f"{name}.json"):
             return None
-        info = json.loads(pointer.read_text())
+        info = self._read_json(f"{name}.json")
         if info.get("hash") != problem:
-            raise CheckpointMismatchError(f"{pointer} was written for a different problem")
-        folder = self.directory / info["dir"]
+            raise CheckpointMismatchError(
+                f"{self._at(name + '.json')} was written for a different problem"
+            )
         try:
-            arrays = {k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in info["arrays"]}
+            if self.files:
+                with tempfile.TemporaryDirectory(prefix="cr5-checkpoint-") as tmp:
+                    arrays = {}
+                    for k in info["arrays"]:
+                        local = os.path.join(tmp, f"{k}.npy")
+                        self.files.get(f"{self._at(info['dir'])}/{k}.npy", local)
+                        arrays[k] = np.load(local, allow_pickle=False)
+            else:
+                folder = self._at(info["dir"])
+                arrays = {
+                    k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in info["arrays"]
+                }
         except (OSError, ValueError) as exc:
             raise CheckpointMismatchError(
                 f"checkpoint {name} in {self.directory} is incomplete or corrupt ({exc})"

@@ -45,6 +45,7 @@ from pipeline.model.format import (
     LanguageMap,
     load_model_files,
     load_shared_arrays,
+    model_directory,
     read_model_json,
 )
 from pipeline.text.tokenizer import Tokenizer
@@ -92,9 +93,11 @@ class Cr5Model:
         """Load a model directory (see :mod:`pipeline.model.format`).
 
         ``verify`` checks every file's SHA-256; ``lazy`` defers reading each language's
-        arrays to its first use (``model.json`` is always read and checked at once).
+        arrays to its first use (``model.json`` is always read and checked at once). A
+        model on another store is read from its verified local copy
+        (:func:`~pipeline.model.format.model_directory`).
         """
-        path = Path(path)
+        path = model_directory(path)
         if lazy:
             return cls(read_model_json(path), {}, path=path, verify=verify)
         meta, maps = load_model_files(path, verify=verify)

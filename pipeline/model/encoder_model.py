@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from pipeline.errors import ModelError
 from pipeline.model.cr5_model import canonical_lang
-from pipeline.model.format import load_encoder_files, read_model_json
+from pipeline.model.format import load_encoder_files, model_directory, read_model_json
 
 __all__ = ["EncoderModel"]
 
@@ -56,8 +56,9 @@ class EncoderModel:
     def load(cls, path: str | os.PathLike, *, verify: bool = True, lazy: bool = False) -> Any:
         """Load the model directory at ``path`` (``lazy`` is accepted for the loaders'
         common signature; an encoder is loaded whole)."""
+        path = model_directory(path)
         meta, arrays, blobs = load_encoder_files(path, verify=verify)
-        return cls(meta, arrays, blobs, Path(path))
+        return cls(meta, arrays, blobs, path)
 
     @property
     def languages(self) -> list[str]:

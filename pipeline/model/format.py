@@ -57,8 +57,9 @@ import scipy.sparse as sp
 
 from pipeline import __version__
 from pipeline.errors import DamagedModelError, ModelError
+from pipeline.io import storage
 from pipeline.io.integrity import damaged_message
-from pipeline.io.local_dirs import staged_directory
+from pipeline.io.storage import local_directory, staged_directory
 
 #: The newest schema version this library writes and reads (module docstring).
 MODEL_SCHEMA_VERSION = 2
@@ -186,7 +187,7 @@ def save_model(
     model-wide arrays saved as ``shared/<name>.npy`` (float64), e.g. Cr5's
     :data:`GRAM_EIGENVALUES` (r,) and :data:`GRAM_EIGENVECTORS` (r, r).
     """
-    path = Path(path)
+    path = os.fspath(path)
     if not languages:
         raise ModelError("a model needs at least one language")
     r = int(meta["r"])
@@ -263,9 +264,28 @@ def model_fingerprint(meta: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def model_directory(path: str | os.PathLike) -> Path:
+    """The local directory holding the model at ``path``: ``path`` itself on a local disk,
+    else a verified copy in the local cache (:func:`pipeline.io.storage.local_directory`;
+    inside a Spark job any store the cluster's Hadoop configuration resolves)."""
+    try:
+        return local_directory(path, MODEL_JSON)
+    except FileNotFoundError:
+        if storage.is_local(path):
+            return Path(storage.local_path(path))
+        raise ModelError(
+            f"model {os.fspath(path)} does not exist or has no {MODEL_JSON}. Fix: train one "
+            "(python jobs/train.py ...) or point at a model directory."
+        ) from None
+    except OSError as exc:
+        raise DamagedModelError(
+            f"model {os.fspath(path)} could not be copied whole from its store ({exc})"
+        ) from exc
+
+
 def read_model_json(path: str | os.PathLike) -> dict:
     """Read and check ``model.json`` (existence, JSON, schema version)."""
-    path = Path(path)
+    path = model_directory(path)
     meta_path = path / MODEL_JSON
     if not meta_path.is_file():
         what = "does not exist" if not path.exists() else f"has no {MODEL_JSON}"
@@ -327,7 +347,7 @@ def load_model_files(
     With ``verify`` every file's size and SHA-256 are checked against ``model.json``
     (sizes are always checked). ``languages`` loads only those languages.
     """
-    path = Path(path)
+    path = model_directory(path)
     meta = read_model_json(path)
     if languages is None:
         languages = list(meta["languages"])
@@ -393,7 +413,7 @@ def load_shared_arrays(
     Each file is checked against ``model.json`` (size; with ``verify`` the SHA-256) and
     loaded without pickle; Cr5's Λ and Q are checked for shape (r,) and (r, r).
     """
-    path = Path(path)
+    path = model_directory(path)
     if meta is None:
         meta = read_model_json(path)
     out: dict[str, np.ndarray] = {}
@@ -478,7 +498,7 @@ def verify_files(
     :class:`~pipeline.errors.DamagedModelError`, whose message says the stage stops when
     ``reading`` (a stage or an API call is about to read the model).
     """
-    path = Path(path)
+    path = model_directory(path)
     prefixes = tuple(f"languages/{lang}/" for lang in languages)
     for rel, info in meta["files"].items():
         if rel.startswith("languages/") and not rel.startswith(prefixes):
@@ -503,7 +523,7 @@ def save_encoder_model(
     (``encoder/<name>``). ``meta`` must hold ``r``, ``languages`` and ``method``; it is
     completed like :func:`save_model`'s (schema version, creation time, checksums).
     """
-    path = Path(path)
+    path = os.fspath(path)
     if not meta.get("languages"):
         raise ModelError("a model needs at least one language")
     with staged_directory(path) as tmp:
@@ -537,7 +557,7 @@ def load_encoder_files(
 ) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
     """Read an encoder model directory: (``model.json``, weights, blobs), every file checked
     against ``model.json`` (sizes always, SHA-256 with ``verify``)."""
-    path = Path(path)
+    path = model_directory(path)
     meta = read_model_json(path)
     if meta.get("phi_format") != "encoder":
         raise ModelError(f"the model at {path} is not an encoder model (phi_format)")

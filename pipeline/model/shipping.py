@@ -5,8 +5,9 @@ and read the directory in place. On a cluster they do not, and Spark will not sh
 local *directory* (``addFile(dir, recursive=True)`` is refused outside local mode), so
 the directory is zipped once per model version (uncompressed: ``.npy`` arrays barely
 compress) and shipped with ``SparkContext.addArchive``, which unpacks it on every
-executor. A model on shared storage (``hdfs://``, ``s3a://``) is shipped with
-``addFile(recursive=True)``, which Spark supports for remote directories.
+executor. A model on a cluster's store (``hdfs://``, ``s3a://``, ...) is first copied into
+the driver's verified local cache (:func:`pipeline.model.format.model_directory`: its
+committed version, checked against ``model.json``) and shipped from there the same way.
 
 The archive name carries the SHA-256 of ``model.json`` (which holds every file's
 checksum), so a retrained model never collides with a version shipped earlier in the
@@ -22,12 +23,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ModelError
+from pipeline.model.format import model_directory
 
 __all__ = ["resolve_model_location", "ship_model", "ship_model_to_session", "worker_model"]
 
 _ARCHIVE = "sparkarchive:"
-_FILES = "sparkfiles:"
+_FILES = "sparkfiles:"  # models shipped by earlier versions with addFile
 
 
 def _zip_model(path: Path, out: Path) -> None:
@@ -53,14 +54,13 @@ def ship_model(sc: Any, path: str) -> str:
     str
         A token for :func:`resolve_model_location` (a plain path in local mode).
     """
-    if sc.master.startswith("local"):
-        return os.path.abspath(path.removeprefix("file://"))
-    if "://" in path and not path.startswith("file:"):
-        sc.addFile(path, recursive=True)
-        return _FILES + path.rstrip("/").rsplit("/", 1)[-1]
     from pyspark import SparkFiles
 
-    local = Path(path.removeprefix("file://"))
+    # A model on a remote store is read through the driver's verified local cache: its
+    # committed version (pipeline.io.storage), checked against model.json.
+    local = model_directory(path)
+    if sc.master.startswith("local"):
+        return str(local.absolute())
     digest = hashlib.sha256((local / "model.json").read_bytes()).hexdigest()[:16]
     name = f"cr5-model-{digest}.zip"
     # Spark's per-application file directory on the driver: removed when the app ends.
@@ -84,15 +84,10 @@ def ship_model_to_session(spark: Any, path: str) -> str:
     """
     master = str(spark.conf.get("spark.master", "") or "")
     if master.startswith("local"):
-        return os.path.abspath(path.removeprefix("file://"))
+        return str(model_directory(path).absolute())
     if not type(spark).__module__.startswith("pyspark.sql.connect"):
         return ship_model(spark.sparkContext, path)
-    if "://" in path and not path.startswith("file:"):
-        raise ModelError(
-            f"a Spark Connect session ships models from the client's disk; {path} is not on "
-            "it. Fix: copy the model directory to a local path first."
-        )
-    local = Path(path.removeprefix("file://"))
+    local = model_directory(path)  # a remote model through pyarrow.fs, on the client
     digest = hashlib.sha256((local / "model.json").read_bytes()).hexdigest()[:16]
     name = f"cr5-model-{digest}.zip"
     staging = Path(tempfile.gettempdir()) / "cr5-model-staging"

@@ -34,6 +34,7 @@ from typing import Any
 from pipeline.errors import DatasetIntegrityError, DatasetNotFoundError, ModelError
 from pipeline.io.locations import ROOT, from_manifest
 from pipeline.io.publish import MANIFEST, LocalFS, recover
+from pipeline.io.storage import is_local, local_directory, local_path
 
 __all__ = [
     "INDEX_FORMAT_VERSION",
@@ -77,6 +78,26 @@ def csls_file(lang: str, i: int) -> str:
     return f"{lang}/{shard_name(i)}.csls.npy"
 
 
+def index_directory(path: str | os.PathLike) -> Path:
+    """The local directory holding the index at ``path``: ``path`` itself on a local disk,
+    else a copy in the local cache checked against the manifest's file sizes
+    (:func:`pipeline.io.storage.local_directory`; inside a Spark job any store the cluster's
+    Hadoop configuration resolves)."""
+    try:
+        return local_directory(path, MANIFEST)
+    except FileNotFoundError:
+        raise DatasetNotFoundError(
+            f"search index {os.fspath(path)} does not exist (no {MANIFEST}). Fix: build it "
+            "with the index stage (python jobs/index.py --conf conf/<profile>.yaml, after "
+            "embed), or point at an index directory (paths.index)."
+        ) from None
+    except OSError as exc:
+        raise DatasetIntegrityError(
+            f"search index {os.fspath(path)} could not be copied whole from its store "
+            f"({exc}); rebuild it (jobs/index.py) if this persists"
+        ) from exc
+
+
 def read_index_manifest(path: str | os.PathLike, *, check_files: bool = True) -> dict[str, Any]:
     """The manifest of the index at ``path``, checked.
 
@@ -88,7 +109,7 @@ def read_index_manifest(path: str | os.PathLike, *, check_files: bool = True) ->
         Another format version, or files whose sizes differ from the manifest (with
         ``check_files``).
     """
-    path = Path(path)
+    path = index_directory(path)
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         recover(LocalFS(), str(path.absolute()), stale_seconds=_STALE_SECONDS)
@@ -139,7 +160,10 @@ def index_root(path: str | os.PathLike, manifest: dict[str, Any]) -> str | None:
     if not stored.startswith(ROOT + "/"):
         return None
     rel = stored[len(ROOT) + 1 :].strip("/")
-    here = Path(path).absolute()
+    if not is_local(path):  # a URI: the root is the same URI less the index's part
+        text = os.fspath(path).rstrip("/")
+        return text[: -len(rel) - 1] if text.endswith("/" + rel) else None
+    here = Path(local_path(path)).absolute()
     parts = Path(rel).parts
     if tuple(here.parts[-len(parts) :]) != parts:
         return None

@@ -55,6 +55,7 @@ from pipeline.model.cr5_model import Cr5Model, canonical_lang
 from pipeline.search.format import (
     csls_file,
     docs_file,
+    index_directory,
     read_index_manifest,
     resolve_model,
     shard_file,
@@ -186,13 +187,12 @@ class SearchIndex:
         preload : bool
             Load every language now (a server) rather than on first use (a one-off query).
         """
-        path = Path(path)
         manifest = read_index_manifest(path)
         model_path, _ = resolve_model(path, manifest, model)
         cr5 = Cr5Model.load(model_path, lazy=True)
         built = manifest.get("search", {})
         out = cls(
-            path,
+            index_directory(path),
             manifest,
             cr5,
             ef_search=_positive(ef_search, "ef_search", built.get("ef_search")),

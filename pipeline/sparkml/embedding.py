@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, FloatType
 
 from pipeline.errors import ConfigError, InputDataError, ModelError
-from pipeline.model.format import read_model_json, verify_files
+from pipeline.model.format import model_directory, read_model_json, verify_files
 from pipeline.model.shipping import ship_model_to_session
 from pipeline.sparkml.derived import EMBEDDING_PARAMS, params_mixin, set_declared_defaults
 from pipeline.sparkml.persistence import get_directory, put_directory, remove_path
@@ -161,7 +161,7 @@ class Cr5Embedding(
         """A transformer for the model directory at ``path`` (for example ``paths.model`` of
         the ``train`` stage), with ``params``; the files are checked (SHA-256) here."""
         stage = cls(**params)
-        stage._attach(Path(path))
+        stage._attach(model_directory(path))
         return stage
 
     def _attach(self, path: Path) -> None:

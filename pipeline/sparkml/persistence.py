@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ModelError
-from pipeline.io.local_dirs import staged_directory
+from pipeline.io.storage import staged_directory
 from pipeline.spark import is_connect
 
 __all__ = [

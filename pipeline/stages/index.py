@@ -27,11 +27,12 @@ from pyspark.sql import functions as F
 
 from pipeline import __version__
 from pipeline.config import Config
-from pipeline.errors import ConfigError, DatasetNotFoundError, ModelError
+from pipeline.errors import DatasetNotFoundError, ModelError
 from pipeline.io.datasets import HadoopFS, read_dataset, read_manifest
 from pipeline.io.locations import to_manifest
 from pipeline.io.publish import MANIFEST, LocalFS, data_files, publish, write_lock
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
+from pipeline.io.storage import staged_directory, storage_for
 from pipeline.model.format import model_fingerprint, read_model_json
 from pipeline.search.build import BuildParams, build_shards, compute_csls, plan_shards
 from pipeline.search.format import INDEX_FORMAT_VERSION
@@ -94,16 +95,13 @@ def _titles(spark: SparkSession, cfg: Config) -> tuple[DataFrame | None, list[st
     return docs.select("doc_id", "title", "text"), []
 
 
-def _local_index_path(spark: SparkSession, cfg: Config) -> str:
+def _index_path(spark: SparkSession, cfg: Config) -> str:
+    """``paths.index`` as written: an absolute local path, or the URI (any store the
+    session's Hadoop configuration resolves; the index is built in a local scratch
+    directory and published there, :mod:`pipeline.io.storage`)."""
     path = cfg.paths.dataset("index")
     fs = HadoopFS(spark, path)
-    if not fs.is_local():
-        raise ConfigError(
-            f"paths.index = {path} is not on the driver's file system; the index is written "
-            "and served from local files (faiss reads them). Fix: set paths.index to a local "
-            "directory, e.g. --set paths.index=/srv/cr5/index."
-        )
-    return fs.qualify(path)[1]
+    return fs.qualify(path)[1] if fs.is_local() else path
 
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
@@ -130,7 +128,7 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
             f"the embeddings at {emb_path} have no rows: nothing to index. Fix: run the embed "
             "stage on documents in the model's languages."
         )
-    index_path = _local_index_path(spark, cfg)
+    index_path = _index_path(spark, cfg)
     titles, more = _titles(spark, cfg)
     warnings_ += more
     params = BuildParams(
@@ -175,15 +173,21 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         ops.write_text(f"{tmp}/{MANIFEST}", text)
         return manifest
 
+    store = storage_for(index_path, spark)
     with write_lock(
-        ops,
+        store,
         index_path,
         wait_seconds=cfg.paths.write_lock_wait_seconds,
         stale_seconds=cfg.paths.stale_write_seconds,
         dataset="index",
     ) as lock:
         holder: dict[str, Any] = {}
-        publish(ops, lock, lambda tmp: holder.setdefault("manifest", write(tmp)))
+        if isinstance(store, LocalFS):
+            publish(ops, lock, lambda tmp: holder.setdefault("manifest", write(tmp)))
+        else:  # built locally, then uploaded and committed (rename or commit marker)
+            with staged_directory(index_path, spark=spark, token=lock.owner.token) as tmp:
+                holder["manifest"] = write(str(tmp))
+                lock.verify()
     report = holder["manifest"]["report"]
     report["seconds"] = round(time.perf_counter() - t_start, 2)
     log.info("index: wrote %s (%d documents)", index_path, report["documents"])

@@ -24,7 +24,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.config import Config
 from pipeline.errors import ConfigError
+from pipeline.io.storage import join, write_file
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import load_model_files, save_model
 from pipeline.stages.word_vectors import word_vectors_dir
@@ -109,12 +109,6 @@ def format_words_table(results: list[dict[str, Any]]) -> str:
             f"{r['mrr']:.3f} | {r['n_queries']} | {r['n_candidates']} |"
         )
     return "\n".join(lines)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 @dataclass
@@ -327,16 +321,15 @@ def _write_reports(
     w = cfg.words
     src, tgt = w.pair
     out = local_dir(w.report_dir or cfg.paths.root.rstrip("/") + "/reports", "words.report_dir")
-    out.mkdir(parents=True, exist_ok=True)
     table = format_words_table(results)
-    _write_atomic(out / "words.json", json.dumps(report, indent=2, sort_keys=True, default=str))
-    _write_atomic(
-        out / "words.md",
+    write_file(join(out, "words.json"), json.dumps(report, indent=2, sort_keys=True, default=str))
+    write_file(
+        join(out, "words.md"),
         f"# Word translation {src} → {tgt}\n\nLexicon: `{w.lexicon}`; sizes: {sizes}\n\n"
         f"{table}\n\nRCSLS selection: {selection.get('rcsls')}\n",
     )
     logger.info("word translation:\n%s", table)
-    return {**report, "table": table, "report_json": str(out / "words.json")}
+    return {**report, "table": table, "report_json": join(out, "words.json")}
 
 
 def _document_models(
@@ -357,7 +350,7 @@ def _document_models(
     for method, xs_mapped in maps.items():
         ms, cov_s = averaged_word_vector_map(bases[src], s_words, xs_mapped)
         mt, cov_t = averaged_word_vector_map(bases[tgt], t_words, yt)
-        path = root / f"avg_{method}"
+        path = join(root, f"avg_{method}")
         save_model(
             path,
             {src: ms, tgt: mt},

@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline.baselines import FIT_FUNCTIONS, GROUPED_METHODS, TOPIC_METHODS
 from pipeline.config import TrainConfig
+from pipeline.io.storage import remote_storage
 from pipeline.linalg.checkpoint import CheckpointStore
 from pipeline.linalg.cr5 import Cr5Solver
 from pipeline.model.format import GRAM_EIGENVALUES, GRAM_EIGENVECTORS
@@ -91,7 +92,7 @@ def _fit_grouped(t: TrainConfig, data: TrainingData, ckpt: str | None) -> Fitted
     (:meth:`TrainingData.grouped`); S2Net starts from OPCA fitted on the same rows with
     ``train.gamma``."""
     corpus = data.grouped(GROUPED_METHODS[t.method])
-    store = CheckpointStore(ckpt) if ckpt else None
+    store = CheckpointStore(ckpt, files=remote_storage(ckpt)) if ckpt else None
     if t.method in TOPIC_METHODS:
         validation = None
         if t.plsa_stop_rule == "validation":
@@ -183,7 +184,9 @@ def _fit_cr5(t: TrainConfig, data: TrainingData, ckpt: str | None) -> FittedMode
     start = data.path_start if data.chain_starts else None
     if start is None and t.path_factors:
         start, path_fits = _fit_path_to(t, backend)
-    solver = Cr5Solver(t, checkpoint=CheckpointStore(ckpt) if ckpt else None)
+    solver = Cr5Solver(
+        t, checkpoint=CheckpointStore(ckpt, files=remote_storage(ckpt)) if ckpt else None
+    )
     solver.fit(backend, start=start, keep_start=data.chain_starts, validation=data.validation)
     if data.chain_starts:
         data.path_start = solver.path_start_

@@ -11,9 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
-import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +24,7 @@ from pipeline import __version__
 from pipeline.config import Config, TrainConfig
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.locations import to_manifest
+from pipeline.io.storage import locate
 from pipeline.linalg.backend import pass_delta
 from pipeline.linalg.params import EXECUTION, STOPPING, Cr5Params
 from pipeline.model.encoder_model import SUBWORDS
@@ -122,8 +121,10 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
         save_encoder_model(model_path, meta, fitted.components, {SUBWORDS: proto.tobytes()})
     else:
         save_model(model_path, maps, meta, shared=fitted.shared)
-    if ckpt and Path(ckpt).exists():
-        shutil.rmtree(ckpt, ignore_errors=True)  # the model is the durable result now
+    if ckpt:  # the model is the durable result now
+        files, where = locate(ckpt)
+        if files.exists(where):
+            files.delete(where)
     eig = fitted.eigenvalues
     return {
         "path": model_path,

@@ -10,16 +10,15 @@ temporary sibling and renamed into place, so a reader never sees a half-written 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import ConfigError, DamagedDatasetError, DatasetNotFoundError, ModelError
+from pipeline.errors import DamagedDatasetError, DatasetNotFoundError, ModelError
 from pipeline.io.integrity import damaged_message, file_checksums, verify_dataset
-from pipeline.io.local_dirs import staged_directory
+from pipeline.io.storage import join, local_directory, local_path, staged_directory
 
 __all__ = ["WordVectors", "local_dir", "read_word_vectors", "write_word_vectors"]
 
@@ -37,16 +36,17 @@ class WordVectors:
         self.vectors = vectors
 
 
-def local_dir(where: str, key: str) -> Path:
-    """``where`` as a local path; a ConfigError naming ``key`` for a remote URI."""
-    if "://" in where and not where.startswith("file:"):
-        raise ConfigError(f"{key} must be a local directory; {where!r} is not one")
-    return Path(where.removeprefix("file://").removeprefix("file:"))
+def local_dir(where: str, key: str) -> str:
+    """``where`` as the stores take it: a local path without ``file:``, or the URI as given
+    (any store the session's Hadoop configuration resolves; ``key`` names the setting)."""
+    del key  # every store works now; kept so callers still say which setting this is
+    return local_path(where)
 
 
-def write_word_vectors(root: Path, lang: str, wv: WordVectors, meta: dict[str, Any]) -> Path:
-    """Write ``root/lang`` atomically; returns its path."""
-    final = root / lang
+def write_word_vectors(root: str, lang: str, wv: WordVectors, meta: dict[str, Any]) -> str:
+    """Write ``root/lang`` atomically (any store, :mod:`pipeline.io.storage`); returns its
+    path."""
+    final = join(root, lang)
     with staged_directory(final) as tmp:
         np.save(tmp / "vectors.npy", np.ascontiguousarray(wv.vectors, dtype=np.float32))
         pq.write_table(
@@ -68,10 +68,13 @@ def write_word_vectors(root: Path, lang: str, wv: WordVectors, meta: dict[str, A
     return final
 
 
-def read_word_vectors(root: Path, lang: str) -> WordVectors:
-    """Read ``root/lang`` (see module docstring)."""
-    d = root / lang
-    if not (d / "meta.json").exists():
+def read_word_vectors(root: str, lang: str) -> WordVectors:
+    """Read ``root/lang`` (see module docstring; a remote one through the local cache)."""
+    try:
+        d = local_directory(join(root, lang), "meta.json")
+    except FileNotFoundError:
+        d = None
+    if d is None or not (d / "meta.json").exists():
         raise DatasetNotFoundError(
             f"no word vectors for {lang!r} under {root}; run the word_vectors stage "
             f"(jobs/word_vectors.py) with words.languages including {lang}"
