@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.io.publish import FileOps, LocalFS
+from pipeline.io.publish import FileOps, LocalFS, WriteLock, recover, write_lock
 
 __all__ = [
     "COMMIT_MARKER",
@@ -289,11 +289,23 @@ def write_file(path: str | os.PathLike, data: bytes | str, *, spark: Any | None 
 
 
 def publish_directory(
-    storage: Storage, local_dir: str | os.PathLike, final: str, *, token: str | None = None
+    storage: Storage,
+    local_dir: str | os.PathLike,
+    final: str,
+    *,
+    token: str | None = None,
+    in_place: bool = False,
 ) -> str:
     """Commit the local directory ``local_dir`` as ``final`` on ``storage`` (module docs:
     rename where that is atomic, else a version directory and a marker written last).
-    Returns the directory a reader now resolves ``final`` to."""
+    ``in_place``: ``local_dir`` already is ``final``'s sibling ``.<name>.tmp-<token>`` on
+    the same local disk (nothing to copy). Returns the directory a reader now resolves
+    ``final`` to.
+
+    Hold ``final``'s write lock (:func:`pipeline.io.publish.write_lock`) with ``token`` as
+    the owner's, so that a reader or writer that finds a leftover of a killed commit
+    (:func:`pipeline.io.publish.recover`) can tell it from a live one.
+    """
     token = token or uuid.uuid4().hex[:12]
     local_dir = os.fspath(local_dir)
     if storage.atomic_rename and not storage.exists(join(final, COMMIT_MARKER)):
@@ -302,7 +314,8 @@ def publish_directory(
         storage.mkdirs(parent)
         moved = False
         try:
-            storage.put(local_dir, tmp)
+            if not in_place:
+                storage.put(local_dir, tmp)
             if storage.exists(final):
                 storage.rename(final, old)
                 moved = True
@@ -323,6 +336,8 @@ def publish_directory(
     previous = _committed_version(storage, final)
     storage.mkdirs(final)
     storage.put(local_dir, join(final, version))
+    if in_place:
+        shutil.rmtree(local_dir, ignore_errors=True)
     marker = {"version": version, "previous": previous, "committed_utc": when}
     storage.replace_bytes(join(final, COMMIT_MARKER), json.dumps(marker).encode("utf-8"))
     for name in storage.list_names(final):
@@ -354,45 +369,53 @@ def scratch_root() -> str:
     return os.environ.get("CR5_SCRATCH_DIR") or tempfile.gettempdir()
 
 
+def _lock_defaults() -> tuple[float, float]:
+    """``paths.write_lock_wait_seconds`` and ``paths.stale_write_seconds`` defaults."""
+    from pipeline.config import PathsConfig
+
+    return PathsConfig.write_lock_wait_seconds, PathsConfig.stale_write_seconds
+
+
 @contextlib.contextmanager
 def staged_directory(
-    final: str | os.PathLike, *, spark: Any | None = None, token: str | None = None
+    final: str | os.PathLike, *, spark: Any | None = None, lock: WriteLock | None = None
 ) -> Iterator[Path]:
     """Yield a new, empty local directory; publish it as ``final`` when the block ends.
 
-    For a local ``final`` the directory is the hidden sibling ``.<name>.tmp-<token>``, renamed
-    into place (the previous version is renamed aside first and removed after): no copy.
-    For a URI it is a scratch directory (:func:`scratch_root`), uploaded and committed by
-    :func:`publish_directory`. When the block raises, nothing is published and ``final`` is
-    unchanged.
+    The block runs under ``final``'s write lock (``lock``, or one taken here with the
+    ``paths.*`` defaults), so a second writer waits and leftovers of a killed writer are
+    recovered first (:func:`pipeline.io.publish.write_lock`). For a local ``final`` the
+    directory is the hidden sibling ``.<name>.tmp-<token>``, renamed into place (the previous
+    version renamed aside first and removed after): no copy. For a URI it is a scratch
+    directory (:func:`scratch_root`), uploaded and committed by :func:`publish_directory`.
+    When the block raises, nothing is published and ``final`` is unchanged.
     """
-    final_s = os.fspath(final)
-    token = token or uuid.uuid4().hex[:12]
-    storage = storage_for(final_s, spark)
-    if isinstance(storage, LocalFS):
-        target = Path(local_path(final_s))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (target / COMMIT_MARKER).exists():  # a versioned directory: keep its layout
-            with _scratch(token) as tmp:
-                yield tmp
-                publish_directory(storage, tmp, str(target), token=token)
-            return
-        tmp = target.parent / f".{target.name}.tmp-{token}"
-        tmp.mkdir()
+    storage, where = locate(final, spark)
+    if lock is None:
+        wait, stale = _lock_defaults()
+        with (
+            write_lock(storage, where, wait_seconds=wait, stale_seconds=stale) as held,
+            staged_directory(final, spark=spark, lock=held) as tmp,
+        ):
+            yield tmp
+        return
+    token = lock.owner.token
+    in_place = isinstance(storage, LocalFS) and not storage.exists(join(where, COMMIT_MARKER))
+    if in_place:
+        tmp = Path(lock.tmp_path)
+        tmp.mkdir(parents=True)
         try:
             yield tmp
-            old = target.parent / f".{target.name}.old-{token}"
-            if target.exists():
-                os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
+            lock.verify()
+            publish_directory(storage, tmp, where, token=token, in_place=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return
     with _scratch(token) as tmp:
         yield tmp
-        publish_directory(storage, tmp, final_s, token=token)
+        lock.verify()
+        publish_directory(storage, tmp, where, token=token)
 
 
 @contextlib.contextmanager
@@ -430,11 +453,10 @@ def local_directory(path: str | os.PathLike, identity: str, *, spark: Any | None
         When a copied file does not match the identity file (the directory changed while
         it was copied, or the store returned damaged data).
     """
-    text = os.fspath(path)
-    storage = storage_for(text, spark)
+    storage, top = locate(path, spark)
+    where = _recovered(storage, top, identity)
     if isinstance(storage, LocalFS):
-        return Path(resolve_directory(storage, local_path(text)))
-    where = resolve_directory(storage, text)
+        return Path(where)
     ident_path = join(where, identity)
     if not storage.exists(ident_path):
         raise FileNotFoundError(f"{storage.describe(where)}: no {identity}")
@@ -468,6 +490,17 @@ def local_directory(path: str | os.PathLike, identity: str, *, spark: Any | None
         raise
     log.info("copied %s into the local cache %s", storage.describe(where), entry)
     return entry
+
+
+def _recovered(storage: Storage, directory: str, identity: str) -> str:
+    """:func:`resolve_directory`, after putting back a version that a writer killed between
+    its two renames left aside (``.<name>.old-<token>``, its owner gone:
+    :func:`pipeline.io.publish.recover`)."""
+    where = resolve_directory(storage, directory)
+    if not storage.exists(join(where, identity)) and not storage.exists(directory):
+        recover(storage, directory, stale_seconds=_lock_defaults()[1])
+        where = resolve_directory(storage, directory)
+    return where
 
 
 def _listed_files(ident: bytes) -> dict[str, dict[str, Any]]:

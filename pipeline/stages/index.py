@@ -185,9 +185,8 @@ def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
         if isinstance(store, LocalFS):
             publish(ops, lock, lambda tmp: holder.setdefault("manifest", write(tmp)))
         else:  # built locally, then uploaded and committed (rename or commit marker)
-            with staged_directory(index_path, spark=spark, token=lock.owner.token) as tmp:
+            with staged_directory(index_path, spark=spark, lock=lock) as tmp:
                 holder["manifest"] = write(str(tmp))
-                lock.verify()
     report = holder["manifest"]["report"]
     report["seconds"] = round(time.perf_counter() - t_start, 2)
     log.info("index: wrote %s (%d documents)", index_path, report["documents"])
