@@ -17,11 +17,10 @@ Parameters (trigger with ``--conf '{...}'`` or the UI form):
 - ``root``: where runs write; each DAG run writes under ``<root>/<run key>`` (its logical
   date, else the time it was due, as ``20250103T030000``), so runs never overwrite each
   other and every task of a run (and every retry) sees the same paths.
-- ``driver_root``: a directory on the drivers' disk for what the driver writes itself
-  (the model, training checkpoints, per-λ and baseline models, reports), per run key; needed
-  when ``root`` is a URI (``hdfs://``, ``s3a://``); null: under ``root``. In client mode
-  the drivers run on the Airflow workers: give a directory they all share, or run the
-  DAG on one worker.
+- ``driver_root``: optionally, another directory (or URI) for what the driver writes
+  itself (the model, training checkpoints, per-λ and baseline models, reports), per run
+  key; null: under ``root``, whatever store that is (the driver writes through the
+  session's Hadoop FileSystem).
 - ``overrides``: more ``section.key=value`` settings (``--set``, applied last).
 - ``executor_python``: the executors' Python (``spark.pyspark.python``); null: the
   project's venv for a master on this machine (``local[...]``, 127.0.0.1, localhost),
@@ -76,7 +75,6 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, BaseHook, Param
-from airflow.sdk.exceptions import AirflowFailException
 
 REPO = Path(os.environ.get("CR5_REPO") or Path(__file__).resolve().parents[2])
 # The pipeline's pure modules (stage names, parameter declarations; no Spark, no numpy) are
@@ -95,8 +93,8 @@ BRANCHES: tuple[tuple[str, str], ...] = (("index", "embed"),)
 CONN_ID = os.environ.get("CR5_SPARK_CONN_ID", "spark_default")
 SCHEDULE = os.environ.get("CR5_SCHEDULE", "0 3 3,22 * *")
 RETRIES = int(os.environ.get("CR5_RETRIES", "2"))
-# What the driver writes with plain file I/O (never to hdfs:// and the like): the setting,
-# and its directory under the run's driver_root.
+# What the driver writes itself (through pipeline/io/storage.py, any store): the setting,
+# and its directory under the run's driver_root when that is given.
 DRIVER_LOCAL: tuple[tuple[str, str], ...] = (
     ("paths.model", "model"),
     ("train.checkpoint_dir", "checkpoints"),
@@ -178,7 +176,7 @@ PARAMS = {
         "driver_root",
         None,
         type=["null", "string"],
-        description="driver-local directory for model, checkpoints, reports (null: root)",
+        description="directory or URI for model, checkpoints, reports (null: under root)",
     ),
     "executor_python": _param(
         "executor_python", None, type=["null", "string"], description="spark.pyspark.python"
@@ -206,27 +204,14 @@ def run_key(context: Any) -> str:
     return when.astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
 
 
-def is_uri(path: str) -> bool:
-    """``hdfs://...``, ``s3a://...``: not a path on the driver's own disk."""
-    return "://" in path and not path.startswith("file:")
-
-
 def run_paths(params: dict[str, Any], key: str) -> tuple[str, str | None]:
-    """This run's root (``<root>/<key>``) and driver-local directory (None: the root)."""
+    """This run's root (``<root>/<key>``) and the separate directory of what the driver
+    writes itself (``<driver_root>/<key>``; None: under the root). Both may be any store
+    the cluster's Hadoop configuration resolves (pipeline/io/storage.py)."""
     root = f"{params['root'].rstrip('/')}/{key}"
     driver_root = params.get("driver_root")
     if driver_root:
-        if is_uri(driver_root):
-            raise AirflowFailException(
-                f"driver_root must be a directory on the driver's disk: {driver_root!r}"
-            )
         return root, f"{driver_root.rstrip('/')}/{key}"
-    if is_uri(root):
-        raise AirflowFailException(
-            f"root {params['root']!r} is not on the driver's disk, where the driver writes the "
-            "model, training checkpoints and reports: set the parameter driver_root to a local "
-            "directory (shared by the Airflow workers that run this DAG)"
-        )
     return root, None
 
 

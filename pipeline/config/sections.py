@@ -140,7 +140,8 @@ class PathsConfig:
         None,
         doc="Directory of the run logs: each job writes <logs>/<stages>-<UTC time>-<pid>.log "
         "with its full log, Spark's output and the trace of any failure (the console gets one "
-        "paragraph). Default: <root>/logs when root is a local directory, else ./logs.",
+        "paragraph). Default: <root>/logs. On another store (a URI) the file is written in the "
+        "driver's scratch directory and published there before the session stops.",
     )
     documents: str | None = param(
         None, doc="Path of the documents dataset (default <root>/documents)."
@@ -154,8 +155,8 @@ class PathsConfig:
     evaluation: str | None = param(None, doc="Path of the evaluation dataset.")
     index: str | None = param(
         None,
-        doc="Directory of the search index (stage index; default <root>/index). The driver "
-        "writes it with plain file I/O, like the model: a local (or locally mounted) path.",
+        doc="Directory of the search index (stage index; default <root>/index), on any store "
+        "(built in a local scratch directory, then published there like the model).",
     )
     word_vectors: str | None = param(
         None, doc="Directory of the monolingual word vectors (stage word_vectors)."
