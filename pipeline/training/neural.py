@@ -11,19 +11,40 @@ the task, training rows included, is pickled to them). The result is a
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from typing import Any
 
 import numpy as np
 
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
+from pipeline.io.storage import is_local, scratch_root
 from pipeline.neural.loop import LoopSettings, distributed_entry, run_loop
 from pipeline.neural.params import NEURAL_METHODS
 
 __all__ = ["NEURAL_METHODS", "fit_neural", "loop_settings", "train_task"]
 
 log = logging.getLogger(__name__)
+
+
+def _loop_checkpoint(checkpoint: str | None) -> str | None:
+    """Where the loop's processes keep their per-epoch checkpoints: ``checkpoint`` on a local
+    disk; for another store, a directory of the driver's scratch space named after it (the
+    TorchDistributor processes have no Spark session to reach a Hadoop-only store, and
+    ``torch.save`` writes local files), with a warning that it does not outlive the machine."""
+    if checkpoint is None or is_local(checkpoint):
+        return checkpoint
+    name = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    local = os.path.join(scratch_root(), "cr5-neural-checkpoints", name)
+    log.warning(
+        "neural: checkpoints of %s are kept on the driver's disk, %s (the training processes "
+        "cannot reach that store); a rerun on this machine resumes from them",
+        checkpoint,
+        local,
+    )
+    return local
 
 
 def loop_settings(t: TrainConfig, checkpoint: str | None) -> LoopSettings:
@@ -136,7 +157,7 @@ def fit_neural(t: TrainConfig, data: Any, checkpoint: str | None) -> Any:
             f"{t.method} trains on parallel pairs, but no concept has documents in two of the "
             f"training languages {list(data.backend.languages)}"
         )
-    result = train_task(task, loop_settings(t, checkpoint), t.neural_processes)
+    result = train_task(task, loop_settings(t, _loop_checkpoint(checkpoint)), t.neural_processes)
     history = {
         "epochs": result["history"],
         "chosen_epoch": result["chosen_epoch"],
