@@ -3,9 +3,11 @@
 #
 #   deploy/submit.sh [options] STAGE[,STAGE...] [job options]
 #
-# STAGE is a name from pipeline/stages/__init__.py (ingest, split, vocabulary, tfidf, train,
-# embed, evaluate, ingest_wikipedia) or "demo" for the README's whole chain. Job
-# options (--conf PROFILE.yaml, --set key=value, --log-level) go to jobs/<stage>.py.
+# STAGE is a name from pipeline/stages/__init__.py (ingest, ingest_wikipedia, split,
+# vocabulary, tfidf, train, embed, index, evaluate, word_vectors, translate_words) or "demo"
+# for the README's whole chain. Job options (--conf PROFILE.yaml, --set key=value,
+# --log-level) go to jobs/<stage>.py. A path to a Python file (FILE.py) instead of STAGE
+# submits that script, with the library and the executors' Python set up the same way.
 #
 # Options (before STAGE):
 #   --master URL         local[N], spark://host:7077, yarn, k8s://https://host:443
@@ -15,9 +17,14 @@
 #   --python PATH        the Python executors run (spark.pyspark.python); default: this
 #                        repository's .venv/bin/python, right for local and single-host
 #                        standalone; on a real cluster give a path that exists on every
-#                        node, or use --env-archive
+#                        node, or use --env-archive / --pack-env
 #   --env-archive FILE   a packed environment (venv-pack / conda-pack .tar.gz) shipped
-#                        with --archives FILE#env; executors run ./env/bin/python
+#                        with --archives FILE#env; executors run ./env/bin/python (in
+#                        client mode the driver keeps this machine's Python)
+#   --pack-env[=GROUPS]  build that archive with deploy/pack_env.sh (reused while
+#                        pyproject's dependencies are unchanged), with pyproject's optional
+#                        GROUPS (e.g. --pack-env=search,neural), then as --env-archive;
+#                        with --dry-run the archive's path is computed, nothing is built
 #   --driver-memory M    spark-submit's --driver-memory (default 4g)
 #   --spark-conf K=V     one more spark-submit --conf (repeatable)
 #   --dry-run            print the spark-submit command instead of running it
@@ -26,9 +33,9 @@
 # The library is shipped to executors as a zip of the pipeline package
 # (build/deploy/cr5_pipeline-<version>-<source hash>.zip, immutable) with --py-files;
 # the executors' Python needs the dependencies only (numpy, scipy, pyarrow, pandas,
-# PyYAML). Environment: spark-submit from $SPARK_HOME/bin, else from PATH, else from
-# this repository's .venv; JAVA_HOME is set with `python -m pipeline.java --export`
-# when the machine has no Java 17+.
+# PyYAML; faiss-cpu for the index stage, torch for the neural methods). Environment:
+# spark-submit from $SPARK_HOME/bin, else from PATH, else from this repository's .venv;
+# JAVA_HOME is set with `python -m pipeline.java --export` when the machine has no Java 17+.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,12 +43,14 @@ master="${SPARK_MASTER:-local[2]}"
 deploy_mode=client
 python_exec=""
 env_archive=""
+pack_env=0
+pack_groups=""
 driver_memory=4g
 dry_run=0
 package_only=0
 extra_conf=()
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,6 +58,8 @@ while [ $# -gt 0 ]; do
     --deploy-mode) deploy_mode="$2"; shift 2 ;;
     --python) python_exec="$2"; shift 2 ;;
     --env-archive) env_archive="$2"; shift 2 ;;
+    --pack-env) pack_env=1; shift ;;
+    --pack-env=*) pack_env=1; pack_groups="${1#--pack-env=}"; shift ;;
     --driver-memory) driver_memory="$2"; shift 2 ;;
     --spark-conf) extra_conf+=(--conf "$2"); shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -110,8 +121,13 @@ if [ -z "$spark_submit" ]; then
   echo "submit.sh: no spark-submit (set SPARK_HOME, or run bash scripts/setup.sh)" >&2; exit 2
 fi
 
-if [ -n "$python_exec" ] && [ -n "$env_archive" ]; then
-  echo "submit.sh: give --python or --env-archive, not both" >&2; exit 2
+if [ $(( ${python_exec:+1} + ${env_archive:+1} + pack_env )) -gt 1 ]; then
+  echo "submit.sh: give only one of --python, --env-archive and --pack-env" >&2; exit 2
+fi
+if [[ "$master" == local* ]] && { [ "$pack_env" = 1 ] || [ -n "$env_archive" ]; }; then
+  echo "submit.sh: --env-archive / --pack-env need a cluster master; in $master the Python" \
+       "workers run the driver's Python (--python)" >&2
+  exit 2
 fi
 case "$deploy_mode" in client|cluster) ;; *)
   echo "submit.sh: --deploy-mode must be client or cluster, got $deploy_mode" >&2; exit 2 ;;
@@ -122,8 +138,11 @@ if [ "$deploy_mode" = cluster ] && [[ "$master" == spark://* ]]; then
   exit 2
 fi
 
-# The entry point: jobs/<stage>.py for one stage, jobs/chain.py for several.
-if [[ "$stages" == *,* ]] || [ "$stages" = demo ]; then
+# The entry point: jobs/<stage>.py for one stage, jobs/chain.py for several, or a script.
+if [[ "$stages" == *.py ]]; then
+  [ -f "$stages" ] || { echo "submit.sh: no such script: $stages" >&2; exit 2; }
+  entry=("$stages")
+elif [[ "$stages" == *,* ]] || [ "$stages" = demo ]; then
   entry=("$repo/jobs/chain.py" --stages "$stages")
 else
   if [ ! -f "$repo/jobs/$stages.py" ]; then
@@ -134,11 +153,24 @@ else
 fi
 
 # The executors' Python.
+if [ "$pack_env" = 1 ]; then
+  # Built (or reused) here; its path is the last line pack_env.sh prints. A dry run only
+  # computes the path.
+  pack_args=(--python "$py"); [ -n "$pack_groups" ] && pack_args+=(--with "$pack_groups")
+  [ "$dry_run" = 1 ] && pack_args+=(--dry-run)
+  env_archive="$(bash "$repo/deploy/pack_env.sh" "${pack_args[@]}" | tail -n 1)"
+  [ -n "$env_archive" ] || { echo "submit.sh: deploy/pack_env.sh failed" >&2; exit 2; }
+fi
 conf=()
 archives=()
 if [ -n "$env_archive" ]; then
   archives=(--archives "$env_archive#env")
   conf+=(--conf spark.pyspark.python=./env/bin/python)
+  # spark.pyspark.python outranks PYSPARK_DRIVER_PYTHON: in client mode the driver runs here,
+  # where ./env does not exist, so name its Python explicitly.
+  if [ "$deploy_mode" = client ]; then
+    conf+=(--conf "spark.pyspark.driver.python=$PYSPARK_DRIVER_PYTHON")
+  fi
   if [ "$master" = yarn ]; then
     conf+=(--conf spark.yarn.appMasterEnv.PYSPARK_PYTHON=./env/bin/python)
   fi

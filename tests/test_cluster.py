@@ -1,17 +1,22 @@
 """deploy/submit.sh on a real Spark standalone cluster (a master and two workers on 127.0.0.1).
 
 The slow test starts a master and two workers from pip's pyspark (two executor JVMs, each
-with its own Python workers, the driver apart), submits the whole demo
-chain on the bundled sample through ``deploy/submit.sh --master spark://127.0.0.1:P``
-and checks that every dataset equals the same chain run in local mode; it stops what
-it started by PID. The fast tests check submit.sh's command lines (``--dry-run``).
+with its own Python workers, the driver apart), packs the executors' environment with
+deploy/pack_env.sh, submits the whole demo chain on the bundled sample through
+``deploy/submit.sh --master spark://127.0.0.1:P --pack-env`` and checks that every dataset
+equals the same chain run in local mode, and that the executors ran the Python of the archive
+unpacked in their work directories (a probe script submitted the same way reports
+``sys.executable``); it stops what it started by PID. The fast tests check submit.sh's and
+pack_env.sh's command lines (``--dry-run``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +30,7 @@ import pytest
 from tests.conftest import REPO, SAMPLE, load_standalone
 
 SUBMIT = REPO / "deploy" / "submit.sh"
+PACK_ENV = REPO / "deploy" / "pack_env.sh"
 
 # The demo chain, kept fast: r = 20, one λ (no selection; train.lam = 1.0), no baselines.
 # Training uses the Spark backend, so its in-task CG solves run on the cluster's executors.
@@ -55,12 +61,24 @@ def submit(
     )
 
 
-def run_chain(master: str, root: Path) -> float:
-    """Run the demo chain through submit.sh; return its wall time in seconds."""
+def pack_env(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(PACK_ENV), "--python", sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run_chain(master: str, root: Path, *options: str) -> float:
+    """Run the demo chain through submit.sh (``options`` before the stage); return its wall
+    time in seconds."""
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     proc = submit(
-        "--master", master, "--driver-memory", "2g",
+        "--master", master, "--driver-memory", "2g", *options,
         "demo", *SAMPLE_ARGS, "--set", f"paths.root={root / 'out'}",
         cwd=root,
     )  # fmt: skip
@@ -95,6 +113,8 @@ def test_dry_run_yarn_with_packed_environment():
     assert "--archives cr5-env.tar.gz#env" in cmd
     assert "spark.pyspark.python=./env/bin/python" in cmd
     assert "spark.yarn.appMasterEnv.PYSPARK_PYTHON=./env/bin/python" in cmd
+    # cluster mode: the driver runs in the cluster, from the archive too
+    assert "spark.pyspark.driver.python" not in cmd
     assert "spark.executor.instances=4" in cmd
     assert "--py-files " in cmd and "cr5_pipeline-" in cmd
     assert cmd.rstrip().endswith("jobs/tfidf.py --conf conf/cluster.yaml")
@@ -106,6 +126,67 @@ def test_dry_run_chain_uses_chain_entry_point():
     cmd = " ".join(shlex.split(proc.stdout))
     assert "jobs/chain.py --stages ingest,split --set a=1" in cmd
     assert "spark.driver.bindAddress=127.0.0.1" in cmd
+
+
+def test_dry_run_pack_env_ships_the_packed_archive():
+    proc = submit(
+        "--dry-run", "--master", "spark://127.0.0.1:7077", "--pack-env=search", "index",
+        "--conf", "conf/cluster.yaml",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    cmd = " ".join(shlex.split(proc.stdout))
+    # the archive pack_env.sh names for the same groups (a dry run builds nothing)
+    expected = pack_env("--dry-run", "--with", "search")
+    assert expected.returncode == 0, expected.stderr
+    archive = expected.stdout.strip()
+    assert re.fullmatch(
+        rf"{re.escape(str(REPO))}/build/deploy/cr5-env-[0-9a-f]{{12}}\.tar\.gz", archive
+    )
+    assert f"--archives {archive}#env" in cmd
+    assert "spark.pyspark.python=./env/bin/python" in cmd
+    # client mode: the driver runs here, not from ./env
+    assert f"spark.pyspark.driver.python={sys.executable}" in cmd
+    assert cmd.rstrip().endswith("jobs/index.py --conf conf/cluster.yaml")
+
+
+def test_pack_env_dry_run_names_the_archive_by_its_inputs():
+    base, search, both = (
+        pack_env("--dry-run", *args)
+        for args in ([], ["--with", "search"], ["--with=neural,search"])
+    )
+    for proc in (base, search, both):
+        assert proc.returncode == 0, proc.stderr
+        assert re.fullmatch(r".*/build/deploy/cr5-env-[0-9a-f]{12}\.tar\.gz", proc.stdout.strip())
+    # one archive per set of groups; the same inputs name the same archive
+    assert len({base.stdout, search.stdout, both.stdout}) == 3
+    assert pack_env("--dry-run", "--with", "search").stdout == search.stdout
+    assert pack_env("--dry-run", "--with", "neural", "--with", "search").stdout == both.stdout
+    # the runtime dependencies without pyspark (Spark's own pyspark.zip serves the executors)
+    prefix = "pack_env.sh:   "
+    listed = [line[len(prefix) :] for line in base.stderr.splitlines() if line.startswith(prefix)]
+    assert {"numpy", "scipy", "pyarrow", "pandas", "PyYAML"} <= {
+        re.split("[<>=]", r)[0] for r in listed
+    }
+    assert not any(r.lower().startswith("pyspark") for r in listed)
+    assert any(r.startswith("faiss-cpu") for r in search.stderr.split())
+    assert any(r.startswith("torch") for r in both.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--with", "nosuchgroup"], "no group 'nosuchgroup'"),
+        (["--with", "dev"], "no group 'dev'"),
+        (["--with", "connect"], "no group 'connect'"),
+        (["--bogus"], "unknown argument"),
+        (["--python-prefix", "usr"], "absolute path"),
+    ],
+)
+def test_pack_env_bad_arguments_exit_2(args, message):
+    proc = pack_env("--dry-run", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert proc.stdout == ""
 
 
 def test_library_zip_holds_the_package():
@@ -124,7 +205,11 @@ def test_library_zip_holds_the_package():
     [
         (["nosuchstage"], "unknown stage"),
         (["--master", "spark://h:7077", "--deploy-mode", "cluster", "ingest"], "standalone"),
-        (["--python", "x", "--env-archive", "y", "ingest"], "not both"),
+        (["--python", "x", "--env-archive", "y", "ingest"], "only one of"),
+        (["--pack-env", "--env-archive", "y", "ingest"], "only one of"),
+        (["--master", "local[2]", "--pack-env", "ingest"], "need a cluster master"),
+        (["--master", "yarn", "--pack-env=dev", "ingest"], "no group 'dev'"),
+        (["no_such_script.py"], "no such script"),
         (["--bogus", "ingest"], "unknown option"),
     ],
 )
@@ -137,25 +222,90 @@ def test_bad_arguments_exit_2(args, message):
 # --------------------------------------------------------------------------- slow
 
 
+# Submitted like a stage: where the executors' Python, numpy, pyspark and the library come from.
+PROBE = """
+import json, os, sys, time
+from pyspark.sql import SparkSession
+
+def where(_):
+    import numpy, pyspark, pipeline
+    time.sleep(0.5)  # keep both executors busy
+    return {"executable": sys.executable, "prefix": sys.prefix, "cwd": os.getcwd(),
+            "numpy": numpy.__file__, "pyspark": pyspark.__file__, "pipeline": pipeline.__file__}
+
+sc = SparkSession.builder.appName("cr5-env-probe").getOrCreate().sparkContext
+deadline = time.monotonic() + 90
+while sc._jsc.sc().getExecutorMemoryStatus().size() < 3 and time.monotonic() < deadline:
+    time.sleep(0.5)  # the driver and both executors
+with open(sys.argv[1], "w") as f:
+    json.dump(sc.parallelize(range(8), 8).map(where).collect(), f)
+"""
+
+
 @pytest.mark.slow
 def test_chain_on_standalone_cluster_equals_local_mode(tmp_path):
     standalone = load_standalone()
+    # The executors' environment: built once, then reused while pyproject's dependencies and
+    # the Python stay the same. The chain needs no optional group (no index, no neural or
+    # classification method).
+    t0 = time.perf_counter()
+    packed = pack_env()
+    pack_wall = time.perf_counter() - t0
+    assert packed.returncode == 0, packed.stderr[-4000:]
+    archive = Path(packed.stdout.strip().splitlines()[-1])
+    assert archive.is_file() and archive.name.startswith("cr5-env-")
+
     local_wall = run_chain("local[2]", tmp_path / "local")
+    workers = tmp_path / "cluster" / "worker"
     with standalone.StandaloneCluster(
         tmp_path / "cluster", cores=1, memory="2g", workers=2
     ) as cluster:
         pids = [p.pid for p in cluster.procs]
-        cluster_wall = run_chain(cluster.master_url, tmp_path / "standalone")
+        cluster_wall = run_chain(cluster.master_url, tmp_path / "standalone", "--pack-env")
         apps = cluster.status().get("completedapps", []) + cluster.status().get("activeapps", [])
         assert any(app.get("name") == "cr5" for app in apps), apps
-        # both workers ran executors of the chain (two executor JVMs, not one)
+        # both workers ran executors of the chain (two executor JVMs, not one), each with the
+        # archive unpacked as ./env in its work directory
         for index in range(2):
-            work = tmp_path / "cluster" / "worker" / str(index)
+            work = workers / str(index)
             assert any(work.glob("app-*/*/stderr")), f"worker {index} ran no executor"
+            envs = list(work.glob("app-*/*/env"))
+            assert envs, f"worker {index}: no unpacked env/ in {work}"
+            for env in envs:
+                assert (env / "pyvenv.cfg").is_file() and (env / "bin" / "python").exists()
+
+        # The executors' Python is the unpacked archive's, not the driver's virtualenv.
+        probe = tmp_path / "probe.py"
+        probe.write_text(PROBE)
+        proc = submit(
+            "--master", cluster.master_url, "--driver-memory", "1g", "--pack-env",
+            str(probe), str(tmp_path / "probe.json"), cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        seen = json.loads((tmp_path / "probe.json").read_text())
     for pid in pids:  # stopped by PID: the processes are gone
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    print(f"\nchain wall time: local[2] {local_wall:.1f} s, standalone {cluster_wall:.1f} s")
+
+    venv = str(Path(sys.prefix))
+    for row in seen:
+        exe = row["executable"]
+        assert exe == os.path.join(row["cwd"], "env", "bin", "python"), row
+        assert exe.startswith(f"{workers}{os.sep}") and not exe.startswith(venv), row
+        assert row["prefix"] == os.path.join(row["cwd"], "env"), row
+        # the dependencies from the archive; pyspark from Spark's own pyspark.zip; the library
+        # from submit.sh's --py-files zip
+        assert row["numpy"].startswith(row["prefix"] + os.sep), row
+        assert "pyspark.zip" in row["pyspark"] and not row["pyspark"].startswith(row["prefix"]), row
+        assert "cr5_pipeline-" in row["pipeline"], row
+    assert len({row["cwd"] for row in seen}) == 2, "the probe ran on one executor only"
+    print(
+        f"\nenvironment archive {archive.name}: {archive.stat().st_size / 2**20:.0f} MB,"
+        f" pack_env.sh {pack_wall:.1f} s"
+        f"\nchain wall time: local[2] {local_wall:.1f} s, standalone {cluster_wall:.1f} s"
+    )
+    for env in workers.glob("*/app-*/*/env"):  # 0.5 GB unpacked per executor
+        shutil.rmtree(env, ignore_errors=True)
 
     local, remote = tmp_path / "local" / "out", tmp_path / "standalone" / "out"
     # trained on the Spark backend: the sample's languages are single blocks, so every CG
