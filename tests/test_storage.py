@@ -250,3 +250,28 @@ def test_a_failed_write_leaves_the_previous_local_model_and_no_leftovers(tmp_pat
         raise RuntimeError("killed")
     assert files_of(tmp_path / "m") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_parquet_datasets_on_a_store_without_atomic_rename_warn_once(
+    spark, viewfs, monkeypatch, caplog
+):
+    """A Parquet dataset's commit is a directory rename, a copy on object stores: the
+    writer says so once, naming paths.format=delta, and still writes the dataset."""
+    from pipeline.io import datasets
+    from pipeline.io.hadoop import HadoopFS
+    from pipeline.io.schemas import SPLITS
+
+    uri, backing = viewfs
+    monkeypatch.setattr(HadoopFS, "atomic_rename", property(lambda self: False))
+    monkeypatch.setattr(datasets, "_WARNED_STORES", set())
+    df = spark.createDataFrame(
+        [("c1", "de-en", "test", 0, 7), ("c2", "de-en", "validation", 1, 7)],
+        "concept_id string, pair string, role string, priority long, seed long",
+    )
+    with caplog.at_level("WARNING", logger="pipeline.io.datasets"):
+        for name in ("a", "b"):
+            manifest = datasets.write_dataset(spark, df, SPLITS, f"{uri}/{name}")
+            assert manifest["rows"] == 2
+    warned = [r for r in caplog.records if "paths.format=delta" in r.getMessage()]
+    assert len(warned) == 1 and "viewfs://" in warned[0].getMessage()
+    assert (backing / "b" / "_manifest.json").is_file()

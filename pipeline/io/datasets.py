@@ -174,6 +174,8 @@ def write_dataset(
     data = conform(df, spec) if df is not None else None
     fs = HadoopFS(spark, path)
     ops, where = _ops(fs, path)
+    if format == "parquet" and not fs.atomic_rename:
+        _warn_rename_is_a_copy(fs, path)
     default_wait, default_stale = _path_defaults()
     wait = default_wait if wait_seconds is None else wait_seconds
     stale = default_stale if stale_seconds is None else stale_seconds
@@ -187,6 +189,25 @@ def write_dataset(
         raise
     log.info("wrote dataset %s to %s (%s, %s rows)", spec.name, path, format, full.get("rows"))
     return full
+
+
+_WARNED_STORES: set[str] = set()
+
+
+def _warn_rename_is_a_copy(fs: HadoopFS, path: str) -> None:
+    """Once per store: a Parquet dataset's commit is a directory rename, a copy on object
+    stores, so a reader there may see a half-renamed dataset; Delta commits are atomic."""
+    scheme = str(fs.fs.getUri().getScheme())
+    if scheme in _WARNED_STORES:
+        return
+    _WARNED_STORES.add(scheme)
+    log.warning(
+        "%s: directory renames on %s:// are copies, so a reader may see a dataset half "
+        "replaced while it is committed; set paths.format=delta for atomic commits there "
+        "(deploy/README.md, 'Where outputs go')",
+        path,
+        scheme,
+    )
 
 
 def _write_locked(
