@@ -522,13 +522,32 @@ def publish(
     """
     if not lock.held:
         raise RuntimeError("publish() needs the dataset's write lock")  # programming error
-    path, tmp, old = lock.path, lock.tmp_path, lock.old_path
-    moved = False
-    try:
+
+    def write_and_check(tmp: str) -> None:
         manifest = write(tmp)
         lock.verify()
         if manifest is not None:
             check_published(fs, tmp, manifest, lock.owner.token, manifest_name)
+
+    swap_in(fs, lock.tmp_path, lock.path, lock.old_path, prepare=write_and_check)
+
+
+def swap_in(
+    fs: FileOps,
+    tmp: str,
+    path: str,
+    old: str,
+    *,
+    prepare: Callable[[str], None] | None = None,
+) -> None:
+    """``prepare(tmp)`` (fill it), then put ``tmp`` in ``path``'s place: ``path`` renamed
+    aside to ``old``, ``tmp`` renamed to ``path``, ``old`` deleted. On any failure ``tmp``
+    is deleted and a version moved aside is put back, and the failure is raised (a failure
+    of that cleanup is not: the first one says what went wrong)."""
+    moved = False
+    try:
+        if prepare is not None:
+            prepare(tmp)
         if fs.exists(path):
             fs.rename(path, old)
             moved = True
@@ -536,10 +555,11 @@ def publish(
         moved = False
     except BaseException:
         # Leave nothing half-written behind; put the published version back.
-        if fs.exists(tmp):
-            fs.delete(tmp)
-        if moved and not fs.exists(path):
-            fs.rename(old, path)
+        with contextlib.suppress(Exception):
+            if fs.exists(tmp):
+                fs.delete(tmp)
+            if moved and not fs.exists(path):
+                fs.rename(old, path)
         raise
     if fs.exists(old):
         fs.delete(old)

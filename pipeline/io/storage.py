@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.io.publish import FileOps, LocalFS, WriteLock, recover, write_lock
+from pipeline.io.publish import FileOps, LocalFS, WriteLock, recover, swap_in, write_lock
 
 __all__ = [
     "COMMIT_MARKER",
@@ -312,24 +312,8 @@ def publish_directory(
         parent, name = _split(final)
         tmp, old = f"{parent}/.{name}.tmp-{token}", f"{parent}/.{name}.old-{token}"
         storage.mkdirs(parent)
-        moved = False
-        try:
-            if not in_place:
-                storage.put(local_dir, tmp)
-            if storage.exists(final):
-                storage.rename(final, old)
-                moved = True
-            storage.rename(tmp, final)
-            moved = False
-        except BaseException:
-            with contextlib.suppress(Exception):
-                if storage.exists(tmp):
-                    storage.delete(tmp)
-                if moved and not storage.exists(final):
-                    storage.rename(old, final)
-            raise
-        if storage.exists(old):
-            storage.delete(old)
+        upload = None if in_place else (lambda target: storage.put(local_dir, target))
+        swap_in(storage, tmp, final, old, prepare=upload)
         return final
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     version = f"v-{when}-{token}"
