@@ -275,3 +275,85 @@ def test_parquet_datasets_on_a_store_without_atomic_rename_warn_once(
     warned = [r for r in caplog.records if "paths.format=delta" in r.getMessage()]
     assert len(warned) == 1 and "viewfs://" in warned[0].getMessage()
     assert (backing / "b" / "_manifest.json").is_file()
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@pytest.fixture(params=["local", "hadoop", "arrow"])
+def store(request, tmp_path):
+    """``(Storage, base path in its syntax, backing local directory)`` for each backend:
+    the local disk, the session's Hadoop FileSystem (viewfs://), pyarrow.fs (file://)."""
+    base = tmp_path / "s"
+    base.mkdir()
+    if request.param == "local":
+        return LocalFS(), str(base), base
+    if request.param == "arrow":
+        return storage.ArrowFS(base.as_uri()), base.as_uri(), base
+    spark = request.getfixturevalue("spark")
+    table = f"c{uuid.uuid4().hex[:8]}"
+    spark.sparkContext._jsc.hadoopConfiguration().set(
+        f"fs.viewfs.mounttable.{table}.link./data", base.as_uri()
+    )
+    uri = f"viewfs://{table}/data"
+    return storage.storage_for(uri, spark), uri, base
+
+
+def test_storage_contract(store, tmp_path):
+    fs, base, backing = store
+    d = storage.join(base, "d")
+    fs.mkdirs(d)
+    assert fs.exists(d) and not fs.exists(storage.join(base, "nothing"))
+    f = storage.join(d, "a.txt")
+    fs.replace_bytes(f, b"one")
+    fs.replace_bytes(f, b"two")  # replaced whole
+    assert fs.read_bytes(f) == b"two" and fs.read_text(f) == "two"
+    assert fs.create_new(storage.join(d, "b"), "x") and not fs.create_new(storage.join(d, "b"), "y")
+    assert fs.read_text(storage.join(d, "b")) == "x"
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "c.bin").write_bytes(b"\0" * 100)
+    (src / "top.json").write_text("{}")
+    fs.put(str(src), storage.join(base, "up"))
+    assert fs.list_files(storage.join(base, "up")) == {"sub/c.bin": 100, "top.json": 2}
+    with pytest.raises(FileExistsError):
+        fs.put(str(src), storage.join(base, "up"))
+    fs.get(storage.join(base, "up", "sub", "c.bin"), str(tmp_path / "back.bin"))
+    assert (tmp_path / "back.bin").read_bytes() == b"\0" * 100
+    fs.rename(storage.join(base, "up"), storage.join(base, "moved"))
+    assert sorted(n for n in fs.list_names(base) if not n.endswith(".crc")) == ["d", "moved"]
+    with pytest.raises(FileExistsError):
+        fs.rename(storage.join(base, "moved"), d)
+    assert fs.mtime(f) is not None and fs.mtime(storage.join(base, "nothing")) is None
+    fs.delete(storage.join(base, "moved"))
+    assert not fs.exists(storage.join(base, "moved"))
+    assert (backing / "d" / "a.txt").read_bytes() == b"two"
+
+
+def test_publish_and_read_a_directory_on_every_store(store, tmp_path, monkeypatch):
+    """The writer's commit and the reader's copy agree on every backend (a rename commit or,
+    where rename is not atomic, the marker layout)."""
+    fs, base, _ = store
+    monkeypatch.setenv("CR5_CACHE_DIR", str(tmp_path / "cache"))
+    final = storage.join(base, "model")
+    for version in (1, 2):
+        src = tmp_path / f"v{version}"
+        src.mkdir()
+        payload = {"files": {"x.npy": {"bytes": 3}}, "v": version}
+        (src / "model.json").write_text(json.dumps(payload))
+        (src / "x.npy").write_bytes(b"abc")
+        storage.publish_directory(fs, src, final, token=f"tok{version}")
+    if isinstance(fs, LocalFS):
+        got = storage.local_directory(final, "model.json")
+    else:
+        monkeypatch.setattr(storage, "storage_for", lambda path, spark=None: fs)
+        got = storage.local_directory(final, "model.json")
+    assert json.loads((got / "model.json").read_text())["v"] == 2
+    assert (got / "x.npy").read_bytes() == b"abc"
+
+
+def test_a_uri_only_hadoop_resolves_needs_a_session():
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="inside a Spark job"):
+        storage.ArrowFS("viewfs://cluster/data/model")

@@ -260,10 +260,14 @@ class ArrowFS:
 
         if self.exists(p):
             raise FileExistsError(f"could not copy {local} to {p}: the target exists")
-        if os.path.isdir(local):
-            pafs.copy_files(local, self._p(p), destination_filesystem=self.fs)
-        else:
-            pafs.copy_files(local, self._p(p), destination_filesystem=self.fs)
+        target = self._p(p)
+        # copy_files creates no directories on every filesystem (the local one): make them
+        for root, _, _ in os.walk(local) if os.path.isdir(local) else []:
+            rel = os.path.relpath(root, local)
+            self.fs.create_dir(target if rel == "." else f"{target}/{rel}", recursive=True)
+        if not os.path.isdir(local):
+            self.fs.create_dir(target.rpartition("/")[0], recursive=True)
+        pafs.copy_files(local, target, destination_filesystem=self.fs)
 
     def get(self, p: str, local: str) -> None:
         import pyarrow.fs as pafs
