@@ -28,7 +28,6 @@ from pipeline.model.format import model_directory
 __all__ = ["resolve_model_location", "ship_model", "ship_model_to_session", "worker_model"]
 
 _ARCHIVE = "sparkarchive:"
-_FILES = "sparkfiles:"  # models shipped by earlier versions with addFile
 
 
 def _zip_model(path: Path, out: Path) -> None:
@@ -105,7 +104,7 @@ def ship_model_to_session(spark: Any, path: str) -> str:
 
 def resolve_model_location(location: str) -> str:
     """On an executor: the local directory of a model shipped by :func:`ship_model`."""
-    if location.startswith((_ARCHIVE, _FILES)):
+    if location.startswith(_ARCHIVE):
         from pyspark import SparkFiles
 
         return SparkFiles.get(location.split(":", 1)[1])
