@@ -57,7 +57,16 @@ from pipeline.errors import (
 from pipeline.failures import annotate
 from pipeline.io import delta, integrity
 from pipeline.io.hadoop import HadoopFS as HadoopFS  # re-exported: stages import it here
-from pipeline.io.publish import MANIFEST, FileOps, LocalFS, data_files, publish, recover, write_lock
+from pipeline.io.publish import (
+    MANIFEST,
+    FileOps,
+    LocalFS,
+    data_files,
+    lock_defaults,
+    publish,
+    recover,
+    write_lock,
+)
 from pipeline.io.schemas import DatasetSpec
 
 if TYPE_CHECKING:
@@ -67,13 +76,6 @@ log = logging.getLogger(__name__)
 
 FORMATS = ("parquet", "delta")
 Format = Literal["parquet", "delta"]
-
-
-def _path_defaults() -> tuple[float, float]:
-    """``paths.write_lock_wait_seconds`` and ``paths.stale_write_seconds`` defaults."""
-    from pipeline.config import PathsConfig
-
-    return PathsConfig.write_lock_wait_seconds, PathsConfig.stale_write_seconds
 
 
 def write_options(paths: PathsConfig) -> dict[str, Any]:
@@ -176,7 +178,7 @@ def write_dataset(
     ops, where = _ops(fs, path)
     if format == "parquet" and not fs.atomic_rename:
         _warn_rename_is_a_copy(fs, path)
-    default_wait, default_stale = _path_defaults()
+    default_wait, default_stale = lock_defaults()
     wait = default_wait if wait_seconds is None else wait_seconds
     stale = default_stale if stale_seconds is None else stale_seconds
     try:
@@ -429,7 +431,7 @@ def _manifest_of(fs: HadoopFS, spec: DatasetSpec, path: str) -> dict[str, Any]:
     root = path.rstrip("/")
     if not (fs.exists(f"{root}/{MANIFEST}") or delta.is_delta_table(fs, root)):
         ops, where = _ops(fs, path)
-        recover(ops, where, stale_seconds=_path_defaults()[1])
+        recover(ops, where, stale_seconds=lock_defaults()[1])
     if delta.is_delta_table(fs, root):
         found = delta.read_delta_manifest(fs, root)
         if found is not None:

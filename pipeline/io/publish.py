@@ -188,6 +188,14 @@ class LocalFS:
         return p
 
 
+def lock_defaults() -> tuple[float, float]:
+    """``paths.write_lock_wait_seconds`` and ``paths.stale_write_seconds`` defaults (for
+    writers that are handed no configuration)."""
+    from pipeline.config import PathsConfig
+
+    return PathsConfig.write_lock_wait_seconds, PathsConfig.stale_write_seconds
+
+
 # --------------------------------------------------------------------------- owners
 
 

@@ -48,7 +48,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.io.publish import FileOps, LocalFS, WriteLock, recover, swap_in, write_lock
+from pipeline.io.publish import (
+    FileOps,
+    LocalFS,
+    WriteLock,
+    lock_defaults,
+    recover,
+    swap_in,
+    write_lock,
+)
 
 __all__ = [
     "COMMIT_MARKER",
@@ -357,13 +365,6 @@ def scratch_root() -> str:
     return os.environ.get("CR5_SCRATCH_DIR") or tempfile.gettempdir()
 
 
-def _lock_defaults() -> tuple[float, float]:
-    """``paths.write_lock_wait_seconds`` and ``paths.stale_write_seconds`` defaults."""
-    from pipeline.config import PathsConfig
-
-    return PathsConfig.write_lock_wait_seconds, PathsConfig.stale_write_seconds
-
-
 @contextlib.contextmanager
 def staged_directory(
     final: str | os.PathLike, *, spark: Any | None = None, lock: WriteLock | None = None
@@ -380,7 +381,7 @@ def staged_directory(
     """
     storage, where = locate(final, spark)
     if lock is None:
-        wait, stale = _lock_defaults()
+        wait, stale = lock_defaults()
         with (
             write_lock(storage, where, wait_seconds=wait, stale_seconds=stale) as held,
             staged_directory(final, spark=spark, lock=held) as tmp,
@@ -486,7 +487,7 @@ def _recovered(storage: Storage, directory: str, identity: str) -> str:
     :func:`pipeline.io.publish.recover`)."""
     where = resolve_directory(storage, directory)
     if not storage.exists(join(where, identity)) and not storage.exists(directory):
-        recover(storage, directory, stale_seconds=_lock_defaults()[1])
+        recover(storage, directory, stale_seconds=lock_defaults()[1])
         where = resolve_directory(storage, directory)
     return where
 

@@ -57,7 +57,6 @@ import scipy.sparse as sp
 
 from pipeline import __version__
 from pipeline.errors import DamagedModelError, ModelError
-from pipeline.io import storage
 from pipeline.io.integrity import damaged_message
 from pipeline.io.storage import local_directory, staged_directory
 
@@ -270,9 +269,7 @@ def model_directory(path: str | os.PathLike) -> Path:
     inside a Spark job any store the cluster's Hadoop configuration resolves)."""
     try:
         return local_directory(path, MODEL_JSON)
-    except FileNotFoundError:
-        if storage.is_local(path):
-            return Path(storage.local_path(path))
+    except FileNotFoundError:  # a remote path only: a local one is returned as it is
         raise ModelError(
             f"model {os.fspath(path)} does not exist or has no {MODEL_JSON}. Fix: train one "
             "(python jobs/train.py ...) or point at a model directory."
