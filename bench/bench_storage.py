@@ -10,7 +10,7 @@ float32 of r = ``--r`` columns: barely compressible), then times, as medians of
 * ``save viewfs``: the same model to ``viewfs://bench/data/...``: staged in a local scratch
   directory, uploaded by the driver's JVM (``copyFromLocalFile``), renamed into place;
 * ``load local``: :meth:`pipeline.model.Cr5Model.load` with every SHA-256 checked (the
-  second read after the write: the first pays ~3x for pages just written), the baseline of
+  second read after the write: the first pays for pages just written), the baseline of
 * ``load viewfs, cold``: the same from the store into an empty local cache (copy, sizes and
   SHA-256 checked against model.json, then the load's own checks);
 * ``load viewfs, warm``: again, with the cache entry in place (model.json read from the store
