@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from pipeline.baselines.topics import fold_in
 from pipeline.errors import ModelError
 from pipeline.features.weighting import LanguageVocabulary, count_matrix, tfidf_matrix
+from pipeline.model.encode import EncodeMixin
 from pipeline.model.format import (
     GRAM_EIGENVALUES,
     GRAM_EIGENVECTORS,
@@ -63,11 +64,13 @@ def canonical_lang(lang: str) -> str:
     return lang.strip().lower()
 
 
-class Cr5Model:
+class Cr5Model(EncodeMixin):
     """Per-language linear maps into one crosslingual space.
 
-    Use :meth:`load`. Languages are read from disk on first use, so an executor that
-    embeds only German documents loads only German's Φ.
+    Use :meth:`load`; :meth:`embed` returns the model's own rows (sparse for selection
+    models), :meth:`~pipeline.model.encode.EncodeMixin.encode` dense float32 vectors in
+    sentence-transformers' convention. Languages are read from disk on first use, so an
+    executor that embeds only German documents loads only German's Φ.
     """
 
     def __init__(

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from pipeline.errors import ModelError
 from pipeline.model.cr5_model import canonical_lang
+from pipeline.model.encode import EncodeMixin
 from pipeline.model.format import load_encoder_files, model_directory, read_model_json
 
 __all__ = ["EncoderModel"]
@@ -30,8 +31,10 @@ __all__ = ["EncoderModel"]
 SUBWORDS = "subwords.model"
 
 
-class EncoderModel:
-    """A neural encoder with the embedding interface of :class:`~pipeline.model.Cr5Model`."""
+class EncoderModel(EncodeMixin):
+    """A neural encoder with the embedding interface of :class:`~pipeline.model.Cr5Model`
+    (``embed``, ``embed_with_counts``, and ``encode`` from
+    :class:`~pipeline.model.encode.EncodeMixin`)."""
 
     is_sparse = False
 

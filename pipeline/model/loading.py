@@ -1,6 +1,6 @@
 """One loader for every model directory: the linear maps (Cr5, the baselines, XCNN) and the
 neural encoders (T-LASER, cT-LASER), each with the same embedding interface
-(``languages``, ``dim``, ``is_sparse``, ``embed``, ``embed_with_counts``).
+(``languages``, ``dim``, ``is_sparse``, ``embed``, ``embed_with_counts``, ``encode``).
 
 The neural encoders need PyTorch (the ``neural`` extra); it is imported only when such a
 model is loaded, so the linear models load without it.
