@@ -4,6 +4,8 @@
                              [--format jsonl|npy] [--normalize] [--batch 10000]
     python -m pipeline import-cr5 --out models/cr5 --lang en=en.txt.gz --lang de=de.txt.gz
                                   [--idf-from out/vocabulary]
+    python -m pipeline import-vec --out out/word_vectors --lang en=wiki.en.vec
+                                  --lang de=wiki.de.vec [--max-vocab 200000]
     python -m pipeline verify out/            # or a dataset, or a model directory
     python -m pipeline search --index out/index --lang en [--targets de,fr] [-k 10] [--csls]
                               [--json] [--input FILE] [TEXT ...]
@@ -13,6 +15,10 @@
 line: JSON Lines (``{"line": i, "n_terms": k, "vector": [...]}``, streamed in batches)
 or a float32 ``.npy`` array of shape (n_lines, r). A line with no known word gives the
 zero vector and ``n_terms`` 0.
+
+``import-vec`` converts fastText's and MUSE's ``.vec`` text files into the word-vector store
+the ``translate_words`` stage reads (``paths.word_vectors``):
+:mod:`pipeline.wordmap.vecfile`.
 """
 
 from __future__ import annotations
@@ -158,18 +164,51 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lang_files(items: Sequence[str], example: str) -> dict[str, str]:
+    """``--lang XX=PATH`` arguments as {language code (lower case): path}."""
+    files = {}
+    for item in items:
+        lang, sep, path = item.partition("=")
+        if not sep or not lang.strip() or not path:
+            raise PipelineError(f"--lang {item!r} must look like xx=/path/to/{example}")
+        lang = lang.strip().lower()
+        if lang in files:
+            raise PipelineError(f"--lang {lang} is given twice; give each language once")
+        files[lang] = path
+    return files
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from pipeline.model.pretrained import import_pretrained
 
-    files = {}
-    for item in args.lang:
-        lang, sep, path = item.partition("=")
-        if not sep or not lang or not path:
-            raise PipelineError(f"--lang {item!r} must look like xx=/path/to/xx.txt.gz")
-        files[lang.strip().lower()] = path
+    files = _lang_files(args.lang, "xx.txt.gz")
     report = import_pretrained(files, args.out, idf_from=args.idf_from)
     print(json.dumps(report, indent=2))
     return 0
+
+
+def cmd_import_vec(args: argparse.Namespace) -> int:
+    """Import fastText/MUSE ``.vec`` files into the word-vector store; print the report."""
+    from pipeline.wordmap.vecfile import MUSE_MAX_VOCAB, import_vec
+
+    files = _lang_files(args.lang, "wiki.xx.vec")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    max_vocab = {None: MUSE_MAX_VOCAB, -1: None}.get(args.max_vocab, args.max_vocab)
+    report = import_vec(files, args.out, max_vocab=max_vocab)
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _max_vocab(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1 and value != -1:
+        raise argparse.ArgumentTypeError(
+            f"must be at least 1, or -1 for every word (MUSE's convention); got {value}"
+        )
+    return value
 
 
 def _verify_targets(paths: Sequence[str]) -> list[str]:
@@ -386,6 +425,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     i.add_argument("--idf-from", help="Parquet with lang, term, idf (e.g. out/vocabulary)")
     i.set_defaults(fn=cmd_import)
+    iv = sub.add_parser(
+        "import-vec",
+        help="import fastText/MUSE .vec word vectors for translate_words (paths.word_vectors)",
+        description="Convert fastText's or MUSE's .vec text files (line 1 '<words> <dim>', "
+        "then '<word> <v1> ... <v_dim>' per word, most frequent first; .gz read as is) into "
+        "the word-vector store the translate_words stage and the Procrustes/RCSLS baselines "
+        "read: OUT/<lang>/ per language, committed whole. A word seen twice keeps its first "
+        "vector (the others are counted and logged); a malformed line stops with the file, "
+        "the line number and the fix.",
+    )
+    iv.add_argument(
+        "--out",
+        required=True,
+        help="word-vector root to write, a path or a URI (the stage's paths.word_vectors, "
+        "default <paths.root>/word_vectors)",
+    )
+    iv.add_argument(
+        "--lang",
+        action="append",
+        required=True,
+        metavar="XX=PATH",
+        help="a language code and its .vec (or .vec.gz) file; repeat per language",
+    )
+    iv.add_argument(
+        "--max-vocab",
+        type=_max_vocab,
+        metavar="N",
+        help="keep the first N distinct words of each file, -1: all (MUSE's --max_vocab; "
+        "default: MUSE's, 200000)",
+    )
+    iv.set_defaults(fn=cmd_import_vec)
     v = sub.add_parser(
         "verify",
         help="check datasets and models against their manifests: every file's size and "

@@ -18,10 +18,33 @@ def test_parse_several_translations_comments_and_duplicates():
     assert lex.translations() == {"dog": ["hund", "rüde"]}
 
 
+def test_muse_and_tab_formats_parse_to_the_same_pairs(tmp_path: Path):
+    """MUSE's dictionaries (en-de.txt: one 'source target' per line, a space or a tab) and
+    ours (tab-separated) give one lexicon; a file may mix them, line by line."""
+    pairs = [("dog", "hund"), ("dog", "rüde"), ("the", "die"), ("日本", "にほん"), ("ça", "das")]
+    ours = tmp_path / "ours.tsv"
+    ours.write_text("# ours\n" + "".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    muse = tmp_path / "en-de.txt"
+    muse.write_bytes(
+        b"\xef\xbb\xbf"  # a byte-order mark is ignored
+        + "".join(f"{s} {t}\r\n" for s, t in pairs).encode("utf-8")
+        + b"dog   hund\n\n"  # a repeated pair, a run of spaces, a blank line
+    )
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text(
+        "".join(f"{s}\t{t}\n" if i % 2 else f" {s} {t} \n" for i, (s, t) in enumerate(pairs)),
+        encoding="utf-8",
+    )
+    expected = tuple(sorted(pairs))
+    assert read_lexicon(ours).pairs == expected
+    assert read_lexicon(muse) == read_lexicon(ours) == read_lexicon(mixed)
+
+
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
-        ("dog hund", "1 tab-separated field"),
+        ("dog", "1 word and no tab"),
+        ("hot dog würstchen", "3 space-separated words and no tab"),
         ("dog\thund\textra", "3 tab-separated field"),
         ("dog\t", "empty field"),
         ("hot dog\twürstchen", "inner whitespace"),
@@ -34,7 +57,8 @@ def test_malformed_line_is_located(tmp_path: Path, line: str, problem: str):
         read_lexicon(path)
     msg = str(err.value)
     assert str(path) in msg and "line 2" in msg and repr(line) in msg and problem in msg
-    assert "source_word<TAB>target_word" in msg
+    assert "source_word<TAB>target_word" in msg and "'source_word target_word' (MUSE's)" in msg
+    assert "multi-word entries are not supported" in msg
 
 
 def test_empty_and_missing_files(tmp_path: Path):

@@ -580,8 +580,9 @@ class WordsConfig:
     seed: int = param(0, lo=0, doc="Seed of word2vec and of the lexicon split.")
     lexicon: str | None = param(
         None,
-        doc="Bilingual lexicon TSV (source_word<TAB>target_word), source = first language of "
-        "words.pair; build one with scripts/build_lexicon.py.",
+        doc="Bilingual lexicon, one pair per line: source_word<TAB>target_word, or MUSE's "
+        "'source_word target_word'; source = first language of words.pair; build one with "
+        "scripts/build_lexicon.py or use a MUSE dictionary (docs/word-translation.md).",
     )
     pair: list[str] = param(
         default_factory=lambda: ["en", "de"], doc="Source and target language of the lexicon."

@@ -77,7 +77,9 @@ def read_word_vectors(root: str, lang: str) -> WordVectors:
     if d is None or not (d / "meta.json").exists():
         raise DatasetNotFoundError(
             f"no word vectors for {lang!r} under {root}; run the word_vectors stage "
-            f"(jobs/word_vectors.py) with words.languages including {lang}"
+            f"(jobs/word_vectors.py) with words.languages including {lang}, or import "
+            f"fastText/MUSE vectors: python -m pipeline import-vec --out {root} "
+            f"--lang {lang}=FILE.vec"
         )
     try:
         meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
