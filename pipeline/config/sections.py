@@ -486,9 +486,11 @@ class EvaluateConfig(RetrievalParams):
         "(the train stage's model is then reused for its λ).",
     )
     report_dir: str | None = param(
-        None, doc="Markdown/JSON report and PNG plot (default <paths.root>/reports)."
+        None, doc="Markdown/JSON report and PNG images (default <paths.root>/reports)."
     )
-    plot: bool = param(True, doc="Draw the precision-at-k plot.")
+    plot: bool = param(
+        True, doc="Draw the precision-at-k plot and the P@1 heatmaps (one per method)."
+    )
     methods: list[
         Literal[
             "cr5",
