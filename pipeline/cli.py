@@ -1,4 +1,14 @@
-"""``python -m pipeline``: embedding, model import and search without Spark.
+"""``cr5`` (or ``python -m pipeline``): the pipeline's stages, and its tools without Spark.
+
+The stages, as ``jobs/<stage>.py`` runs them (:mod:`pipeline.runner`, the same options)::
+
+    cr5 demo --conf local --conf short-docs --conf sample [--set key.path=value ...]
+    cr5 train --conf my-profile.yaml              # any stage but embed by its name
+    cr5 run ingest,vocabulary,tfidf --conf local   # stages in order in one Spark session
+    cr5 run embed --conf local                     # the embed stage (``cr5 embed`` is the tool)
+
+A ``--conf`` is a YAML file or the name of a profile shipped in the package (``local``,
+``sample``, ``short-docs``, ``cluster``; :mod:`pipeline.config.profiles`). The tools::
 
     python -m pipeline embed --model out/model --lang de [--input FILE] [--output FILE]
                              [--format jsonl|npy] [--normalize] [--batch 10000]
@@ -35,7 +45,10 @@ from typing import BinaryIO
 
 import numpy as np
 
+from pipeline import runner
+from pipeline.config.profiles import DEFAULT_PROFILE, packaged_profiles
 from pipeline.errors import InputDataError, PipelineError
+from pipeline.stages import DEMO_CHAIN, STAGES
 
 
 def _lines(stream: BinaryIO, name: str) -> Iterator[str]:
@@ -365,7 +378,7 @@ def _index_arguments(p: argparse.ArgumentParser) -> None:
 def _add_search_commands(sub: argparse._SubParsersAction) -> None:
     from pipeline.config import SEARCH_DEFAULTS
 
-    s = sub.add_parser("search", help="query a search index (the index stage's output)")
+    s = sub.add_parser("search", help="tool: query a search index (the index stage's output)")
     _index_arguments(s)
     s.add_argument("--lang", required=True, help="language of the query text")
     s.add_argument(
@@ -382,7 +395,7 @@ def _add_search_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--input", help="file with one query per line ('-': standard input)")
     s.add_argument("text", nargs="*", help="the query text")
     s.set_defaults(fn=cmd_search)
-    v = sub.add_parser("search-server", help="serve a search index over HTTP (page + JSON)")
+    v = sub.add_parser("search-server", help="tool: serve a search index over HTTP (page + JSON)")
     _index_arguments(v)
     v.add_argument("--host", default=SEARCH_DEFAULTS.host, help="address to listen on")
     v.add_argument("--port", type=int, default=SEARCH_DEFAULTS.port, help="port (0: any free port)")
@@ -396,10 +409,85 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("embed", help="embed lines of text with a trained model")
+#: One line per stage for ``cr5 --help`` (a test keeps it in step with STAGES).
+STAGE_HELP: dict[str, str] = {
+    "ingest": "read an aligned corpus (ingest.input) into the documents dataset",
+    "ingest_wikipedia": "read Wikipedia dumps and sitelinks into the documents dataset",
+    "split": "draw the test and validation concepts per language pair",
+    "vocabulary": "document frequencies, vocabulary and IDF per language",
+    "tfidf": "the training rows (TF-IDF) and their concepts",
+    "train": "fit train.method on the TF-IDF rows and write a model",
+    "embed": "embed a document collection with a model (Spark)",
+    "index": "build the search index of the embeddings",
+    "evaluate": "crosslingual retrieval on the held-out concepts, and the report",
+    "word_vectors": "monolingual word2vec vectors per language",
+    "translate_words": "word translation on a bilingual lexicon",
+}
+
+#: Stages without a command of their own, their name being a tool's: run with ``run STAGE``.
+_STAGES_BY_RUN_ONLY = frozenset({"embed"})
+
+
+def _add_stage_commands(sub: argparse._SubParsersAction, prog: str) -> None:
+    """The stage commands: ``demo``, ``run STAGES`` and one per stage, each with the job
+    scripts' options (:func:`pipeline.runner.add_run_arguments`)."""
+    d = sub.add_parser(
+        "demo",
+        help="stages: the demo chain (" + ", ".join(DEMO_CHAIN) + ") in one Spark session",
+        description="Run the demo chain in one Spark session: " + ", ".join(DEMO_CHAIN),
+    )
+    runner.add_run_arguments(d)
+    d.set_defaults(fn=lambda args: runner.run_command(args, DEMO_CHAIN, prog=prog))
+    r = sub.add_parser(
+        "run",
+        help="stages: the given ones in order in one Spark session (any stage, embed too)",
+        description="Run stages in order in one Spark session, as jobs/chain.py --stages does.",
+    )
+    r.add_argument(
+        "stages",
+        metavar="STAGES",
+        help="comma-separated stage names, or 'demo'; stages: " + ", ".join(STAGES),
+    )
+    runner.add_run_arguments(r)
+    r.set_defaults(fn=lambda args: runner.run_command(args, None, prog=prog))
+    for stage in STAGES:
+        if stage in _STAGES_BY_RUN_ONLY:
+            continue
+        hyphenated = stage.replace("_", "-")
+        c = sub.add_parser(
+            stage,
+            aliases=[hyphenated] if hyphenated != stage else [],
+            help=f"stage: {STAGE_HELP[stage]}",
+            description=f"Run the {stage} stage (as jobs/{stage}.py does): {STAGE_HELP[stage]}.",
+        )
+        runner.add_run_arguments(c)
+        c.set_defaults(fn=lambda args, stage=stage: runner.run_command(args, (stage,), prog=prog))
+
+
+def cr5() -> int:
+    """The ``cr5`` console script (pyproject's [project.scripts]): :func:`main` by that name."""
+    return main(prog="cr5")
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m pipeline") -> int:
+    """Parse ``argv`` (default: the command line) as ``prog`` and run the command; return
+    the exit status (0, 2 for a user error or a failure of the environment, 1 for a bug)."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Cr5-on-Spark: crosslingual document embeddings. The stages run with Spark "
+        "and take the job scripts' options (--conf, --set; "
+        f"{prog} STAGE --help); the tools need no Spark.",
+        epilog="A --conf is a YAML file or the name of a profile shipped in the package "
+        f"(conf/*.yaml): {', '.join(packaged_profiles()) or 'none in this installation'}; "
+        f"default: {DEFAULT_PROFILE}. "
+        f"Example: {prog} demo --conf local --conf short-docs --conf sample",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_stage_commands(sub, prog)
+    e = sub.add_parser(
+        "embed",
+        help="tool: embed lines of text with a trained model (the embed stage: run embed)",
+    )
     e.add_argument("--model", required=True, help="model directory")
     e.add_argument("--lang", required=True, help="language code of the texts")
     e.add_argument("--input", help="text file, one document per line (default: stdin)")
@@ -414,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--batch", type=_positive_int, default=10_000, help="lines per batch (memory bound), >= 1"
     )
     e.set_defaults(fn=cmd_embed)
-    i = sub.add_parser("import-cr5", help="import the original Cr5 word-vector release")
+    i = sub.add_parser("import-cr5", help="tool: import the original Cr5 word-vector release")
     i.add_argument("--out", required=True, help="model directory to write")
     i.add_argument(
         "--lang",
@@ -427,7 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     i.set_defaults(fn=cmd_import)
     iv = sub.add_parser(
         "import-vec",
-        help="import fastText/MUSE .vec word vectors for translate_words (paths.word_vectors)",
+        help="tool: import fastText/MUSE .vec word vectors for translate_words "
+        "(paths.word_vectors)",
         description="Convert fastText's or MUSE's .vec text files (line 1 '<words> <dim>', "
         "then '<word> <v1> ... <v_dim>' per word, most frequent first; .gz read as is) into "
         "the word-vector store the translate_words stage and the Procrustes/RCSLS baselines "
@@ -458,13 +547,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     iv.set_defaults(fn=cmd_import_vec)
     v = sub.add_parser(
         "verify",
-        help="check datasets and models against their manifests: every file's size and "
+        help="tool: check datasets and models against their manifests: every file's size and "
         "checksum (exit 2 when one is damaged)",
     )
     v.add_argument("paths", nargs="+", metavar="PATH", help="a dataset, a model or a run root")
     v.set_defaults(fn=cmd_verify)
     c = sub.add_parser(
-        "config-reference", help="print every configuration key as Markdown (docs/configuration.md)"
+        "config-reference",
+        help="tool: print every configuration key as Markdown (docs/configuration.md)",
     )
     c.add_argument("--section", action="append", help="only this section; repeatable")
     c.set_defaults(fn=cmd_config_reference)
@@ -480,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipeline import failures
 
         trace = failures.fallback_log(failures.full_trace(exc))
-        where = f"python -m pipeline {args.command}"
+        where = f"{prog} {args.command}"
         failure = failures.describe(failures.annotate(exc, stage=where), log_file=trace)
         failures.print_paragraph(failure)
         return failure.exit_code

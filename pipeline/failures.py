@@ -179,18 +179,37 @@ def context_of(exc: BaseException) -> dict[str, Any]:
     return merged
 
 
-def set_invocation(script: str, profiles: Sequence[str], overrides: Sequence[str]) -> None:
-    """Record how this run was started (for :func:`rebuild_command`)."""
+def set_invocation(
+    script: str,
+    profiles: Sequence[str],
+    overrides: Sequence[str],
+    *,
+    rerun: Sequence[str] | None = None,
+) -> None:
+    """Record how this run was started (for :func:`rebuild_command`).
+
+    ``rerun`` is the command that runs one stage given its name as the next argument (the
+    console script's ``("cr5", "run")``); None: ``python jobs/<stage>.py``, the job scripts
+    of a checkout.
+    """
     _invocation.clear()
-    _invocation.update(script=script, profiles=list(profiles), overrides=list(overrides))
+    _invocation.update(
+        script=script,
+        profiles=list(profiles),
+        overrides=list(overrides),
+        rerun=list(rerun) if rerun else None,
+    )
 
 
 def rebuild_command(stage: str) -> str:
-    """The command that reruns ``stage`` with this run's profiles and overrides.
+    """The command that reruns ``stage`` with this run's profiles and overrides: the way
+    this run was started (``cr5 run <stage>`` after a ``cr5`` command, else
+    ``python jobs/<stage>.py``).
 
     Without a recorded invocation (library use): ``python jobs/<stage>.py --conf <profile>``.
     """
-    args = ["python", f"jobs/{stage}.py"]
+    rerun = _invocation.get("rerun")
+    args = [*rerun, stage] if rerun else ["python", f"jobs/{stage}.py"]
     if not _invocation:
         return " ".join([*args, "--conf", "conf/<profile>.yaml"])
     for profile in _invocation["profiles"]:

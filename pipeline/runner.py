@@ -4,6 +4,12 @@ Usage (``spark-submit`` or plain ``python``)::
 
     jobs/<stage>.py --conf conf/local.yaml [--conf more.yaml] [--set key.path=value ...]
 
+or, with the package installed, the console script (:mod:`pipeline.cli`, the same options)::
+
+    cr5 <stage> --conf local [--conf more.yaml] [--set key.path=value ...]
+
+A ``--conf`` is a YAML file or the name of a profile shipped in the package (``local``,
+``sample``, ...; :mod:`pipeline.config.profiles`); without one, the packaged ``local``.
 ``--help-config [SECTION]`` prints the configuration reference. The whole configuration is
 loaded and checked (every key's type and range, cross-field rules) before a SparkSession starts.
 
@@ -20,33 +26,38 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from pipeline import failures
-from pipeline.config import Config, load_config, reference_markdown
+from pipeline.config import (
+    DEFAULT_PROFILE,
+    Config,
+    default_profiles,
+    load_config,
+    packaged_profiles,
+    reference_markdown,
+)
 from pipeline.errors import PipelineError
 from pipeline.runlog import RunLog, log_directory, start_run_log
 from pipeline.stages import DEMO_CHAIN, get_stage
 
 log = logging.getLogger("pipeline")
 
-DEFAULT_PROFILE = Path(__file__).resolve().parent.parent / "conf" / "local.yaml"
 
-
-def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="jobs/" + (stages[0] if stages and len(stages) == 1 else "chain") + ".py",
-        description="Run Cr5-on-Spark stage(s): " + (", ".join(stages) if stages else "any"),
-    )
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options every stage command takes (``jobs/<stage>.py``, ``cr5 <stage>``):
+    ``--conf``, ``--set``, ``--log-level``, ``--help-config`` and ``--outputs-json``."""
     p.add_argument(
         "--conf",
         action="append",
         default=[],
-        metavar="PROFILE.yaml",
-        help="configuration profile; repeat to layer (later wins). Default: conf/local.yaml",
+        metavar="PROFILE",
+        help="configuration profile: a YAML file, or the name of one shipped in the package "
+        f"({', '.join(packaged_profiles()) or 'none in this installation'}: conf/*.yaml); "
+        f"repeat to layer (later wins). Default: {DEFAULT_PROFILE}",
     )
     p.add_argument(
         "--set",
@@ -71,6 +82,16 @@ def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argp
         help="after each stage, write what it produced (datasets' paths and rows, the model's "
         "version) to this local JSON file, read from the manifests (pipeline/outputs.py)",
     )
+
+
+def parse_args(argv: Sequence[str] | None, stages: Sequence[str] | None) -> argparse.Namespace:
+    """The options of ``jobs/<stage>.py`` (``stages``: that stage) or, with ``stages`` None,
+    of ``jobs/chain.py`` (which adds ``--stages``)."""
+    p = argparse.ArgumentParser(
+        prog="jobs/" + (stages[0] if stages and len(stages) == 1 else "chain") + ".py",
+        description="Run Cr5-on-Spark stage(s): " + (", ".join(stages) if stages else "any"),
+    )
+    add_run_arguments(p)
     if stages is None:
         p.add_argument(
             "--stages",
@@ -298,7 +319,20 @@ def summarize(name: str, report: dict) -> str:
 
 
 def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv, stages)
+    """The job scripts' entry point: run ``stages`` (None: those of ``--stages``) with the
+    options in ``argv``; return the exit status."""
+    return run_command(parse_args(argv, stages), stages)
+
+
+def run_command(
+    args: argparse.Namespace, stages: Sequence[str] | None, *, prog: str | None = None
+) -> int:
+    """Run parsed stage options (:func:`add_run_arguments`): ``stages`` in order (None:
+    ``args.stages``, comma-separated names or ``demo``); return the exit status.
+
+    ``prog`` is the console command that parsed them (``cr5``, ``python -m pipeline``), which
+    a failure's advice repeats (``cr5 run <stage> ...``); None: a job script of the checkout.
+    """
     if args.help_config is not None:
         try:
             print(reference_markdown([args.help_config] if args.help_config else None))
@@ -315,15 +349,18 @@ def main(stages: Sequence[str] | None = None, argv: Sequence[str] | None = None)
     elif args.stages.strip() == "demo":
         names = list(DEMO_CHAIN)
     else:
-        names = [s.strip() for s in args.stages.split(",") if s.strip()]
+        # word-vectors and word_vectors alike (the console script's spelling of its commands)
+        names = [s.strip().replace("-", "_") for s in args.stages.split(",") if s.strip()]
     run_log: RunLog | None = None
     settings: dict[str, str] = {}
     try:
-        profiles = args.conf or ([str(DEFAULT_PROFILE)] if DEFAULT_PROFILE.exists() else [])
+        profiles = args.conf or default_profiles()
+        script = f"jobs/{names[0] if stages and len(names) == 1 else 'chain'}.py"
         failures.set_invocation(
-            f"jobs/{names[0] if stages and len(names) == 1 else 'chain'}.py",
+            prog or script,
             profiles,
             args.overrides,
+            rerun=[*shlex.split(prog), "run"] if prog else None,
         )
         cfg = load_config(profiles, args.overrides)
         settings = run_settings(cfg)

@@ -4,7 +4,7 @@
 # machine has none). Idempotent: a second run with an unchanged pyproject.toml
 # installs nothing.
 #
-#   bash scripts/setup.sh            # runtime only
+#   bash scripts/setup.sh            # runtime (with the report extra: the report's images)
 #   bash scripts/setup.sh dev        # plus test/lint tools
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,8 @@ stamp="$venv/.cr5-installed"
 if [ ! -f "$stamp" ] || ! grep -qx -- "$want" "$stamp"; then
   echo "setup: installing the project into $venv (extras: ${extras:-none})"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  spec="."; [ -n "$extras" ] && spec=".[${extras}]"
+  # report: matplotlib, for the evaluation report's images (the demo draws them).
+  spec=".[report]"; [ -n "$extras" ] && spec=".[report,${extras}]"
   # The dev extra includes PyTorch (the neural methods' tests). On Linux, PyPI's torch pulls
   # the CUDA runtime wheels (several GB); the CPU-only build comes from PyTorch's own index or
   # from a local wheel folder (pip's find-links), and sorts above PyPI's build of the same

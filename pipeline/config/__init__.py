@@ -5,6 +5,8 @@
 - :mod:`~pipeline.config.loader`: :func:`load_config` (layering, overrides, type and range
   checks naming the key and its source) and :func:`validate` (checks across keys);
 - :mod:`~pipeline.config.pairs`: language pairs written ``"l1-l2"``;
+- :mod:`~pipeline.config.profiles`: the profiles shipped in the package, found by name
+  (``--conf local``) without a checkout, and the runner's default profile;
 - :mod:`~pipeline.config.reference`: the reference generated from the declarations
   (``--help-config``, ``docs/configuration.md``).
 
@@ -16,6 +18,12 @@ the maths packages (``pipeline/{linalg,retrieval,baselines}/params.py``) and of
 
 from pipeline.config.loader import build_section, check_evaluate, load_config, validate
 from pipeline.config.pairs import all_pairs, canonical, parse_pair
+from pipeline.config.profiles import (
+    DEFAULT_PROFILE,
+    default_profiles,
+    packaged_profiles,
+    resolve_profile,
+)
 from pipeline.config.reference import param_info, reference_markdown
 from pipeline.config.sections import (
     EVALUATE_DEFAULTS,
@@ -38,6 +46,7 @@ from pipeline.config.sections import (
 from pipeline.wikipedia.config import WikipediaConfig
 
 __all__ = [
+    "DEFAULT_PROFILE",
     "EVALUATE_DEFAULTS",
     "SEARCH_DEFAULTS",
     "TEXT_DEFAULTS",
@@ -59,9 +68,12 @@ __all__ = [
     "build_section",
     "canonical",
     "check_evaluate",
+    "default_profiles",
     "load_config",
+    "packaged_profiles",
     "param_info",
     "parse_pair",
     "reference_markdown",
+    "resolve_profile",
     "validate",
 ]

@@ -22,6 +22,7 @@ import yaml
 
 from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config.pairs import parse_pair
+from pipeline.config.profiles import ProfileSource, missing_hint, resolve_profile
 from pipeline.config.sections import Config, EvaluateConfig
 from pipeline.errors import ConfigError
 from pipeline.params import check_range, check_section, coerce, section_params
@@ -38,7 +39,9 @@ def load_config(
     Parameters
     ----------
     profiles : iterable of path
-        YAML files, merged in order (later values win, mappings merge recursively).
+        YAML files, merged in order (later values win, mappings merge recursively); a name
+        such as ``local`` (or ``conf/local.yaml`` where no such file exists) is the profile
+        shipped in the package (:mod:`pipeline.config.profiles`).
     overrides : iterable of str
         ``key.path=value`` strings; ``value`` is parsed as YAML (``3`` is an int,
         ``[en, de]`` a list, ``null`` None).
@@ -52,8 +55,9 @@ def load_config(
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for profile in profiles:
-        data = _read_yaml(Path(profile))
-        _deep_merge(merged, data, sources, source=str(profile))
+        source = resolve_profile(profile)
+        data = _read_yaml(source)
+        _deep_merge(merged, data, sources, source=str(source))
     for item in overrides:
         key, value = _parse_override(item)
         nested: dict[str, Any] = {}
@@ -66,9 +70,13 @@ def load_config(
     return validate(build_section(Config, merged, prefix="", sources=sources))
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: ProfileSource) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"cannot read configuration file {path}: {exc.strerror}. {missing_hint()}"
+        ) from exc
     except OSError as exc:
         raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from exc
     try:

@@ -489,7 +489,9 @@ class EvaluateConfig(RetrievalParams):
         None, doc="Markdown/JSON report and PNG images (default <paths.root>/reports)."
     )
     plot: bool = param(
-        True, doc="Draw the precision-at-k plot and the P@1 heatmaps (one per method)."
+        True,
+        doc="Draw the precision-at-k plot and the P@1 heatmaps (one per method); needs "
+        "matplotlib (the report extra), else the reports come without images.",
     )
     methods: list[
         Literal[

@@ -12,9 +12,10 @@ Files (``evaluate.report_dir``, default ``<paths.root>/reports``):
   grid, one panel per measure, one image per method (120 table rows do not show which
   languages are hard; a grid does).
 
-The images need matplotlib (skipped with a warning when it is not installed) and
-``evaluate.plot``. The console table (``table`` in what :func:`write_reports` returns, printed
-by the runner) is likewise :func:`format_summary` followed by :func:`format_table`.
+The images need matplotlib (the ``report`` extra; skipped with a warning when it is not
+installed) and ``evaluate.plot``. The console table (``table`` in what :func:`write_reports`
+returns, printed by the runner) is likewise :func:`format_summary` followed by
+:func:`format_table`.
 """
 
 from __future__ import annotations
@@ -405,7 +406,7 @@ def _pyplot() -> Any | None:
     except ImportError:
         log.warning(
             "matplotlib is not installed: no precision-at-k plot and no P@1 heatmaps "
-            "(pip install matplotlib)"
+            "(pip install 'cr5-on-spark[report]', or matplotlib)"
         )
         return None
     return plt
