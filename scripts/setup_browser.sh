@@ -25,5 +25,5 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "setup_browser: installing chromium and chromium-driver (apt-get, about 300 MB)"
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -q
-"${sudo[@]}" apt-get install -y -q --no-install-recommends chromium chromium-driver
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -q
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends chromium chromium-driver

@@ -34,7 +34,8 @@ ensure_venv() {  # DIR PROG MAX_MINOR
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
       ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
       echo "$prog: installing python${ver}-venv with apt-get"
-      apt-get update -qq && (apt-get install -y -qq "python${ver}-venv" || apt-get install -y -qq python3-venv)
+      # (the lock timeout: scripts/test.sh runs setups side by side, and one may hold apt's lock)
+      apt-get -o DPkg::Lock::Timeout=600 update -qq && (apt-get -o DPkg::Lock::Timeout=600 install -y -qq "python${ver}-venv" || apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv)
       rm -rf "$venv"; "$py" -m venv "$venv"
     else
       cat "$err" >&2; rm -f "$err"; rm -rf "$venv"

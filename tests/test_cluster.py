@@ -37,13 +37,15 @@ from tests.conftest import REPO, SAMPLE, load_standalone
 SUBMIT = REPO / "deploy" / "submit.sh"
 PACK_ENV = REPO / "deploy" / "pack_env.sh"
 
-# The demo chain, kept fast: r = 20, one λ (no selection; train.lam = 1.0), no baselines.
-# Training uses the Spark backend, so its in-task CG solves run on the cluster's executors.
+# The demo chain, kept fast: two of the sample's languages (one pair, two directions), r = 20,
+# one λ (no selection; train.lam = 1.0), no baselines. Training uses the Spark backend, so its
+# in-task CG solves run on the cluster's executors.
 SAMPLE_ARGS = [
     "--conf", str(REPO / "conf" / "local.yaml"),
     "--conf", str(REPO / "conf" / "short-docs.yaml"),
     "--conf", str(REPO / "conf" / "sample.yaml"),
     "--set", f"ingest.input={SAMPLE}",
+    "--set", "ingest.languages=[en, de]",
     "--set", "train.r=20",
     "--set", "train.backend=spark",
     "--set", "evaluate.lambda_grid=[1.0]",
