@@ -22,13 +22,14 @@ import numbers
 import re
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pipeline.errors import ConfigError
 
 __all__ = [
+    "Choice",
     "ParamInfo",
     "Range",
     "check_params",
@@ -101,6 +102,38 @@ def param(
 
 
 @dataclass(frozen=True)
+class Choice:
+    """The allowed values of a string parameter declared ``Annotated[str, Choice(values)]``,
+    read each time a value is checked or described instead of once at declaration.
+
+    A ``Literal`` fixes its values when the section is defined; a registry that grows after
+    the configuration is imported (a method registered at run time,
+    :mod:`pipeline.methods.registry`) needs them read later. Every consumer of a declaration
+    (the loader's checks, ``--help-config``, the reference, JSON schemas) sees such a
+    parameter as the ``Literal`` of the values of the moment, so the two spellings describe
+    and check alike.
+    """
+
+    values: Callable[[], Sequence[str]]
+
+    def literal(self) -> Any:
+        """``Literal[v1, v2, ...]`` of the current values."""
+        return Literal[tuple(self.values())]
+
+
+def _resolved(tp: Any) -> Any:
+    """``tp`` with an ``Annotated`` wrapper resolved: a :class:`Choice` becomes the
+    ``Literal`` of its current values, any other metadata is dropped."""
+    if typing.get_origin(tp) is not Annotated:
+        return tp
+    base, *metadata = typing.get_args(tp)
+    for item in metadata:
+        if isinstance(item, Choice):
+            return item.literal()
+    return base
+
+
+@dataclass(frozen=True)
 class ParamInfo:
     """What :func:`section_params` tells about one declared field."""
 
@@ -117,7 +150,7 @@ class ParamInfo:
 
 def section_params(cls: type) -> Iterator[ParamInfo]:
     """The declared fields of a configuration dataclass, in declaration order."""
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         if f.default is not MISSING:
             default = f.default
@@ -135,6 +168,7 @@ def section_params(cls: type) -> Iterator[ParamInfo]:
 
 
 def _type_name(tp: Any) -> str:
+    tp = _resolved(tp)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
@@ -153,6 +187,7 @@ def _type_name(tp: Any) -> str:
 
 
 def _describe_type(tp: Any, rng: Range | None) -> str:
+    tp = _resolved(tp)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType) and type(None) in args:
         inner = [a for a in args if a is not type(None)]
@@ -174,6 +209,7 @@ def coerce(tp: Any, value: Any, *, key: str, where: str = "") -> Any:
     ConfigError
         Naming ``key``, the expected type and the value received.
     """
+    tp = _resolved(tp)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
 
@@ -308,6 +344,7 @@ def json_schema(info: ParamInfo) -> dict[str, Any]:
 
 
 def _schema(tp: Any, rng: Range | None) -> dict[str, Any]:
+    tp = _resolved(tp)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]

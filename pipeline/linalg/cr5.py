@@ -61,7 +61,7 @@ from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
-from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params
+from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params, max_rank
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 from pipeline.params import check_params, coerce, section_params
 
@@ -352,12 +352,6 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     if warm:
         return min(wide, max(24, r // 12))
     return min(wide, max(32, r // 6))
-
-
-def max_rank(n_concepts: int, n_terms: int) -> int:
-    """The largest r a corpus allows: M is K x K of rank at most K - 1 after centring, and
-    Φ has one column per term, so at most ``min(K - 1, p)`` dimensions exist."""
-    return min(n_concepts - 1, n_terms)
 
 
 def default_max_basis(r: int, b: int) -> int:

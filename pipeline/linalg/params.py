@@ -27,6 +27,7 @@ __all__ = [
     "STOPPING",
     "BackendParams",
     "Cr5Params",
+    "max_rank",
 ]
 
 #: What a solver parameter is to a checkpoint (field metadata ``"role"``). ``PROBLEM``: it
@@ -38,6 +39,14 @@ STOPPING = "stopping"
 #: ``EXECUTION``: how the work is spread and saved; it changes no number, and the fit's
 #: history does not record it.
 EXECUTION = "execution"
+
+
+def max_rank(n_concepts: int, n_terms: int) -> int:
+    """The largest r a corpus allows: M is K x K of rank at most K - 1 after centring, and
+    Φ has one column per term, so at most ``min(K - 1, p)`` dimensions exist. Declared here,
+    beside ``r``, so that the method registry (:mod:`pipeline.methods.registry`), which loads
+    without numpy, can name it as the bound of the eigenproblem methods."""
+    return min(n_concepts - 1, n_terms)
 
 
 def _role(role: str) -> dict[str, str]:
