@@ -41,9 +41,9 @@ from typing import Any
 
 from pipeline.config import Config, TrainConfig
 from pipeline.errors import ConfigError
+from pipeline.methods.registry import find_method, get_method
 
 __all__ = [
-    "CLASSIC_PR_ARRAYS",
     "HEAP_MAX",
     "HEAP_MIN",
     "LOCAL_HEAP_SHARE",
@@ -55,6 +55,7 @@ __all__ = [
     "TrainSizes",
     "classic_driver_need",
     "default_basis",
+    "driver_formula",
     "driver_memory",
     "embed_worker_need",
     "format_size",
@@ -114,20 +115,14 @@ SOLVE_ARRAYS = 5
 JVM_X_FACTOR = 1.5
 JVM_TRAIN_BASE = 1 * GiB
 
-#: The classic methods' driver-Python state, as a count of p x r float64 arrays (their
-#: eigensolver's basis and images, the optimiser's state): the driver peaks measured at 100k
-#: Wikipedia-shaped documents (bench/results/classic_costs_100k.json: Σp = 522,443, r = 100,
-#: local backend; CL-LSI 1,411, CCA 10,784, OPCA 9,143, JPLSA 2,529, CPLSA 3,173, S2Net
-#: 9,532 MiB) less the Python base and X, divided by 8·Σp·r bytes. One measured size: the
-#: state grows with Σp·r (K and n are smaller than Σp there), which is what this assumes.
-CLASSIC_PR_ARRAYS = {
-    "cl_lsi": 2.5,
-    "cca": 26.0,
-    "opca": 21.9,
-    "jplsa": 5.3,
-    "cplsa": 6.9,
-    "s2net": 22.9,
-}
+
+def driver_formula(method: str) -> str:
+    """How the plan counts ``method``'s driver Python: its spec's
+    :class:`~pipeline.methods.spec.DriverMemory` formula (``solver``, ``state`` or
+    ``base``); ``base`` for a name no method has (the word-mapping document baselines of
+    ``evaluate.methods``, which are not trained)."""
+    spec = find_method(method)
+    return spec.driver_memory.formula if spec is not None else "base"
 
 
 class MemoryPlanError(ConfigError):
@@ -384,13 +379,14 @@ def train_driver_need(sizes: TrainSizes, t: TrainConfig, unfused: Sequence[str] 
 
 
 def classic_driver_need(sizes: TrainSizes, t: TrainConfig) -> dict:
-    """The driver Python's peak of a classic method's fit (``t.method`` in
-    :data:`CLASSIC_PR_ARRAYS`), by part (bytes): its p x r state and, on the local backend,
+    """The driver Python's peak of a classic method's fit (``t.method``, whose spec's driver
+    memory is a p x r ``state``), by part (bytes): its p x r state and, on the local backend,
     X."""
     r = min(t.r, max(1, sizes.concepts - 1))
+    arrays = get_method(t.method).driver_memory.pr_arrays
     parts = {
         "base": DRIVER_PYTHON_BASE,
-        f"{t.method} state": int(CLASSIC_PR_ARRAYS[t.method] * 8 * sizes.p * r),
+        f"{t.method} state": int(arrays * 8 * sizes.p * r),
     }
     if t.backend == "local":
         parts["X"] = 8 * sizes.z + 16 * sizes.n
@@ -430,7 +426,7 @@ def train_python_need(sizes: TrainSizes, t: TrainConfig, slots: int) -> int:
     """All Python memory of a fit with every language fused and resident (the local heap
     rule's need for a Spark-backend train; the local backend's driver alone otherwise; a
     classic method's driver)."""
-    if t.method in CLASSIC_PR_ARRAYS:
+    if driver_formula(t.method) == "state":
         return sum(classic_driver_need(sizes, t).values())
     driver = sum(train_driver_need(sizes, t).values())
     if t.backend == "local":
@@ -602,7 +598,7 @@ def plan_train(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan:
     """
     t = cfg.train
     first = _plan_or_error(sizes, cfg, mem)
-    if t.method != "cr5" or t.max_basis is not None:
+    if driver_formula(t.method) != "solver" or t.max_basis is not None:
         return _returned(first)
     if isinstance(first, TrainPlan) and not first.unfused(sizes):
         return first
@@ -652,11 +648,12 @@ def _narrower_bases(sizes: TrainSizes, t: TrainConfig) -> list[int]:
 def _plan_train_at(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan:
     """:func:`plan_train` at the configuration's basis cap."""
     t = cfg.train
-    if t.method in CLASSIC_PR_ARRAYS:
+    formula = driver_formula(t.method)
+    if formula == "state":
         plan = TrainPlan(driver=classic_driver_need(sizes, t), driver_available=mem.driver_python)
         _check_driver(plan, sizes, cfg, mem)
         return plan
-    if t.method != "cr5":
+    if formula != "solver":
         return TrainPlan(driver={"base": DRIVER_PYTHON_BASE}, driver_available=mem.driver_python)
     if t.backend == "local":
         plan = TrainPlan(driver=train_driver_need(sizes, t), driver_available=mem.driver_python)
@@ -888,7 +885,7 @@ def session_heap(cfg: Config, stages: Sequence[str], machine: Machine) -> int:
 def _evaluate_classic_need(cfg: Config, stages: Sequence[str]) -> int | None:
     """The largest driver need of the evaluate stage's classic comparison methods among
     ``stages`` (bytes), when its training rows exist before the run; else None."""
-    methods = [m for m in cfg.evaluate.methods if m in CLASSIC_PR_ARRAYS]
+    methods = [m for m in cfg.evaluate.methods if driver_formula(m) == "state"]
     if "evaluate" not in stages or not methods:
         return None
     sizes = _tfidf_sizes(cfg, stages, "evaluate")
@@ -904,7 +901,7 @@ def known_train_sizes(cfg: Config, stages: Sequence[str]) -> TrainSizes | None:
     """The sizes of the train stage among ``stages``, from the tfidf manifest, when the data
     exists before the run (no earlier stage of the run rewrites it) and is local."""
 
-    if "train" not in stages or cfg.train.method not in ("cr5", *CLASSIC_PR_ARRAYS):
+    if "train" not in stages or driver_formula(cfg.train.method) == "base":
         return None
     return _tfidf_sizes(cfg, stages, "train")
 
@@ -958,7 +955,7 @@ def plan_methods(
     with its r); :class:`MemoryPlanError` naming the first that cannot fit."""
     plans = {}
     for method in methods:
-        if method not in CLASSIC_PR_ARRAYS:
+        if driver_formula(method) != "state":
             continue
         c = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, method=method))
         try:
@@ -974,7 +971,9 @@ def preflight_evaluate(cfg: Config, stages: Sequence[str]) -> dict[str, TrainPla
     """Plan the evaluate stage's classic comparison methods among ``stages`` before Spark
     starts; None when none is listed or the training rows do not exist yet (the stage
     checks again before it fits them)."""
-    if "evaluate" not in stages or not set(cfg.evaluate.methods) & set(CLASSIC_PR_ARRAYS):
+    if "evaluate" not in stages or not any(
+        driver_formula(m) == "state" for m in cfg.evaluate.methods
+    ):
         return None
     sizes = _tfidf_sizes(cfg, stages, "evaluate")
     if sizes is None:

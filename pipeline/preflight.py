@@ -28,13 +28,14 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.io.local_manifest import dataset_manifest, local_fs_path
+from pipeline.linalg.params import max_rank
+from pipeline.methods.registry import get_method
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,6 @@ _MASTER_FORMS = (
     ("k8s://[https://]HOST[:PORT]", r"k8s://(?:https?://)?[^\s/:]+(?::\d+)?/?"),
     ("mesos://HOST:PORT or mesos://zk://...", r"mesos://\S+"),
 )
-# Stages whose solver uses train.r (untranslated has no r).
-_RANK_METHODS = ("cr5", "cl_lsi", "cca", "opca", "jplsa", "cplsa", "s2net")
 
 
 def check_spark_master(master: str, *, key: str = "spark.master") -> None:
@@ -174,23 +173,31 @@ def check_output_paths(cfg: Config) -> list[str]:
 
 
 def check_rank(
-    r: int, n_concepts: int, n_terms: int, *, where: str, exact: bool = True, key: str = "train.r"
+    r: int,
+    n_concepts: int,
+    n_terms: int,
+    *,
+    where: str,
+    exact: bool = True,
+    key: str = "train.r",
+    bound: Callable[[int, int], int] = max_rank,
 ) -> None:
-    """Raise :class:`ConfigError` when ``r`` exceeds ``min(n_concepts - 1, n_terms)``.
+    """Raise :class:`ConfigError` when ``r`` exceeds ``bound(n_concepts, n_terms)``, the
+    method's rank bound (:attr:`~pipeline.methods.spec.MethodSpec.rank_bound`).
 
-    The Cr5 eigenproblem is K x K with rank at most K - 1 after centering, and the map
-    has one column per term, so at most ``min(K - 1, p)`` dimensions exist. ``exact``
-    False: the counts are upper bounds (only part of the data trains).
+    The default, :func:`~pipeline.linalg.params.max_rank`: the Cr5 eigenproblem is K x K
+    with rank at most K - 1 after centering, and the map has one column per term, so at most
+    ``min(K - 1, p)`` dimensions exist. ``exact`` False: the counts are upper bounds (only
+    part of the data trains).
     """
-    from pipeline.linalg.cr5 import max_rank
-
-    limit = max_rank(n_concepts, n_terms)
+    limit = bound(n_concepts, n_terms)
     if r <= limit:
         return
-    bound = "" if exact else "at most "
+    upper = "" if exact else "at most "
+    formula = "min(K - 1, p) = " if bound is max_rank else ""
     raise ConfigError(
-        f"{key} = {r} is larger than this corpus allows: {where} has {bound}{n_concepts} "
-        f"training concepts and {bound}{n_terms} terms, so at most min(K - 1, p) = {limit} "
+        f"{key} = {r} is larger than this corpus allows: {where} has {upper}{n_concepts} "
+        f"training concepts and {upper}{n_terms} terms, so at most {formula}{limit} "
         f"dimensions exist. Fix: --set {key}={max(1, min(limit, 100))} (or any value up to "
         f"{limit}), or train on more concepts."
     )
@@ -203,7 +210,8 @@ def check_rank_against_data(cfg: Config, stages: Sequence[str]) -> None:
     rewrites those datasets.
     """
     t = cfg.train
-    if t.method not in _RANK_METHODS:
+    rank_bound = get_method(t.method).rank_bound
+    if rank_bound is None:
         return
     solves = [s for s in stages if s == "train"]
     if "evaluate" in stages and (len(cfg.evaluate.lambda_grid) >= 2 or cfg.evaluate.methods):
@@ -224,19 +232,19 @@ def check_rank_against_data(cfg: Config, stages: Sequence[str]) -> None:
     langs = list(t.languages) or list(t.pair if t.setup != "joint" else sizes)
     p = sum(int(sizes.get(lang, 0)) for lang in langs) or sum(int(v) for v in sizes.values())
     exact = t.setup == "joint" and not t.languages
-    check_rank(
-        t.r, k, p, where=f"the tfidf data ({cfg.paths.dataset('concepts')} manifest)", exact=exact
-    )
+    where = f"the tfidf data ({cfg.paths.dataset('concepts')} manifest)"
+    check_rank(t.r, k, p, where=where, exact=exact, bound=rank_bound)
 
 
 def check_evaluation_engine(cfg: Config, stages: Sequence[str]) -> None:
-    """A topic model (train.method jplsa or cplsa) evaluated by the ``evaluate`` stage needs
-    the local evaluation engine, which computes its L1 similarity."""
-    topic = cfg.train.method in TOPIC_METHODS
-    if "evaluate" in stages and topic and cfg.evaluate.engine == "spark":
+    """A method with a similarity of its own (the topic models' L1) evaluated by the
+    ``evaluate`` stage needs the local evaluation engine, which computes it."""
+    similarity = get_method(cfg.train.method).similarity
+    own = similarity != "cosine"
+    if "evaluate" in stages and own and cfg.evaluate.engine == "spark":
         raise ConfigError(
-            f"train.method={cfg.train.method} is evaluated with its L1 similarity, which "
-            "the spark evaluation engine does not compute. Fix: --set "
+            f"train.method={cfg.train.method} is evaluated with its {similarity.upper()} "
+            "similarity, which the spark evaluation engine does not compute. Fix: --set "
             "evaluate.engine=local (or auto)"
         )
 

@@ -4,6 +4,7 @@ I/O, the model API free of Spark, no private names imported across modules."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "pipeline"
+#: The method registry's numpy-free part (pipeline/methods/): declarations below config.
+_METHOD_DECLARATIONS = ("pipeline.methods.registry", "pipeline.methods.spec")
 
 
 def _imports(path: Path) -> set[str]:
@@ -68,7 +71,8 @@ def test_search_queries_load_no_spark():
 
 
 def test_config_is_a_leaf():
-    # the bottom layer, and the numpy-free parameter modules of the maths that config embeds
+    # the bottom layer, the numpy-free parameter modules of the maths that config embeds, and
+    # the method registry whose names train.method accepts
     allowed = {
         "pipeline.errors",
         "pipeline.params",
@@ -77,9 +81,11 @@ def test_config_is_a_leaf():
         "pipeline.retrieval.params",
         "pipeline.baselines.params",
         "pipeline.neural.params",
+        *_METHOD_DECLARATIONS,
     }
     leaves = [PKG / "params.py", PKG / "wikipedia" / "config.py"]
     leaves += [PKG / pkg / "params.py" for pkg in ("linalg", "retrieval", "baselines", "neural")]
+    leaves += [PKG / "methods" / f"{m.rsplit('.', 1)[1]}.py" for m in _METHOD_DECLARATIONS]
     for path in _modules("config") + leaves:
         inner = {
             m
@@ -93,7 +99,7 @@ def test_config_is_a_leaf():
     # packages' names load lazily (pipeline.lazy), so only their params modules come along.
     loaded = _fresh_import("pipeline.config")
     packages = {"pipeline", "pipeline.lazy", "pipeline.wikipedia"} | {
-        f"pipeline.{pkg}" for pkg in ("linalg", "retrieval", "baselines", "neural")
+        f"pipeline.{pkg}" for pkg in ("linalg", "retrieval", "baselines", "neural", "methods")
     }
     assert loaded - {m for m in loaded if m.startswith("pipeline.config")} <= allowed | packages
 
@@ -178,8 +184,15 @@ def test_spark_ml_stages_build_on_the_library_and_nothing_builds_on_them():
 
 #: Parameter declarations: modules every layer may import (numpy-free, no behaviour). Each is
 #: its own node of the package graph, so that a package importing its sibling's parameters is
-#: not counted as importing the sibling.
-_DECLARATIONS = ("pipeline.params", "pipeline.errors", "pipeline.lazy", "pipeline.ranking")
+#: not counted as importing the sibling. The method registry and its spec type are
+#: declarations too: the configuration checks train.method against them.
+_DECLARATIONS = (
+    "pipeline.params",
+    "pipeline.errors",
+    "pipeline.lazy",
+    "pipeline.ranking",
+    *_METHOD_DECLARATIONS,
+)
 
 
 def _node(module: str) -> str:
@@ -212,7 +225,25 @@ def _package_graph() -> dict[str, set[str]]:
             target = resolve(imported) if imported.startswith("pipeline") else None
             if target and _node(target) != source:
                 graph.setdefault(source, set()).add(_node(target))
+    # The registry names its fits as "module:function" for the lookup to import
+    # (pipeline/training/fit.py): each is an import of the training service.
+    for module in _registry_fit_modules():
+        target = resolve(module)
+        if target and _node(target) != "pipeline.training":
+            graph.setdefault("pipeline.training", set()).add(_node(target))
     return graph
+
+
+def _registry_fit_modules() -> set[str]:
+    """The modules the method registry's ``"module:function"`` fit references name."""
+    tree = ast.parse((PKG / "methods" / "registry.py").read_text(encoding="utf-8"))
+    return {
+        node.value.split(":")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"pipeline(\.\w+)+:\w+", node.value)
+    }
 
 
 def test_packages_import_one_way():
@@ -256,3 +287,22 @@ def test_the_error_boundary_sits_at_the_bottom():
         m for m in _imports(PKG / "failures.py") if m.startswith(("pipeline", "pyspark", "py4j"))
     }
     assert inner and all(m.startswith("pipeline.errors") for m in inner), sorted(inner)
+
+
+def test_the_registry_names_fits_of_the_methods_package():
+    """Every built-in method's fit is a ``"module:function"`` of a module of
+    ``pipeline/methods/`` (above the configuration, below the training service) that
+    defines it, and the package graph counts it as the lookup's import (a fit importing the
+    training service would close a cycle)."""
+    from pipeline.methods.registry import BUILTIN
+
+    modules = _registry_fit_modules()
+    assert {spec.fit.split(":")[0] for spec in BUILTIN} == modules
+    for spec in BUILTIN:
+        module, _, function = spec.fit.partition(":")
+        path = ROOT / (module.replace(".", "/") + ".py")
+        assert module.startswith("pipeline.methods.") and module not in _DECLARATIONS, spec
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert function in defined, f"{spec.name}: {module} defines no {function}"
+    assert "pipeline.methods" in _package_graph()["pipeline.training"]

@@ -642,3 +642,53 @@ def test_ctlaser_is_trained_embedded_by_the_embed_stage_and_evaluated(spark, cha
     want = model.embed([texts[i] for i in ids], "de")
     vec = np.array(got.column("vector").to_pylist()[:40], dtype=np.float32)
     np.testing.assert_allclose(vec, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_method_added_by_one_registry_entry_is_trained_embedded_and_evaluated(
+    spark, chain, tmp_path
+):
+    """The toy method of tests/test_methods.py, registered through its one entry, goes
+    through the train, embed and evaluate stages like a built-in method."""
+    from pipeline.io.schemas import EMBEDDINGS
+    from pipeline.methods import registered
+    from tests.test_methods import TOY
+
+    root, _, _ = chain
+    with registered(TOY):
+        cfg = cfg_for(
+            root,
+            f"train.method={TOY.name}",
+            f"paths.model={tmp_path / 'model'}",
+            f"paths.embeddings={tmp_path / 'embeddings'}",
+            f"paths.evaluation={tmp_path / 'evaluation'}",
+            f"evaluate.report_dir={tmp_path / 'reports'}",
+            "evaluate.lambda_grid=[1.0]",
+            "evaluate.pairs=[de-en]",
+            "evaluate.engine=local",
+            "evaluate.plot=false",
+        )
+        trained = get_stage("train")(spark, cfg)
+        get_stage("embed")(spark, cfg)
+        report = get_stage("evaluate")(spark, cfg)
+
+    assert trained["method"] == TOY.name and trained["r"] == 16
+    model = Cr5Model.load(tmp_path / "model")
+    assert model.meta["method"] == TOY.name and model.dim == 16 and not model.is_sparse
+    assert model.meta["similarity"] == "cosine"
+    assert model.meta["solver"]["history"] == {"method": "concept_codes", "seed": cfg.train.seed}
+    # the embed stage wrote the model's vectors: those of the Python API
+    got = read_dataset(spark, EMBEDDINGS, str(tmp_path / "embeddings")).filter("lang = 'de'")
+    got = got.toArrow()
+    docs = read_dataset(spark, DOCUMENTS, str(root / "documents")).filter("lang = 'de'")
+    texts = {d["doc_id"]: d["text"] for d in docs.select("doc_id", "text").toArrow().to_pylist()}
+    ids = got.column("doc_id").to_pylist()[:40]
+    want = model.embed([texts[i] for i in ids], "de")
+    vec = np.array(got.column("vector").to_pylist()[:40], dtype=np.float32)
+    np.testing.assert_allclose(vec, want, rtol=1e-4, atol=1e-5)
+    # evaluated on the test concepts, tuned by nothing, far above chance (the shared concept
+    # codes make it crosslingual)
+    rows = [r for r in report["results"] if r["measure"] == "cosine"]
+    assert {(r["method"], r["query_lang"]) for r in rows} == {(TOY.name, "de"), (TOY.name, "en")}
+    assert report["methods"][TOY.name]["params"] == {}
+    for r in rows:
+        assert r["precision_at"][1] > 10 / r["n_candidates"], r

@@ -377,7 +377,7 @@ def test_embed_that_cannot_fit_exits_2_before_spark_starts(tmp_path, monkeypatch
 
 
 #: The 100k corpus of bench/results/classic_costs_100k.json, whose driver peaks calibrated
-#: CLASSIC_PR_ARRAYS.
+#: the classic methods' driver_memory (pipeline/methods/registry.py).
 WIKI_100K = TrainSizes(
     nnz={"da": 1_637_095, "en": 7_725_803, "it": 5_756_993, "vi": 2_366_791},
     docs={"da": 8_557, "en": 38_745, "it": 29_013, "vi": 12_240},

@@ -183,7 +183,7 @@ def test_torch_distributor_run_equals_a_single_process_run(spark, beta, center):
     the whole batch's token count and cT-LASER's m is the whole batch's mean norm, centred
     on the whole batch's mean (per-slice normalisers moved the embeddings by 0.87 (β = 0)
     and 1.87 (β = 0.5) on this task)."""
-    from pipeline.training.neural import train_task
+    from pipeline.methods.neural import train_task
 
     settings = LoopSettings(epochs=3, batch_size=8, lr=0.01, seed=7)
     single = run_loop(_task(beta, 24, center), settings)

@@ -174,7 +174,7 @@ def three_language_task() -> XcnnTask:
 
 @pytest.mark.slow
 def test_torch_distributor_run_equals_a_single_process_run(spark):
-    from pipeline.training.neural import train_task
+    from pipeline.methods.neural import train_task
 
     task = three_language_task()
     settings = LoopSettings(epochs=3, batch_size=8, lr=0.02, seed=7)

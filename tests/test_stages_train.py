@@ -288,7 +288,9 @@ def test_baseline_method_is_trained_by_the_stage_into_the_model_format(
     spark, sample_features, tmp_path, method
 ):
     """train.method=<baseline>: the stage saves exactly what the fit function computes."""
-    from pipeline.baselines import FIT_FUNCTIONS
+    from pipeline.baselines import fit_cl_lsi, fit_opca
+
+    FIT_FUNCTIONS = {"cl_lsi": fit_cl_lsi, "opca": fit_opca}  # the baselines' own functions
 
     cfg = cfg_for(
         sample_features,

@@ -34,15 +34,8 @@ if TYPE_CHECKING:
     from pipeline.baselines.cl_lsi import fit_cl_lsi
     from pipeline.baselines.common import BaselineResult, pencil_eigsh
     from pipeline.baselines.opca import fit_opca
-    from pipeline.baselines.params import (
-        GROUPED_METHODS,
-        TOPIC_METHODS,
-        BaselineParams,
-        PlsaParams,
-        S2NetParams,
-    )
+    from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
     from pipeline.baselines.plsa import fit_cplsa, fit_jplsa
-    from pipeline.baselines.registry import FIT_FUNCTIONS
     from pipeline.baselines.s2net import fit_s2net
     from pipeline.baselines.topics import fold_in
     from pipeline.baselines.untranslated import fit_untranslated, selection_maps, union_vocabulary
@@ -60,9 +53,6 @@ __getattr__, __dir__ = lazy_exports(
         "S2NetParams": "params",
         "fit_cplsa": "plsa",
         "fit_jplsa": "plsa",
-        "FIT_FUNCTIONS": "registry",
-        "GROUPED_METHODS": "params",
-        "TOPIC_METHODS": "params",
         "fit_s2net": "s2net",
         "fold_in": "topics",
         "fit_untranslated": "untranslated",
@@ -72,9 +62,6 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 __all__ = [
-    "FIT_FUNCTIONS",
-    "GROUPED_METHODS",
-    "TOPIC_METHODS",
     "BaselineParams",
     "BaselineResult",
     "PlsaParams",

@@ -25,22 +25,12 @@ from pipeline.params import param
 
 __all__ = [
     "BASELINE_DEFAULTS",
-    "GROUPED_METHODS",
     "PLSA_DEFAULTS",
     "S2NET_DEFAULTS",
-    "TOPIC_METHODS",
     "BaselineParams",
     "PlsaParams",
     "S2NetParams",
 ]
-
-
-#: Methods fitted on the concept-grouped corpus (:mod:`pipeline.linalg.groups`), and the rows
-#: each needs: term counts (the topic models) or the TF-IDF rows.
-GROUPED_METHODS: dict[str, str] = {"jplsa": "counts", "cplsa": "counts", "s2net": "tfidf"}
-
-#: Methods whose models are topic-word matrices embedded by folding-in, compared by L1.
-TOPIC_METHODS: tuple[str, ...] = ("jplsa", "cplsa")
 
 
 @dataclass(frozen=True)

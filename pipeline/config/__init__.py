@@ -11,9 +11,10 @@
   (``--help-config``, ``docs/configuration.md``).
 
 The package loads without numpy, pyarrow or Spark (the Airflow DAG imports it): it imports
-only :mod:`pipeline.errors`, :mod:`pipeline.params` and the numpy-free parameter modules of
-the maths packages (``pipeline/{linalg,retrieval,baselines}/params.py``) and of
-:mod:`pipeline.wikipedia.config`.
+only :mod:`pipeline.errors`, :mod:`pipeline.params`, the numpy-free parameter modules of
+the maths packages (``pipeline/{linalg,retrieval,baselines,neural}/params.py``) and of
+:mod:`pipeline.wikipedia.config`, and the method registry (:mod:`pipeline.methods.registry`,
+whose names ``train.method`` and ``evaluate.methods`` accept).
 """
 
 from pipeline.config.loader import build_section, check_evaluate, load_config, validate

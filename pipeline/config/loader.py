@@ -20,11 +20,11 @@ from typing import Any
 
 import yaml
 
-from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config.pairs import parse_pair
 from pipeline.config.profiles import ProfileSource, missing_hint, resolve_profile
 from pipeline.config.sections import Config, EvaluateConfig
 from pipeline.errors import ConfigError
+from pipeline.methods.registry import find_method
 from pipeline.params import check_range, check_section, coerce, section_params
 
 __all__ = ["build_section", "check_evaluate", "load_config", "validate"]
@@ -223,12 +223,19 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+def _kind(method: str) -> str | None:
+    """The model kind of a registered method (None for the word-mapping baselines)."""
+    spec = find_method(method)
+    return spec.model_kind if spec else None
+
+
 def _check_classic_methods(cfg: Config) -> None:
     """JPLSA, CPLSA and S2Net settings that need other sections (before any Spark work)."""
     t, e = cfg.train, cfg.evaluate
     methods = {t.method, *e.methods}
     no_splits = cfg.features.heldout_concepts is None
-    if methods & set(TOPIC_METHODS) and t.plsa_stop_rule == "validation" and no_splits:
+    topic = any(_kind(m) == "topics" for m in methods)
+    if topic and t.plsa_stop_rule == "validation" and no_splits:
         raise ConfigError(
             "train.plsa_stop_rule=validation scores the split stage's validation concepts, but "
             "features.heldout_concepts is not set. Fix: set features.heldout_concepts: splits "
@@ -261,14 +268,17 @@ def check_evaluate(e: EvaluateConfig) -> None:
         parse_pair(p, key=f"evaluate.pairs[{i}]")
     if len(set(e.methods)) != len(e.methods):
         raise ConfigError(f"evaluate.methods repeats a method: {e.methods}")
-    if "untranslated" in e.methods and e.engine == "spark":
+    sparse = ", ".join(m for m in e.methods if _kind(m) == "sparse")
+    if sparse and e.engine == "spark":
         raise ConfigError(
-            "evaluate.methods has untranslated, whose sparse vectors need the local engine; "
-            "set evaluate.engine=local (or auto) or drop untranslated"
+            f"evaluate.methods has {sparse}, whose sparse vectors need the local engine; "
+            f"set evaluate.engine=local (or auto) or drop {sparse}"
         )
-    topic = [m for m in e.methods if m in TOPIC_METHODS]
-    if topic and e.engine == "spark":
+    own = {m: s.similarity for m in e.methods if (s := find_method(m)) and s.similarity != "cosine"}
+    if own and e.engine == "spark":
+        similarity = "/".join(sorted({name.upper() for name in own.values()}))
         raise ConfigError(
-            f"evaluate.methods has {', '.join(topic)}, whose L1 similarity the spark evaluation "
-            "engine does not compute; set evaluate.engine=local (or auto) or drop them"
+            f"evaluate.methods has {', '.join(own)}, whose {similarity} similarity the spark "
+            "evaluation engine does not compute; set evaluate.engine=local (or auto) or drop "
+            "them"
         )

@@ -16,16 +16,18 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
 from pipeline.linalg.params import BackendParams, Cr5Params
+from pipeline.methods.registry import method_names
 from pipeline.neural.params import NeuralParams
-from pipeline.params import param
+from pipeline.params import Choice, param
 from pipeline.retrieval.params import RetrievalParams
 from pipeline.wikipedia.config import WikipediaConfig
 
 __all__ = [
+    "DOCUMENT_BASELINES",
     "EVALUATE_DEFAULTS",
     "SEARCH_DEFAULTS",
     "TEXT_DEFAULTS",
@@ -42,7 +44,19 @@ __all__ = [
     "TextConfig",
     "TrainConfig",
     "WordsConfig",
+    "evaluated_methods",
 ]
+
+#: The word-mapping document baselines the translate_words stage saves (``avg_<map>``), which
+#: ``evaluate.methods`` may name beside the registered methods.
+DOCUMENT_BASELINES = ("avg_procrustes", "avg_procrustes_refined", "avg_rcsls")
+
+
+def evaluated_methods() -> tuple[str, ...]:
+    """The allowed values of ``evaluate.methods``: every registered method
+    (:func:`pipeline.methods.registry.method_names`, read when a value is checked, so a
+    method registered at run time counts), then :data:`DOCUMENT_BASELINES`."""
+    return (*method_names(), *DOCUMENT_BASELINES)
 
 
 @dataclass(frozen=True)
@@ -247,19 +261,7 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetPar
     them; this section embeds them as its keys, beside the stage's own below.
     """
 
-    method: Literal[
-        "cr5",
-        "untranslated",
-        "cl_lsi",
-        "cca",
-        "opca",
-        "jplsa",
-        "cplsa",
-        "s2net",
-        "xcnn",
-        "tlaser",
-        "ctlaser",
-    ] = param(
+    method: Annotated[str, Choice(method_names)] = param(
         "cr5",
         doc="cr5, or a baseline of pipeline/baselines trained on the same rows and saved in "
         "the same model format (untranslated: a sparse selection model, r = |union "
@@ -493,24 +495,7 @@ class EvaluateConfig(RetrievalParams):
         doc="Draw the precision-at-k plot and the P@1 heatmaps (one per method); needs "
         "matplotlib (the report extra), else the reports come without images.",
     )
-    methods: list[
-        Literal[
-            "cr5",
-            "untranslated",
-            "cl_lsi",
-            "cca",
-            "opca",
-            "jplsa",
-            "cplsa",
-            "s2net",
-            "xcnn",
-            "tlaser",
-            "ctlaser",
-            "avg_procrustes",
-            "avg_procrustes_refined",
-            "avg_rcsls",
-        ]
-    ] = param(
+    methods: list[Annotated[str, Choice(evaluated_methods)]] = param(
         default_factory=list,
         doc="More methods evaluated beside the model on the same splits and candidates, each "
         "trained on the same rows with the model's r (saved under "

@@ -26,13 +26,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.baselines.params import TOPIC_METHODS
 from pipeline.config import Config, EvaluateConfig
 from pipeline.errors import ConfigError
 from pipeline.evaluation.protocol import Direction
 from pipeline.features.indexing import dense_index
 from pipeline.io.datasets import read_dataset
 from pipeline.io.schemas import DOCUMENTS
+from pipeline.methods.registry import find_method, get_method
 from pipeline.model.batches import embed_batch
 from pipeline.model.format import read_model_json
 from pipeline.model.loading import load_model
@@ -308,8 +308,8 @@ def open_engine(
     name = e.engine
     if name == "auto":
         name = "spark" if largest > e.local_max_candidates else "local"
-        needs = [m for m in e.methods if m == "untranslated" or m in TOPIC_METHODS]
-        if cfg.train.method in TOPIC_METHODS:
+        needs = [m for m in e.methods if (s := find_method(m)) and s.needs_local_engine]
+        if get_method(cfg.train.method).similarity != "cosine":
             needs.append(cfg.train.method)
         if name == "spark" and needs:
             log.warning(

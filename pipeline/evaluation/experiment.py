@@ -44,6 +44,7 @@ from pipeline.evaluation.protocol import (
 from pipeline.evaluation.report import evaluation_rows, write_reports
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import EVALUATION, SPLITS
+from pipeline.methods.registry import get_method
 from pipeline.model.format import read_model_json
 from pipeline.training import service as training
 from pipeline.training.rows import check_methods_memory
@@ -79,12 +80,6 @@ class Context:
     engine: Any
     directions: list[Direction]
     splits_rows: list
-
-
-#: Methods fitted once per γ of ``evaluate.gamma_grid``, the best kept. S2Net is among them
-#: because it starts from OPCA's map: its start needs the γ choice OPCA gets, or it begins
-#: below the OPCA it is compared with.
-GAMMA_METHODS = ("cca", "opca", "s2net")
 
 
 def check_no_leak(spark: SparkSession, cfg: Config, splits: DataFrame, splits_path: str) -> int:
@@ -188,7 +183,8 @@ def train_and_evaluate(
     r = cfg.train.r if meta.get("phi_format") == "selection" else int(meta["r"])
     lam = float(meta["lam"])
     gammas = [cfg.train.gamma]
-    if method in GAMMA_METHODS and len(e.gamma_grid) >= 2:
+    # fitted once per γ of evaluate.gamma_grid, the best kept, for a method tuned by γ
+    if get_method(method).tuned_by == "gamma" and len(e.gamma_grid) >= 2:
         gammas = list(e.gamma_grid)
     curve: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -411,8 +407,9 @@ def run_evaluation(
     splits_path = cfg.paths.dataset("splits")
     splits = read_dataset(spark, SPLITS, splits_path)
     split_manifest = read_manifest(spark, SPLITS, splits_path)
-    # A grid of λ only means something for Cr5; baselines are evaluated as trained.
-    selecting = len(e.lambda_grid) >= 2 and cfg.train.method == "cr5"
+    # A grid of λ only means something for a method tuned by λ (Cr5); the others are
+    # evaluated as trained.
+    selecting = len(e.lambda_grid) >= 2 and get_method(cfg.train.method).tuned_by == "lam"
     setup, _langs, pairs = plan(spark, cfg, e, splits, selecting)
     in_pairs = splits.filter(F.col("pair").isin(pairs))
     leaked = check_no_leak(spark, cfg, splits, splits_path)

@@ -20,6 +20,7 @@ from pipeline.config import Config, EvaluateConfig, canonical, parse_pair
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.datasets import read_dataset, read_manifest
 from pipeline.io.schemas import TFIDF
+from pipeline.methods.registry import find_method
 from pipeline.model.format import read_model_json
 from pipeline.retrieval import retrieval_metrics
 
@@ -135,11 +136,14 @@ def evaluate_role(
 
 
 def method_params(method: str, lam: float, gamma: float) -> dict[str, float]:
-    """The regularisation that applies to ``method`` (for the report; S2Net: OPCA's γ, which
-    it starts from)."""
-    if method == "cr5":
+    """The regularisation that tunes ``method`` (its spec's ``tuned_by``), for the report
+    (S2Net: OPCA's γ, which it starts from); empty for a method tuned by neither, or a name no
+    registered method has (a model trained by a method registered in another process)."""
+    spec = find_method(method)
+    tuned_by = spec.tuned_by if spec is not None else None
+    if tuned_by == "lam":
         return {"λ": lam}
-    if method in ("cca", "opca", "s2net"):
+    if tuned_by == "gamma":
         return {"γ": gamma}
     return {}
 

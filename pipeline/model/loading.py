@@ -14,10 +14,7 @@ from typing import Any
 from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.format import read_model_json
 
-__all__ = ["ENCODER_METHODS", "load_model"]
-
-#: Methods whose model directory holds a neural encoder instead of per-language maps.
-ENCODER_METHODS = ("tlaser", "ctlaser")
+__all__ = ["load_model"]
 
 
 def load_model(path: str | os.PathLike, *, verify: bool = True, lazy: bool = False) -> Any:

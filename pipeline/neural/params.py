@@ -17,10 +17,7 @@ from dataclasses import dataclass
 
 from pipeline.params import param
 
-__all__ = ["NEURAL_DEFAULTS", "NEURAL_METHODS", "NeuralParams"]
-
-#: The neural values of ``train.method``.
-NEURAL_METHODS = ("xcnn", "tlaser", "ctlaser")
+__all__ = ["NEURAL_DEFAULTS", "NeuralParams"]
 
 
 @dataclass(frozen=True)

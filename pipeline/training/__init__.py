@@ -6,13 +6,13 @@ it imports neither.
 
 - :mod:`~pipeline.training.rows`: the rows of ``train.setup`` (joint, pairwise, transitive),
   loaded into a corpus backend with their vocabularies (:class:`TrainingData`);
-- :mod:`~pipeline.training.fit`: Cr5 (optionally along a λ path) or a baseline fitted on them
-  (:class:`FittedModel`);
+- :mod:`~pipeline.training.fit`: ``train.method`` fitted on them, its fit looked up in the
+  method registry (:mod:`pipeline.methods`; a :class:`FittedModel`);
 - :mod:`~pipeline.training.service`: :func:`train_model`, which fits ``train.method`` and saves
   the model directory with its ``model.json`` record.
 """
 
-from pipeline.training.fit import FittedModel, fit_baseline, fit_method
+from pipeline.training.fit import FittedModel, fit_method
 from pipeline.training.rows import (
     TrainingData,
     load_training_data,
@@ -33,7 +33,6 @@ __all__ = [
     "TrainingData",
     "checkpoint_dir",
     "fit_and_save",
-    "fit_baseline",
     "fit_method",
     "load_training_data",
     "model_preprocessing",

@@ -36,6 +36,7 @@ from pipeline.features.validation_rows import load_validation_set, validation_do
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.locations import to_manifest
 from pipeline.io.schemas import DOCUMENTS, TFIDF, VOCABULARY
+from pipeline.methods.registry import find_method
 
 __all__ = [
     "TrainingData",
@@ -140,14 +141,16 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
         t.backend, spark, rows_path, dtype=t.dtype, **(t.backend_options() | plan_options)
     )
     vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
+    # the methods these rows train: train.method, and the evaluation's comparison methods
+    specs = [s for s in map(find_method, (t.method, *cfg.evaluate.methods)) if s is not None]
     validation = None
     if t.method == "cr5" and t.stop_rule == "validation":
         validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
-    elif "xcnn" in (t.method, *cfg.evaluate.methods) and cfg.heldout_path():
+    elif any(s.epoch_validation for s in specs) and cfg.heldout_path():
         # the epoch is chosen on the split's validation concepts
         validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
     texts = None
-    if {"tlaser", "ctlaser"} & {t.method, *cfg.evaluate.methods}:
+    if any(s.texts for s in specs):
         texts = _training_texts(spark, cfg, rows_path, list(backend.languages))
     return TrainingData(
         backend,
@@ -236,10 +239,10 @@ def check_methods_memory(spark: SparkSession, cfg: Config, methods: Sequence[str
     classic one (:func:`pipeline.memory.plan_methods`, MemoryPlanError naming the method and
     the settings) from the tfidf manifest and the session's settings. A Spark Connect session
     does not tell its properties: no check there."""
-    from pipeline.memory import CLASSIC_PR_ARRAYS, Machine, TrainSizes, plan_methods, spark_memory
+    from pipeline.memory import Machine, TrainSizes, driver_formula, plan_methods, spark_memory
     from pipeline.spark import is_connect
 
-    if not set(methods) & set(CLASSIC_PR_ARRAYS) or is_connect(spark):
+    if not any(driver_formula(m) == "state" for m in methods) or is_connect(spark):
         return
     manifest = read_manifest(spark, TFIDF, cfg.paths.dataset("tfidf"))
     sizes = TrainSizes.from_manifest(manifest, cfg.train.languages)

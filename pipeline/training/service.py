@@ -2,8 +2,10 @@
 stage, the λ selection and the evaluation's method comparison.
 
 :func:`train_model` runs the phases in order: check the training rows (one language, rank),
-fit (:mod:`pipeline.training.fit`), build the per-language maps with their vocabularies,
-record how the model was trained (``model.json``'s ``training`` section) and save it.
+fit (the method's own fit, looked up by :mod:`pipeline.training.fit`), build the
+per-language maps with their vocabularies, record how the model was trained
+(``model.json``'s ``training`` section) and save it. What the method is (its rank bound,
+checkpoints, model kind, similarity) is its spec's (:mod:`pipeline.methods.registry`).
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from pipeline.io.locations import to_manifest
 from pipeline.io.storage import locate
 from pipeline.linalg.backend import pass_delta
 from pipeline.linalg.params import EXECUTION, STOPPING, Cr5Params
+from pipeline.methods.fitted import FittedModel
+from pipeline.methods.registry import get_method
 from pipeline.model.encoder_model import SUBWORDS
 from pipeline.model.format import LanguageMap, save_encoder_model, save_model
-from pipeline.model.loading import ENCODER_METHODS
-from pipeline.neural.params import NEURAL_METHODS
 from pipeline.preflight import check_rank
-from pipeline.training.fit import FittedModel, fit_method
+from pipeline.training.fit import fit_method
 from pipeline.training.rows import TrainingData, load_training_data
 
 __all__ = [
@@ -46,9 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Methods whose fits checkpoint (and resume) under :func:`checkpoint_dir`.
-CHECKPOINTED = ("cr5", "jplsa", "cplsa", "s2net")
 
 
 def train_model(
@@ -72,25 +71,25 @@ def train_model(
 def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     """Fit ``train.method`` on ``data``, save the model at ``paths.model``; the summary."""
     t = cfg.train
+    spec = get_method(t.method)
     backend = data.backend
     passes0 = backend.pass_counts
     languages = list(backend.languages)
     _log_start(t, backend, languages)
     warnings_ = training_warnings(cfg, languages)
-    if t.method not in ("untranslated", *NEURAL_METHODS):
+    if spec.rank_bound is not None:
         check_rank(
             t.r,
             backend.n_concepts,
             sum(backend.n_terms(lang) for lang in languages),
             where=f"the training rows (train.setup={t.setup}, languages {languages})",
+            bound=spec.rank_bound,
         )
-    ckpt = None
-    if t.method in (*CHECKPOINTED, *NEURAL_METHODS):
-        ckpt = checkpoint_dir(cfg, data.solver_options)
+    ckpt = checkpoint_dir(cfg, data.solver_options) if spec.checkpoints else None
     t0 = time.perf_counter()
     fitted = fit_method(t, data, ckpt)
     fit_seconds = time.perf_counter() - t0
-    encoder = t.method in ENCODER_METHODS
+    encoder = spec.model_kind == "encoder"
     # r: the embedding dimension (|union vocabulary| for untranslated).
     r_out = t.tlaser_dim if encoder else int(next(iter(fitted.components.values())).shape[1])
     maps = {} if encoder else _language_maps(fitted, data, languages)
@@ -106,7 +105,7 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
         "training": training,
         "versions": _versions(),
         "warnings": warnings_,
-        "similarity": fitted.similarity,
+        "similarity": spec.similarity,
     }
     if fitted.folding_in is not None:
         meta["folding_in"] = fitted.folding_in
