@@ -19,6 +19,10 @@ from pipeline.config import Config
 
 __all__ = ["model_record", "stage_outputs", "write_outputs"]
 
+#: Stages that write another stage's datasets: ``ingest_wikipedia`` is the alternative first
+#: stage, writing ``documents`` as ``ingest`` does.
+WRITES_AS: dict[str, str] = {"ingest_wikipedia": "ingest"}
+
 
 def stage_outputs(spark: Any, cfg: Config, stage: str) -> dict[str, Any]:
     """The datasets (and model) ``stage`` produced, from their manifests."""
@@ -27,7 +31,7 @@ def stage_outputs(spark: Any, cfg: Config, stage: str) -> dict[str, Any]:
 
     datasets = {}
     for name, spec in DATASETS.items():
-        if spec.producer != stage:
+        if spec.producer != WRITES_AS.get(stage, stage):
             continue
         path = cfg.paths.dataset(name)
         manifest = read_manifest(spark, spec, path)
