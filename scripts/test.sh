@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up ./.venv with the test tools if needed, then run the whole test suite
-# (Spark in local mode, one session for the run). Extra arguments go to pytest.
+# (Spark in local mode, one session per pytest worker). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Airflow for tests/test_airflow.py, in ./.venv-airflow (idempotent; CR5_SKIP_AIRFLOW=1 skips
@@ -33,4 +33,8 @@ done
 rm -rf "$logs"
 [ "$status" = 0 ] || exit "$status"
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
-exec .venv/bin/python -m pytest "$@"
+# Two pytest workers (pytest-xdist), each with its own Spark session, a test file at a time
+# (--dist loadfile: a file's module-scoped fixtures, such as a standalone cluster, stay in
+# one worker). Much of the suite waits on JVMs starting, subprocesses and clusters, so two
+# files at once finish sooner even on two cores. CR5_TEST_WORKERS=0 runs in this process.
+exec .venv/bin/python -m pytest -n "${CR5_TEST_WORKERS:-2}" --dist loadfile "$@"
