@@ -19,20 +19,14 @@ from pipeline.config import Config
 
 __all__ = ["model_record", "stage_outputs", "write_outputs"]
 
-#: Stages that write another stage's datasets: ``ingest_wikipedia`` is the alternative first
-#: stage, writing ``documents`` as ``ingest`` does.
-WRITES_AS: dict[str, str] = {"ingest_wikipedia": "ingest"}
-
 
 def stage_outputs(spark: Any, cfg: Config, stage: str) -> dict[str, Any]:
     """The datasets (and model) ``stage`` produced, from their manifests."""
     from pipeline.io.datasets import read_manifest
-    from pipeline.io.schemas import DATASETS
+    from pipeline.io.schemas import written_by
 
     datasets = {}
-    for name, spec in DATASETS.items():
-        if spec.producer != WRITES_AS.get(stage, stage):
-            continue
+    for name, spec in written_by(stage).items():
         path = cfg.paths.dataset(name)
         manifest = read_manifest(spark, spec, path)
         kept = ("rows", "created_utc", "write_token", "delta_version", "format")

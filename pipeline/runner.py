@@ -202,11 +202,9 @@ def _sweep_leftovers(cfg: Config, stage: str) -> None:
 
     from pipeline.io.arrow_scan import local_path
     from pipeline.io.publish import LocalFS, recover
-    from pipeline.io.schemas import DATASETS
+    from pipeline.io.schemas import written_by
 
-    for name, spec in DATASETS.items():
-        if spec.producer != stage:
-            continue
+    for name in written_by(stage):
         path = cfg.paths.dataset(name)
         if urlparse(path).scheme not in ("", "file"):
             continue

@@ -657,3 +657,20 @@ def test_a_failed_stage_sweeps_its_datasets_ownerless_temporaries(tmp_path):
     _sweep_leftovers(cfg, "embed")
     assert not (tmp_path / ".embeddings.tmp-dead").exists()
     assert live.exists() and other.exists()
+
+
+def test_ingest_wikipedia_sweeps_the_documents_it_writes(tmp_path):
+    """``ingest_wikipedia`` writes ``documents`` as ``ingest`` does: a failed run's ownerless
+    temporary of it is swept too, and its outputs (Airflow's asset events) name it."""
+    from pipeline.config import load_config
+    from pipeline.io.schemas import written_by
+    from pipeline.runner import _sweep_leftovers
+
+    assert list(written_by("ingest_wikipedia")) == list(written_by("ingest")) == ["documents"]
+    assert sorted(written_by("tfidf")) == ["concepts", "tfidf"]
+    cfg = load_config([], [f"paths.root={tmp_path}"])
+    orphan = tmp_path / ".documents.tmp-dead" / "lang=en"
+    orphan.mkdir(parents=True)
+    (orphan / "part-1-00001-0.parquet").write_bytes(b"x")
+    _sweep_leftovers(cfg, "ingest_wikipedia")
+    assert not (tmp_path / ".documents.tmp-dead").exists()

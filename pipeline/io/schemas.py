@@ -146,3 +146,14 @@ EVALUATION = DatasetSpec(
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s for s in (DOCUMENTS, VOCABULARY, TFIDF, CONCEPTS, SPLITS, EMBEDDINGS, EVALUATION)
 }
+
+#: Stages that write another stage's datasets: ``ingest_wikipedia`` is the alternative first
+#: stage, writing ``documents`` as ``ingest`` does (each spec names one ``producer``, the one
+#: "run stage X first" errors suggest).
+WRITES_AS: dict[str, str] = {"ingest_wikipedia": "ingest"}
+
+
+def written_by(stage: str) -> dict[str, DatasetSpec]:
+    """The datasets ``stage`` writes, by name (``ingest_wikipedia``: those of ``ingest``)."""
+    producer = WRITES_AS.get(stage, stage)
+    return {name: spec for name, spec in DATASETS.items() if spec.producer == producer}
