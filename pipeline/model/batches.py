@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from pipeline.errors import ModelError
 from pipeline.model.cr5_model import Cr5Model, canonical_lang
+from pipeline.model.encode import normalize_rows
 
 __all__ = ["EMBEDDED_COLUMNS", "canonical_langs", "embed_arrays", "embed_batch", "vector_array"]
 
@@ -81,8 +82,7 @@ def embed_arrays(
         vectors[rows] = v
         counts[rows] = c
     if normalize:
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        np.divide(vectors, norms, out=vectors, where=norms > 0)
+        normalize_rows(vectors)
     return vectors, counts, known
 
 

@@ -31,7 +31,7 @@ def fit_function(spec: MethodSpec) -> Callable[..., FittedModel]:
 
 
 def fit_method(t: TrainConfig, data: TrainingData, checkpoint: str | None) -> FittedModel:
-    """Fit ``t.method`` on ``data``; a method that checkpoints does so under ``checkpoint``
-    when given."""
-    spec = get_method(t.method)
-    return fit_function(spec)(t, data, checkpoint if spec.checkpoints else None)
+    """Fit ``t.method`` on ``data``; ``checkpoint``: where it keeps its state, None for a
+    method whose spec does not checkpoint (the training service decides, as it also deletes
+    the directory once the model is saved)."""
+    return fit_function(get_method(t.method))(t, data, checkpoint)
