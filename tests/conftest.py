@@ -16,9 +16,9 @@ SAMPLE = REPO / "data" / "sample" / "ddtp_en_de_fr_es.parquet"
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # The tests start many short-lived driver JVMs (their session, and every job they run as a
-# subprocess). C1-only JIT and the serial collector start them about 20% sooner (a small
-# job: 18.5 -> 14.5 s on 2 cores); the work they do is too short for C2 to pay off. Only the
-# drivers launched through spark-submit read SPARK_SUBMIT_OPTS, and a value set outside wins.
+# subprocess). C1-only JIT and the serial collector start them sooner, and the work they do
+# is too short for C2 to pay off. Only the drivers launched through spark-submit read
+# SPARK_SUBMIT_OPTS, and a value set outside wins.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
