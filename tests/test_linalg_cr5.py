@@ -158,16 +158,19 @@ def test_describe_hook_names_stages():
 def test_solver_bounds_max_basis_by_the_block_width_it_uses():
     """The smallest cap, max(r, b) + 2b, counts the eigensolver's block b (here the given 3),
     not r + oversampling: the estimator fits with it and restarts, and one column less is a
-    ConfigError naming that bound."""
-    from pipeline.errors import ConfigError
+    SolverArgumentError naming that bound (the training service names train.max_basis)."""
+    from pipeline.linalg.errors import SolverArgumentError
 
     problem = PROBLEMS["three_uneven"]
     be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
     r, b = 4, 3
     smallest = max(r, b) + 2 * b
     common = dict(lam=0.3, r=r, oversampling=10, block_size=b, **TIGHT)
-    with pytest.raises(ConfigError, match=f"max\\(r, b\\) \\+ 2\\*b = {smallest} \\(b = 3"):
+    with pytest.raises(
+        SolverArgumentError, match=f"max\\(r, b\\) \\+ 2\\*b = {smallest} \\(b = 3"
+    ) as info:
         Cr5Solver(max_basis=smallest - 1, **common).fit(be)
+    assert info.value.argument == "max_basis"
     solver = Cr5Solver(max_basis=smallest, **common).fit(be)
     assert solver.history_["max_basis"] == smallest
     assert solver.history_["eigensolver"]["n_restarts"] > 0

@@ -12,6 +12,7 @@ from pipeline.backends.local import LocalCorpusBackend
 from pipeline.errors import ConfigError
 from pipeline.linalg.block_lanczos import block_lanczos
 from pipeline.linalg.cr5 import Cr5Solver, solve_cr5
+from pipeline.linalg.errors import SolverArgumentError
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet
 from pipeline.linalg.operator import DenseOperator
 from tests.problems import PROBLEMS, dense_centred, planted_corpus
@@ -164,10 +165,10 @@ def test_block_lanczos_monitor_can_stop():
 def test_validation_rule_needs_documents_and_reused_solves():
     problem = PROBLEMS["three_uneven"]
     be = LocalCorpusBackend(problem.corpus(), problem.n_concepts)
-    with pytest.raises(ConfigError, match="needs validation documents"):
+    with pytest.raises(SolverArgumentError, match="needs validation documents"):
         Cr5Solver(lam=1.0, r=3, stop_rule="validation").fit(be)
     corpus, heldout, k = planted_corpus()
-    with pytest.raises(ConfigError, match="reuse_solves"):
+    with pytest.raises(SolverArgumentError, match="reuse_solves"):
         solve_cr5(
             LocalCorpusBackend(corpus, k),
             lam=1.0,
@@ -175,8 +176,15 @@ def test_validation_rule_needs_documents_and_reused_solves():
             reuse_solves=False,
             validation=_validation(heldout),
         )
-    with pytest.raises(ConfigError, match="train.stop_rule"):
+    with pytest.raises(SolverArgumentError, match="'stop_rule' must be one of") as info:
         Cr5Solver(lam=1.0, r=3, stop_rule="sometimes").fit(be)
+    assert info.value.argument == "stop_rule"
+    # the stage boundary names the configuration key, as a configuration file's check does
+    from pipeline.training.fit import configuration_error
+
+    translated = configuration_error(info.value)
+    assert isinstance(translated, ConfigError)
+    assert str(translated).endswith("(configuration key train.stop_rule)")
 
 
 def test_validation_set_rejects_inconsistent_input():

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import BreakdownError, ConfigError
+from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import (
     LanczosState,
@@ -59,11 +59,12 @@ from pipeline.linalg.block_lanczos import (
 )
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
+from pipeline.linalg.errors import SolverArgumentError, check_arguments
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params, max_rank
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
-from pipeline.params import check_params, coerce, section_params
+from pipeline.params import coerce, section_params
 
 __all__ = [
     "Cr5Result",
@@ -465,9 +466,10 @@ class _Cr5Fit:
     ) -> None:
         p = params
         if validation is not None and not p.reuse_solves:
-            raise ConfigError(
-                "validation scoring during the eigensolver needs train.reuse_solves=true (it "
-                "embeds with the Ritz vectors' own solves)"
+            raise SolverArgumentError(
+                "reuse_solves",
+                "validation scoring during the eigensolver needs reuse_solves=True (it "
+                "embeds with the Ritz vectors' own solves)",
             )
         self.backend, self.p, self.validation = backend, p, validation
         self.timings: dict[str, float] = {}
@@ -794,28 +796,31 @@ class Cr5Solver:
         return self.params.solver_params()
 
     def _validate(self, backend: CorpusBackend) -> None:
-        check_params(Cr5Params, self.get_params(), owner="Cr5Solver", prefix="train.")
+        check_arguments(Cr5Params, self.get_params(), owner="Cr5Solver")
         if self.checkpoint is not None and not isinstance(self.checkpoint, CheckpointStore):
-            raise ConfigError(
+            raise SolverArgumentError(
+                "checkpoint",
                 f"Cr5Solver parameter 'checkpoint' must be None or a CheckpointStore; "
-                f"got {self.checkpoint!r}"
+                f"got {self.checkpoint!r}",
             )
         p = self.params
         k = backend.n_concepts
         n_terms = sum(backend.n_terms(lang) for lang in backend.languages)
         if p.r > max_rank(k, n_terms):
-            raise ConfigError(
+            raise SolverArgumentError(
+                "r",
                 f"Cr5Solver parameter 'r' must be <= min(n_concepts - 1, n_terms) = "
                 f"{max_rank(k, n_terms)} for this corpus (K={k}, p={n_terms}); got {p.r}: "
-                f"set a smaller train.r"
+                f"set a smaller r",
             )
         # the block width the eigensolver will use, usually far below r + oversampling
         b = resolve_block_size(p.r, p.oversampling, p.block_size, k, warm=p.start_steps > 0)
         if p.max_basis is not None and p.max_basis < smallest_max_basis(p.r, b):
-            raise ConfigError(
-                f"Cr5Solver parameter 'max_basis' (train.max_basis) must be None or >= "
+            raise SolverArgumentError(
+                "max_basis",
+                f"Cr5Solver parameter 'max_basis' must be None or >= "
                 f"max(r, b) + 2*b = {smallest_max_basis(p.r, b)} (b = {b}, the eigensolver's block "
-                f"width); got {p.max_basis}"
+                f"width); got {p.max_basis}",
             )
 
     def fit(

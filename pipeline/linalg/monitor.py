@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.errors import ConfigError
 from pipeline.linalg.dense import tall_matmul, tall_t_matmul
+from pipeline.linalg.errors import SolverArgumentError
 from pipeline.ranking import pessimistic_ranks
 
 __all__ = [
@@ -291,14 +291,17 @@ class IterationMonitor:
         min_delta: float = 0.0,
     ) -> None:
         if stop_rule not in STOP_RULES:
-            raise ConfigError(f"stop_rule must be one of {STOP_RULES}; got {stop_rule!r}")
-        if stop_rule == "validation" and validation is None:
-            raise ConfigError(
-                "stop_rule='validation' needs validation documents (a ValidationSet); "
-                "give them, or use stop_rule='residual'"
+            raise SolverArgumentError(
+                "stop_rule", f"stop_rule must be one of {STOP_RULES}; got {stop_rule!r}"
             )
-        if patience < 1:
-            raise ConfigError(f"patience must be >= 1; got {patience}")
+        if stop_rule == "validation" and validation is None:
+            raise SolverArgumentError(
+                "stop_rule",
+                "stop_rule='validation' needs validation documents (a ValidationSet); "
+                "give them, or use stop_rule='residual'",
+            )
+        if patience < 1:  # the solver's stop_patience
+            raise SolverArgumentError("stop_patience", f"patience must be >= 1; got {patience}")
         self.y_norm_sq = float(y_norm_sq)
         self.split = split
         self.r = int(r)

@@ -13,12 +13,14 @@ import importlib
 from collections.abc import Callable
 
 from pipeline.config import TrainConfig
+from pipeline.errors import ConfigError
+from pipeline.linalg.errors import SolverArgumentError
 from pipeline.methods.fitted import FittedModel
 from pipeline.methods.registry import get_method
 from pipeline.methods.spec import MethodSpec
 from pipeline.training.rows import TrainingData
 
-__all__ = ["FittedModel", "fit_function", "fit_method"]
+__all__ = ["FittedModel", "configuration_error", "fit_function", "fit_method"]
 
 
 def fit_function(spec: MethodSpec) -> Callable[..., FittedModel]:
@@ -33,5 +35,18 @@ def fit_function(spec: MethodSpec) -> Callable[..., FittedModel]:
 def fit_method(t: TrainConfig, data: TrainingData, checkpoint: str | None) -> FittedModel:
     """Fit ``t.method`` on ``data``; ``checkpoint``: where it keeps its state, None for a
     method whose spec does not checkpoint (the training service decides, as it also deletes
-    the directory once the model is saved)."""
-    return fit_function(get_method(t.method))(t, data, checkpoint)
+    the directory once the model is saved).
+
+    The stage boundary of the solvers: a :class:`~pipeline.linalg.errors.SolverArgumentError`
+    (naming a solver argument) leaves as the :class:`~pipeline.errors.ConfigError` naming its
+    configuration key (:func:`configuration_error`)."""
+    try:
+        return fit_function(get_method(t.method))(t, data, checkpoint)
+    except SolverArgumentError as exc:
+        raise configuration_error(exc) from exc
+
+
+def configuration_error(exc: SolverArgumentError, *, section: str = "train") -> ConfigError:
+    """The :class:`~pipeline.errors.ConfigError` of a solver's argument error: its message
+    and the configuration key the argument is set by (``<section>.<argument>``)."""
+    return ConfigError(f"{exc} (configuration key {section}.{exc.argument})")
