@@ -24,29 +24,17 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from pipeline.linalg.dtypes import PASS_DTYPES, working_dtype
 from pipeline.linalg.operator import BlockOperator, as_block
 
 if TYPE_CHECKING:
     from pipeline.linalg.block_cg import BlockCGResult
 
 __all__ = ["PASS_DTYPES", "CorpusBackend", "TermLayout", "map_languages", "working_dtype"]
-
-#: Allowed values of the backend ``dtype`` option (the arithmetic of one pass over X), and of
-#: the solvers' working precisions (:func:`working_dtype`).
-PASS_DTYPES = ("float32", "float64")
-
-
-def working_dtype(value: Any, name: str = "dtype") -> np.dtype:
-    """``value`` as a numpy dtype of :data:`PASS_DTYPES` (a CG's vectors, a preconditioner's
-    products); ValueError naming ``name`` otherwise."""
-    dtype = np.dtype(value)
-    if dtype.name not in PASS_DTYPES:
-        raise ValueError(f"{name} must be float32 or float64; got {dtype}")
-    return dtype
 
 
 class CorpusBackend(ABC):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import BreakdownError, ConvergenceWarning
-from pipeline.linalg.backend import working_dtype
+from pipeline.linalg.dtypes import working_dtype
 from pipeline.linalg.operator import BlockOperator, as_block
 from pipeline.linalg.params import CR5_DEFAULTS as _D
 

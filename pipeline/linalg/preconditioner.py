@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pipeline.linalg.backend import PASS_DTYPES, working_dtype
 from pipeline.linalg.block_lanczos import orthonormal_columns
+from pipeline.linalg.dtypes import PASS_DTYPES, working_dtype
 from pipeline.linalg.operator import BlockOperator
 
 __all__ = ["SpectralJacobi", "spectral_jacobi"]

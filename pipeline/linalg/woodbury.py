@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.errors import BreakdownError
-from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, working_dtype
+from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.dense import subtract_outer
+from pipeline.linalg.dtypes import working_dtype
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.params import CR5_DEFAULTS as _D
 from pipeline.linalg.preconditioner import SpectralJacobi, spectral_jacobi
