@@ -48,7 +48,13 @@ def _fresh_import(module: str) -> set[str]:
 def test_model_api_loads_no_spark_backend_or_evaluation():
     # the configuration (through the tokenizer's defaults) brings the numpy-free declaration
     # of the retrieval parameters, and with it the retrieval package's lazy namespace only
-    loaded = _fresh_import("pipeline.model") - {"pipeline.retrieval", "pipeline.retrieval.params"}
+    # (and of the backends' options: their package's namespace and params module only)
+    loaded = _fresh_import("pipeline.model") - {
+        "pipeline.retrieval",
+        "pipeline.retrieval.params",
+        "pipeline.backends",
+        "pipeline.backends.params",
+    }
     assert not {m for m in loaded if m.startswith("pyspark")}
     forbidden = (
         "pipeline.backends",
@@ -78,13 +84,17 @@ def test_config_is_a_leaf():
         "pipeline.params",
         "pipeline.wikipedia.config",
         "pipeline.linalg.params",
+        "pipeline.backends.params",
         "pipeline.retrieval.params",
         "pipeline.baselines.params",
         "pipeline.neural.params",
         *_METHOD_DECLARATIONS,
     }
     leaves = [PKG / "params.py", PKG / "wikipedia" / "config.py"]
-    leaves += [PKG / pkg / "params.py" for pkg in ("linalg", "retrieval", "baselines", "neural")]
+    leaves += [
+        PKG / pkg / "params.py"
+        for pkg in ("linalg", "backends", "retrieval", "baselines", "neural")
+    ]
     leaves += [PKG / "methods" / f"{m.rsplit('.', 1)[1]}.py" for m in _METHOD_DECLARATIONS]
     for path in _modules("config") + leaves:
         inner = {
@@ -99,7 +109,8 @@ def test_config_is_a_leaf():
     # packages' names load lazily (pipeline.lazy), so only their params modules come along.
     loaded = _fresh_import("pipeline.config")
     packages = {"pipeline", "pipeline.lazy", "pipeline.wikipedia"} | {
-        f"pipeline.{pkg}" for pkg in ("linalg", "retrieval", "baselines", "neural", "methods")
+        f"pipeline.{pkg}"
+        for pkg in ("linalg", "backends", "retrieval", "baselines", "neural", "methods")
     }
     assert loaded - {m for m in loaded if m.startswith("pipeline.config")} <= allowed | packages
 

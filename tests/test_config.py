@@ -107,10 +107,11 @@ def test_maths_parameters_are_the_sections_keys():
     """train.* and evaluate.* embed the maths' own declarations (one Field per key, no copy)."""
     import dataclasses
 
+    from pipeline.backends.params import BackendParams
     from pipeline.baselines.params import BaselineParams
     from pipeline.config import EvaluateConfig, TrainConfig
     from pipeline.linalg.cr5 import Cr5Solver
-    from pipeline.linalg.params import BackendParams, Cr5Params
+    from pipeline.linalg.params import Cr5Params
     from pipeline.retrieval.params import RetrievalParams
 
     for section, declared in [

@@ -26,11 +26,14 @@ rather than silently ignored.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from pipeline.backends.params import BACKEND_DEFAULTS as _D
 from pipeline.errors import ConfigError
-from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
-from pipeline.linalg.params import BACKEND_DEFAULTS as _D
+from pipeline.linalg.params import PASS_DTYPES
+
+if TYPE_CHECKING:
+    from pipeline.linalg.backend import CorpusBackend
 
 __all__ = ["BACKEND_KINDS", "DEFAULTS", "make_backend", "make_grouped_corpus"]
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.backends.loader import TfidfLayout, read_tfidf_layout
+from pipeline.backends.params import BACKEND_DEFAULTS as _D
 from pipeline.backends.spark_blocks import NNZ_PER_PARTITION, load_blocks
 from pipeline.backends.spark_passes import (
     PassFunction,
@@ -69,7 +70,6 @@ from pipeline.errors import ConvergenceWarning, PipelineError
 from pipeline.linalg.backend import PASS_DTYPES, CorpusBackend
 from pipeline.linalg.block_cg import BlockCGResult
 from pipeline.linalg.operator import BlockOperator
-from pipeline.linalg.params import BACKEND_DEFAULTS as _D
 
 __all__ = [
     "CLUSTER_SOLVE_IN_TASK_MAX_NNZ",

@@ -3,7 +3,7 @@
 Every field is a :func:`~pipeline.params.param` declaration (type, default, range, help text);
 the defaults are the paper's. Parameters that belong to the maths are declared by the maths and
 embedded here: :class:`TrainConfig` subclasses :class:`~pipeline.linalg.params.Cr5Params`,
-:class:`~pipeline.linalg.params.BackendParams` and
+:class:`~pipeline.backends.params.BackendParams` and
 :class:`~pipeline.baselines.params.BaselineParams`, :class:`EvaluateConfig` subclasses
 :class:`~pipeline.retrieval.params.RetrievalParams`, so ``train.lam`` is the solver's own
 declaration of λ. Loading and checking a configuration is :mod:`pipeline.config.loader`.
@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from pipeline.backends.params import BackendParams, backend_options
 from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
-from pipeline.linalg.params import BackendParams, Cr5Params
+from pipeline.linalg.params import Cr5Params
 from pipeline.methods.registry import method_names
 from pipeline.neural.params import NeuralParams
 from pipeline.params import Choice, param
@@ -254,7 +255,7 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetPar
     """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
 
     The solver's parameters (:class:`~pipeline.linalg.params.Cr5Params`), the backend's
-    options (:class:`~pipeline.linalg.params.BackendParams`) and the baselines' parameters
+    options (:class:`~pipeline.backends.params.BackendParams`) and the baselines' parameters
     (:class:`~pipeline.baselines.params.BaselineParams`,
     :class:`~pipeline.baselines.params.PlsaParams`,
     :class:`~pipeline.baselines.params.S2NetParams`) are declared by the code that uses
@@ -318,18 +319,9 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetPar
     )
 
     def backend_options(self) -> dict[str, Any]:
-        """Keyword options of :func:`pipeline.backends.make_backend`."""
-        if self.backend != "spark":
-            return {}
-        opts: dict[str, Any] = {
-            "solve_in_task_max_nnz": self.solve_in_task_max_nnz,
-            "solve_in_task_memory_mb": self.solve_in_task_memory_mb,
-            "solve_tasks": self.solve_tasks,
-            "resident_memory_mb": self.resident_memory_mb,
-        }
-        if self.partitions_per_language is not None:
-            opts["partitions_per_language"] = self.partitions_per_language
-        return opts
+        """Keyword options of :func:`pipeline.backends.make_backend`
+        (:func:`pipeline.backends.params.backend_options`)."""
+        return backend_options(self)
 
 
 @dataclass(frozen=True)

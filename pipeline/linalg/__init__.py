@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pipeline.linalg.checkpoint import CheckpointMismatchError, CheckpointStore
     from pipeline.linalg.cr5 import Cr5Result, Cr5Solver, CrossCovariance, solve_cr5
     from pipeline.linalg.operator import BlockOperator, CallableOperator, DenseOperator
-    from pipeline.linalg.params import BackendParams, Cr5Params
+    from pipeline.linalg.params import Cr5Params
     from pipeline.linalg.woodbury import GramOperator, WoodburyInverse, global_mean
 
 __getattr__, __dir__ = lazy_exports(
@@ -46,7 +46,6 @@ __getattr__, __dir__ = lazy_exports(
         "BlockOperator": "operator",
         "CallableOperator": "operator",
         "DenseOperator": "operator",
-        "BackendParams": "params",
         "Cr5Params": "params",
         "GramOperator": "woodbury",
         "WoodburyInverse": "woodbury",
@@ -56,7 +55,6 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "PASS_DTYPES",
-    "BackendParams",
     "BlockCGResult",
     "BlockOperator",
     "CallableOperator",

@@ -7,11 +7,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PASS_DTYPES", "working_dtype"]
+from pipeline.linalg.params import PASS_DTYPES
 
-#: Allowed values of the backend ``dtype`` option (the arithmetic of one pass over X), and of
-#: the solvers' working precisions (:func:`working_dtype`).
-PASS_DTYPES = ("float32", "float64")
+__all__ = ["PASS_DTYPES", "working_dtype"]
 
 
 def working_dtype(value: Any, name: str = "dtype") -> np.dtype:

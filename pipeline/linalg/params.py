@@ -1,9 +1,10 @@
-"""The parameters of the maths, declared once: the Cr5 solver's and the corpus backends'.
+"""The parameters of the maths, declared once: the Cr5 solver's (the corpus backends' options
+are the backends' own, :mod:`pipeline.backends.params`).
 
 Each field is a :func:`~pipeline.params.param` declaration (type, default, range, help text).
 The solvers take their keyword defaults from :data:`CR5_DEFAULTS` and check their arguments
 against :class:`Cr5Params` (:func:`~pipeline.params.check_params`); the configuration's
-``train`` section embeds both classes (:class:`pipeline.config.TrainConfig` subclasses them),
+``train`` section embeds the class (:class:`pipeline.config.TrainConfig` subclasses it),
 so ``train.lam`` *is* :attr:`Cr5Params.lam`, in the manner of a scikit-learn estimator that
 owns its parameters.
 
@@ -20,12 +21,11 @@ from typing import Any, Literal
 from pipeline.params import param
 
 __all__ = [
-    "BACKEND_DEFAULTS",
     "CR5_DEFAULTS",
     "EXECUTION",
+    "PASS_DTYPES",
     "PROBLEM",
     "STOPPING",
-    "BackendParams",
     "Cr5Params",
     "max_rank",
 ]
@@ -39,6 +39,11 @@ STOPPING = "stopping"
 #: ``EXECUTION``: how the work is spread and saved; it changes no number, and the fit's
 #: history does not record it.
 EXECUTION = "execution"
+
+#: The solvers' working precisions: allowed values of a backend's ``dtype`` (the arithmetic
+#: of one pass over X), of ``cg_dtype`` and of a preconditioner's products
+#: (:func:`pipeline.linalg.dtypes.working_dtype`).
+PASS_DTYPES = ("float32", "float64")
 
 
 def max_rank(n_concepts: int, n_terms: int) -> int:
@@ -223,56 +228,5 @@ class Cr5Params:
         )
 
 
-@dataclass(frozen=True)
-class BackendParams:
-    """Options of a corpus backend (:class:`~pipeline.linalg.backend.CorpusBackend`): the
-    arithmetic of its passes over X, and how the Spark backend partitions X and runs its
-    solves (:func:`pipeline.backends.make_backend`); the keys ``train.<name>``."""
-
-    dtype: Literal["float32", "float64"] = param("float32", doc="Arithmetic of the passes over X.")
-    partitions_per_language: int | None = param(
-        None,
-        lo=1,
-        doc="spark backend: row partitions per language of X (each cached as one CSR block, "
-        "~8 bytes per nonzero). None: one block up to 2M nonzeros, else "
-        "max(defaultParallelism, ceil(nnz_l / 2M)).",
-    )
-    solve_in_task_max_nnz: int | None = param(
-        None,
-        lo=0,
-        doc="spark backend: a language with at most this many nonzeros is fused: each CG "
-        "solve and each pass over it is ONE Spark job whose tasks work on the whole X_l, "
-        "resident in their Python worker (~8 bytes per nonzero kept, ~17 at peak while a "
-        "worker reads it from the cached blocks), instead of one job per CG iteration; "
-        "0: never. None: chosen by the memory plan from the memory given to the Python "
-        'workers (docs/performance.md, "Memory").',
-    )
-    resident_memory_mb: int | None = param(
-        None,
-        lo=0,
-        doc="spark backend: Python memory per worker for the fused languages' X_l kept "
-        "between jobs (least recently used out first); a language that does not fit is read "
-        "from the cached blocks by every job instead. 0: keep none. None: chosen by the "
-        "memory plan.",
-    )
-    solve_in_task_memory_mb: int = param(
-        512,
-        lo=1,
-        doc="spark backend: working memory of one solving task's CG vectors (~9 arrays per "
-        "term and right-hand side in train.cg_dtype: 36 bytes in float32, 72 in float64; "
-        "columns run in chunks that fit). With the resident X_l "
-        "this is Python memory on the executor: on YARN/Kubernetes it counts against "
-        "spark.executor.memoryOverhead (or spark.executor.pyspark.memory).",
-    )
-    solve_tasks: int | None = param(
-        None,
-        lo=1,
-        doc="spark backend: tasks of one fused solve, each solving a share of the right-hand "
-        "sides with its own copy of X_l; None: Spark's default parallelism divided by the "
-        "languages (they solve at once), at least 1.",
-    )
-
-
-#: The declared defaults, for keyword defaults of the solvers and backends.
+#: The declared defaults, for keyword defaults of the solvers.
 CR5_DEFAULTS = Cr5Params()
-BACKEND_DEFAULTS = BackendParams()
