@@ -20,7 +20,7 @@ from pipeline.backends.local_groups import LocalGroupedCorpus
 from pipeline.baselines import fit_cplsa, fit_jplsa
 from pipeline.baselines.topics import fold_in, project_posterior
 from pipeline.errors import ConfigError
-from pipeline.linalg.checkpoint import CheckpointStore
+from pipeline.io.checkpoints import CheckpointDirectory
 from pipeline.linalg.groups import GroupedCorpus, build_blocks
 
 LANGS = ("en", "de", "fr")
@@ -451,8 +451,8 @@ def test_resume_from_a_checkpoint_continues_the_same_trajectory(tmp_path, method
     kw = {"r": 3, "tol": 0.0, "checkpoint_seconds": 0.0, **PARAMS}
     full = fit(local_corpus(data), maxiter=7, **kw)
     store = tmp_path / "ck"
-    fit(local_corpus(data), maxiter=3, checkpoint=CheckpointStore(store), **kw)
-    resumed = fit(local_corpus(data), maxiter=7, checkpoint=CheckpointStore(store), **kw)
+    fit(local_corpus(data), maxiter=3, checkpoint=CheckpointDirectory(store), **kw)
+    resumed = fit(local_corpus(data), maxiter=7, checkpoint=CheckpointDirectory(store), **kw)
     assert resumed.history["resumed_from_iteration"] == 3
     assert [r["log_posterior"] for r in resumed.history["iterations"]] == [
         r["log_posterior"] for r in full.history["iterations"]

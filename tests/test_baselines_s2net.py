@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from pipeline.backends.local_groups import LocalGroupedCorpus
 from pipeline.baselines.s2net import batch_loss, batch_pairs, fit_s2net, triplet_loss
 from pipeline.errors import ConfigError
-from pipeline.linalg.checkpoint import CheckpointStore
+from pipeline.io.checkpoints import CheckpointDirectory
 from pipeline.linalg.monitor import ValidationSet, distractor_rows
 
 
@@ -183,11 +183,11 @@ def test_resume_continues_at_the_next_epoch(tmp_path):
     kw = {"r": 3, "learning_rates": [2.0], "batch_concepts": 10}
     full = fit_s2net(c, init, epochs=[6], **kw)
     store = tmp_path / "ck"
-    fit_s2net(c, init, epochs=[2], checkpoint=CheckpointStore(store), **kw)
+    fit_s2net(c, init, epochs=[2], checkpoint=CheckpointDirectory(store), **kw)
     # same problem: a longer run resumes after epoch 2 from the saved map
-    resumed = fit_s2net(c, init, epochs=[6], checkpoint=CheckpointStore(tmp_path / "ck2"), **kw)
+    resumed = fit_s2net(c, init, epochs=[6], checkpoint=CheckpointDirectory(tmp_path / "ck2"), **kw)
     np.testing.assert_array_equal(resumed.components["en"], full.components["en"])
-    part = fit_s2net(c, init, epochs=[6], checkpoint=CheckpointStore(store), **kw)
+    part = fit_s2net(c, init, epochs=[6], checkpoint=CheckpointDirectory(store), **kw)
     epochs = [r["epoch"] for r in part.history["epochs_run"]]
     assert epochs == [0, 1, 2, 3, 4, 5, 6]  # 1, 2 from the saved run, 3..6 after the resume
     for lang in data:

@@ -9,7 +9,8 @@ import pytest
 import scipy.linalg as sla
 
 from pipeline.backends.local import LocalCorpusBackend
-from pipeline.linalg.checkpoint import CheckpointMismatchError, CheckpointStore
+from pipeline.io.checkpoints import CheckpointDirectory
+from pipeline.linalg.checkpoint import CheckpointMismatchError
 from pipeline.linalg.cr5 import solve_cr5
 from tests.problems import PROBLEMS
 
@@ -40,7 +41,7 @@ def _stack(res):
 
 
 def test_store_round_trip_and_atomic_layout(tmp_path):
-    store = CheckpointStore(tmp_path / "ck", {"a": 1, "lam": 0.5})
+    store = CheckpointDirectory(tmp_path / "ck", {"a": 1, "lam": 0.5})
     assert store.load("state") is None
     store.save("state", {"x": np.arange(6.0).reshape(2, 3)}, {"it": 1, "rng": {"s": 2**100}})
     store.save("state", {"x": np.ones((2, 2))}, {"it": 2, "rng": {"s": 2**100}})
@@ -50,9 +51,9 @@ def test_store_round_trip_and_atomic_layout(tmp_path):
     dirs = sorted(p.name for p in (tmp_path / "ck").iterdir() if p.is_dir())
     assert dirs == ["state-000001"]  # old state removed, no temp dirs left
     # reopening with the same fingerprint works; another problem is refused
-    CheckpointStore(tmp_path / "ck", {"lam": 0.5, "a": 1})
+    CheckpointDirectory(tmp_path / "ck", {"lam": 0.5, "a": 1})
     with pytest.raises(CheckpointMismatchError, match=r"lam: 0\.5 -> 0\.7"):
-        CheckpointStore(tmp_path / "ck", {"a": 1, "lam": 0.7})
+        CheckpointDirectory(tmp_path / "ck", {"a": 1, "lam": 0.7})
     with pytest.raises(ValueError, match=r"[Oo]bject arrays"):
         store.save("bad", {"o": np.array([{}], dtype=object)}, {})
     assert store.load("bad") is None
@@ -62,14 +63,14 @@ def test_store_made_without_a_problem_is_bound_by_the_solver(tmp_path):
     """The caller makes the store; it touches nothing until bound to a problem (which the
     solver does with its fingerprint), and then refuses another problem."""
     ck = tmp_path / "ck"
-    store = CheckpointStore(ck)
+    store = CheckpointDirectory(ck)
     assert not ck.exists()
     with pytest.raises(RuntimeError, match="not bound"):
         store.load("lanczos")
     solve_cr5(_backend(), checkpoint=store, **PARAMS)
     assert store.load("lanczos") is not None and (ck / "manifest.json").exists()
     with pytest.raises(CheckpointMismatchError, match="differs in .*seed"):
-        CheckpointStore(ck).bind({**store.fingerprint, "seed": 4})
+        CheckpointDirectory(ck).bind({**store.fingerprint, "seed": 4})
 
 
 def test_interrupted_solve_resumes_to_same_phi(tmp_path):
@@ -87,12 +88,12 @@ def test_interrupted_solve_resumes_to_same_phi(tmp_path):
     ck = tmp_path / "ck"
     with pytest.raises(Interrupt):
         solve_cr5(
-            _backend(), checkpoint=CheckpointStore(ck), checkpoint_every=1, checkpoint_seconds=0,
-            callback=stop_at(3), **PARAMS,
+            _backend(), checkpoint=CheckpointDirectory(ck), checkpoint_every=1,
+            checkpoint_seconds=0, callback=stop_at(3), **PARAMS,
         )  # fmt: skip
     assert json.loads((ck / "lanczos.json").read_text())["meta"]["n_iter"] == 3
     be = _backend()
-    resumed = solve_cr5(be, checkpoint=CheckpointStore(ck), **PARAMS)
+    resumed = solve_cr5(be, checkpoint=CheckpointDirectory(ck), **PARAMS)
     h = resumed.history
     assert h["eigensolver"]["resumed_from_iteration"] == 3
     assert h["eigensolver"]["n_iter"] == n_ref
@@ -105,7 +106,7 @@ def test_interrupted_solve_resumes_to_same_phi(tmp_path):
         rtol=1e-10,
     )
     # a finished checkpoint is reused without eigensolver iterations over X
-    again = solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **PARAMS)
+    again = solve_cr5(_backend(), checkpoint=CheckpointDirectory(ck), **PARAMS)
     assert all(not s["stage"].startswith("cr5/eig") for s in again.history["solves"])
     np.testing.assert_allclose(again.eigenvalues, ref.eigenvalues, rtol=1e-12)
 
@@ -123,8 +124,8 @@ def test_checkpoint_every_n(tmp_path):
 
     with pytest.raises(Interrupt):
         solve_cr5(
-            _backend(), checkpoint=CheckpointStore(ck), checkpoint_every=2, checkpoint_seconds=0,
-            callback=cb, **PARAMS,
+            _backend(), checkpoint=CheckpointDirectory(ck), checkpoint_every=2,
+            checkpoint_seconds=0, callback=cb, **PARAMS,
         )  # fmt: skip
     assert saved[-1] == 4 and 2 in saved
 
@@ -135,16 +136,16 @@ def test_checkpoint_every_n(tmp_path):
 )
 def test_mismatched_checkpoint_is_refused(tmp_path, change, key):
     ck = tmp_path / "ck"
-    solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **{**PARAMS, "eig_maxiter": 50})
+    solve_cr5(_backend(), checkpoint=CheckpointDirectory(ck), **{**PARAMS, "eig_maxiter": 50})
     with pytest.raises(CheckpointMismatchError, match=f"differs in .*{key}"):
-        solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **{**PARAMS, **change})
+        solve_cr5(_backend(), checkpoint=CheckpointDirectory(ck), **{**PARAMS, **change})
 
 
 def test_checkpoint_of_other_data_is_refused(tmp_path):
     ck = tmp_path / "ck"
-    solve_cr5(_backend("steep_zipf"), checkpoint=CheckpointStore(ck), **PARAMS)
+    solve_cr5(_backend("steep_zipf"), checkpoint=CheckpointDirectory(ck), **PARAMS)
     with pytest.raises(CheckpointMismatchError, match="different problem"):
-        solve_cr5(_backend("three_uneven"), checkpoint=CheckpointStore(ck), **PARAMS)
+        solve_cr5(_backend("three_uneven"), checkpoint=CheckpointDirectory(ck), **PARAMS)
 
 
 def test_checkpoint_seconds_spaces_the_checkpoints_but_keeps_the_last_state(tmp_path):
@@ -157,12 +158,16 @@ def test_checkpoint_seconds_spaces_the_checkpoints_but_keeps_the_last_state(tmp_
         seen.append((ck / "lanczos.json").exists())
 
     res = solve_cr5(
-        _backend(), checkpoint=CheckpointStore(ck), checkpoint_seconds=1e9, callback=cb, **PARAMS
+        _backend(),
+        checkpoint=CheckpointDirectory(ck),
+        checkpoint_seconds=1e9,
+        callback=cb,
+        **PARAMS,
     )
     n_iter = res.history["eigensolver"]["n_iter"]
     assert len(seen) == n_iter >= 4 and not any(seen)
     assert json.loads((ck / "lanczos.json").read_text())["meta"]["n_iter"] == n_iter
-    again = solve_cr5(_backend(), checkpoint=CheckpointStore(ck), **PARAMS)
+    again = solve_cr5(_backend(), checkpoint=CheckpointDirectory(ck), **PARAMS)
     assert again.history["eigensolver"]["resumed_from_iteration"] == n_iter
     np.testing.assert_allclose(again.eigenvalues, res.eigenvalues, rtol=1e-12)
 
@@ -175,7 +180,7 @@ def test_column_blocks_are_written_as_the_stacked_array(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "WRITE_STEP_ROWS", 7)
     rng = np.random.default_rng(0)
     blocks = [rng.standard_normal((30, w)).astype(np.float32) for w in (3, 5, 1)]
-    store = CheckpointStore(tmp_path / "ck", {"problem": 1})
+    store = CheckpointDirectory(tmp_path / "ck", {"problem": 1})
     store.save("state", {"images": checkpoint.ColumnBlocks(blocks), "h": np.eye(2)}, {"n": 1})
     arrays, meta = store.load("state")
     assert meta == {"n": 1} and arrays["images"].dtype == np.float32
@@ -183,3 +188,86 @@ def test_column_blocks_are_written_as_the_stacked_array(tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.asarray(checkpoint.ColumnBlocks(blocks)), np.hstack(blocks))
     with pytest.raises(ValueError, match="same rows"):
         checkpoint.ColumnBlocks([np.zeros((3, 2)), np.zeros((4, 2))])
+
+
+def test_directory_lists_and_deletes_states_and_reads_the_layout_as_written(tmp_path):
+    """The file-backed store lists and deletes states, and reads a directory laid out by hand
+    as the format documents it (manifest, pointer, <name>-<seq>/<array>.npy): checkpoints
+    written before the store moved out of linalg resume."""
+    from pipeline.linalg.checkpoint import fingerprint_hash
+
+    ck = tmp_path / "old"
+    (ck / "lanczos-000003").mkdir(parents=True)
+    problem = {"lam": 0.5, "n": 3}
+    digest = fingerprint_hash(problem)
+    (ck / "manifest.json").write_text(
+        json.dumps({"version": 1, "hash": digest, "fingerprint": problem})
+    )
+    np.save(ck / "lanczos-000003" / "basis.npy", np.eye(3), allow_pickle=False)
+    (ck / "lanczos.json").write_text(
+        json.dumps(
+            {
+                "seq": 3,
+                "dir": "lanczos-000003",
+                "arrays": ["basis"],
+                "meta": {"it": 7},
+                "hash": digest,
+            }
+        )
+    )
+    store = CheckpointDirectory(ck, {"n": 3, "lam": 0.5})
+    arrays, meta = store.load("lanczos")
+    np.testing.assert_array_equal(arrays["basis"], np.eye(3))
+    assert meta == {"it": 7} and store.names() == ["lanczos"]
+    store.save("lanczos", {"basis": np.zeros(2)}, {"it": 8})
+    assert sorted(p.name for p in ck.iterdir() if p.is_dir()) == ["lanczos-000004"]
+    store.save("woodbury", {"w": np.ones(2)}, {})
+    assert store.names() == ["lanczos", "woodbury"]
+    store.delete("lanczos")
+    assert store.names() == ["woodbury"] and store.load("lanczos") is None
+    assert sorted(p.name for p in ck.iterdir() if p.is_dir()) == ["woodbury-000000"]
+    store.delete("absent")
+
+
+class MemoryStore:
+    """A checkpoint store in memory: the solvers need nothing but the protocol."""
+
+    def __init__(self) -> None:
+        self.directory = "memory"
+        self.states: dict[str, tuple[dict, dict]] = {}
+        self.fingerprint = None
+
+    def bind(self, fingerprint):
+        if self.fingerprint not in (None, fingerprint):
+            raise CheckpointMismatchError("another problem")
+        self.fingerprint = fingerprint
+        return self
+
+    def save(self, name, arrays, meta):
+        self.states[name] = (
+            {k: np.array(v) for k, v in arrays.items()},
+            json.loads(json.dumps(meta)),
+        )
+
+    def load(self, name):
+        return self.states.get(name)
+
+    def names(self):
+        return sorted(self.states)
+
+    def delete(self, name):
+        self.states.pop(name, None)
+
+
+def test_a_solve_resumes_from_any_store_of_the_protocol():
+    from pipeline.linalg.checkpoint import CheckpointStore
+
+    store = MemoryStore()
+    assert isinstance(store, CheckpointStore)
+    full = solve_cr5(
+        _backend(), checkpoint=store, checkpoint_every=1, checkpoint_seconds=0, **PARAMS
+    )
+    assert store.names() == ["lanczos", "woodbury"]
+    again = solve_cr5(_backend(), checkpoint=store, **PARAMS)
+    assert all(not s["stage"].startswith("cr5/eig") for s in again.history["solves"])
+    np.testing.assert_allclose(again.eigenvalues, full.eigenvalues, rtol=1e-12)

@@ -21,8 +21,8 @@ import pytest
 
 from pipeline.errors import DamagedModelError, ModelError
 from pipeline.io import storage
+from pipeline.io.checkpoints import CheckpointDirectory
 from pipeline.io.publish import LocalFS
-from pipeline.linalg.checkpoint import CheckpointStore
 from pipeline.model import Cr5Model, LanguageMap, load_model_files, save_model
 
 TERMS = {"en": ["cat", "dog", "house", "tree"], "de": ["katze", "hund", "haus"]}
@@ -167,10 +167,10 @@ def test_checkpoints_on_a_remote_store_resume(spark, viewfs):
     uri, backing = viewfs
     files = storage.remote_storage(f"{uri}/ck", spark)
     a = np.arange(12, dtype=np.float64).reshape(3, 4)
-    store = CheckpointStore(f"{uri}/ck", {"n": 3}, files=files)
+    store = CheckpointDirectory(f"{uri}/ck", {"n": 3}, files=files)
     store.save("state", {"a": a}, {"it": 1})
     store.save("state", {"a": a * 2}, {"it": 2})
-    again = CheckpointStore(f"{uri}/ck", {"n": 3}, files=storage.remote_storage(f"{uri}/ck"))
+    again = CheckpointDirectory(f"{uri}/ck", {"n": 3}, files=storage.remote_storage(f"{uri}/ck"))
     arrays, meta = again.load("state")
     np.testing.assert_array_equal(arrays["a"], a * 2)
     assert meta == {"it": 2}

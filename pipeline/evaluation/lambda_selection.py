@@ -37,11 +37,12 @@ from pyspark.sql import SparkSession
 
 from pipeline.config import Config
 from pipeline.errors import DatasetNotFoundError
+from pipeline.io.checkpoints import CheckpointDirectory
 from pipeline.io.datasets import read_manifest
 from pipeline.io.locations import same_location
 from pipeline.io.schemas import SPLITS, TFIDF, VOCABULARY
 from pipeline.io.storage import locate, remote_storage
-from pipeline.linalg.checkpoint import CheckpointStore, fingerprint_hash
+from pipeline.linalg.checkpoint import fingerprint_hash
 from pipeline.model.format import read_model_json
 from pipeline.training import service as training
 
@@ -116,7 +117,7 @@ class _PathCheckpoint:
         for old in files.list_names(where):
             if old.startswith(".path-") and old != name:
                 files.delete(f"{where}/{old}")
-        self.store = CheckpointStore(
+        self.store = CheckpointDirectory(
             f"{base}/{name}", fingerprint, files=remote_storage(base, spark)
         )
 

@@ -22,7 +22,8 @@ Given the backend's X (block-diagonal by language) and concept labels Y, with gl
 
 Parameters: :class:`~pipeline.linalg.params.Cr5Params`, declared once (defaults, ranges,
 meanings; the configuration's ``train.*`` keys). Checkpoints: a
-:class:`~pipeline.linalg.checkpoint.CheckpointStore` made by the caller and bound here to the
+:class:`~pipeline.linalg.checkpoint.CheckpointStore` made by the caller (the file-backed one:
+:class:`pipeline.io.checkpoints.CheckpointDirectory`) and bound here to the
 problem (:func:`solve_cr5`).
 
 Storage convention: the per-language map is returned **transposed**, ``components[l]`` =

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pipeline.io.checkpoints import CheckpointDirectory
 from pipeline.io.storage import remote_storage
-from pipeline.linalg.checkpoint import CheckpointStore
 
 __all__ = ["checkpoint_store"]
 
 
-def checkpoint_store(directory: str | None) -> CheckpointStore | None:
-    """A :class:`~pipeline.linalg.checkpoint.CheckpointStore` over ``directory`` on whatever
+def checkpoint_store(directory: str | None) -> CheckpointDirectory | None:
+    """A :class:`~pipeline.io.checkpoints.CheckpointDirectory` (the solvers'
+    :class:`~pipeline.linalg.checkpoint.CheckpointStore`) over ``directory`` on whatever
     store holds it (:func:`~pipeline.io.storage.remote_storage`), or None without one."""
-    return CheckpointStore(directory, files=remote_storage(directory)) if directory else None
+    return CheckpointDirectory(directory, files=remote_storage(directory)) if directory else None
