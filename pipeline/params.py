@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pipeline.errors import ConfigError
 
 __all__ = [
+    "NESTED",
     "Choice",
     "ParamInfo",
     "Range",
@@ -148,10 +149,19 @@ class ParamInfo:
         return _describe_type(self.type, self.range)
 
 
+#: Field metadata marking a section's mapping of nested sections named at run time (the
+#: ``train`` section's per-method sections): no parameter itself, so :func:`section_params`
+#: leaves it out; the loader builds it and the reference lists its sections.
+NESTED = "nested_sections"
+
+
 def section_params(cls: type) -> Iterator[ParamInfo]:
-    """The declared fields of a configuration dataclass, in declaration order."""
+    """The declared fields of a configuration dataclass, in declaration order (a field
+    holding nested sections named at run time, :data:`NESTED`, is none)."""
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
+        if f.metadata.get(NESTED):
+            continue
         if f.default is not MISSING:
             default = f.default
         elif f.default_factory is not MISSING:
@@ -394,7 +404,7 @@ def _reference_order(cls: type) -> list[ParamInfo]:
             for f in dataclasses.fields(klass)
             if f.name not in inherited and f.name not in order
         ]
-    return [infos[name] for name in order]
+    return [infos[name] for name in order if name in infos]
 
 
 def describe_section(name: str, cls: type) -> list[str]:

@@ -477,11 +477,11 @@ class UntouchableCorpus(GroupedCorpus):
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"topic_prior": 0.5}, "plsa_topic_prior"),
-        ({"word_prior": -1.0}, "plsa_word_prior"),
-        ({"init_mix": 1.0}, "plsa_init_mix"),
-        ({"maxiter": 0}, "plsa_maxiter"),
-        ({"stop_rule": "eigen"}, "plsa_stop_rule"),
+        ({"topic_prior": 0.5}, "train.jplsa.topic_prior"),
+        ({"word_prior": -1.0}, "train.jplsa.word_prior"),
+        ({"init_mix": 1.0}, "train.jplsa.init_mix"),
+        ({"maxiter": 0}, "train.jplsa.maxiter"),
+        ({"stop_rule": "eigen"}, "train.jplsa.stop_rule"),
         ({"r": 0}, "'r'"),
         ({"stop_rule": "validation"}, "needs validation documents"),
     ],
@@ -492,9 +492,9 @@ def test_bad_parameters_are_rejected_before_the_corpus_is_touched(kwargs, needle
 
 
 def test_cplsa_parameters_and_the_corpus_kind_are_checked():
-    with pytest.raises(ConfigError, match="plsa_pr_epsilon"):
+    with pytest.raises(ConfigError, match="train.cplsa.pr_epsilon"):
         fit_cplsa(UntouchableCorpus(), pr_epsilon=-0.1)
-    with pytest.raises(ConfigError, match="plsa_pr_maxiter"):
+    with pytest.raises(ConfigError, match="train.cplsa.pr_maxiter"):
         fit_cplsa(UntouchableCorpus(), pr_maxiter=0)
     with pytest.raises(ValueError, match="term counts"):
         fit_cplsa(UntouchableCorpus("tfidf"), r=2)

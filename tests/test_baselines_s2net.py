@@ -197,11 +197,11 @@ def test_resume_continues_at_the_next_epoch(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"learning_rates": [0.0]}, "s2net_learning_rates"),
-        ({"epochs": [-1]}, "s2net_epochs"),
-        ({"batch_concepts": 0}, "s2net_batch_concepts"),
-        ({"gamma": 0.0}, "s2net_gamma"),
-        ({"negatives": 0}, "s2net_negatives"),
+        ({"learning_rates": [0.0]}, "train.s2net.learning_rates"),
+        ({"epochs": [-1]}, "train.s2net.epochs"),
+        ({"batch_concepts": 0}, "train.s2net.batch_concepts"),
+        ({"gamma": 0.0}, "train.s2net.scale"),
+        ({"negatives": 0}, "train.s2net.negatives"),
         ({"learning_rates": []}, "at least one value"),
         ({"learning_rates": [1.0, 2.0]}, "needs validation documents"),
         ({"distractors": -1}, "distractors must be >= 0"),

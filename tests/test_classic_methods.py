@@ -69,7 +69,9 @@ SETTINGS = [
     "split.n_validation=20",
     "spark.shuffle_partitions=2",
     "train.r=6",
-    "train.pair_partitions=3",
+    "train.jplsa.pair_partitions=3",
+    "train.cplsa.pair_partitions=3",
+    "train.s2net.pair_partitions=3",
     "train.validation_concepts=20",
 ]
 
@@ -102,7 +104,9 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
     langs = list(data.backend.languages)
     try:
         counts = {
-            kind: load_grouped_corpus(spark, c, data.rows_path, langs, data.vocabulary, "counts")
+            kind: load_grouped_corpus(
+                spark, c, data.rows_path, langs, data.vocabulary, "counts", partitions=3
+            )
             for kind, c in cfg.items()
         }
         # the counts are the documents' in-vocabulary tokens
@@ -143,7 +147,9 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
                 np.testing.assert_allclose(a.components[lang], b.components[lang], atol=1e-7)
         # S2Net's gradient steps, from the same (random) start
         tfidf = {
-            kind: load_grouped_corpus(spark, c, data.rows_path, langs, data.vocabulary, "tfidf")
+            kind: load_grouped_corpus(
+                spark, c, data.rows_path, langs, data.vocabulary, "tfidf", partitions=3
+            )
             for kind, c in cfg.items()
         }
         rng = np.random.default_rng(0)
@@ -163,15 +169,18 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
             for kind in sampled:
                 np.testing.assert_allclose(sampled[kind][lang].toarray(), want, rtol=1e-12)
         # more blocks than the driver adds: partials summed by term range on the executors
-        many = cfg_for(corpus_root, "train.backend=spark", "train.pair_partitions=11")
-        ranged = load_grouped_corpus(spark, many, data.rows_path, langs, data.vocabulary, "counts")
+        many = cfg_for(corpus_root, "train.backend=spark")
+        ranged = load_grouped_corpus(
+            spark, many, data.rows_path, langs, data.vocabulary, "counts", partitions=11
+        )
         local11 = load_grouped_corpus(
             spark,
-            cfg_for(corpus_root, "train.pair_partitions=11"),
+            cfg_for(corpus_root),
             data.rows_path,
             langs,
             data.vocabulary,
             "counts",
+            partitions=11,
         )
         a = fit_jplsa(local11, r=4, maxiter=2, tol=0.0)
         b = fit_jplsa(ranged, r=4, maxiter=2, tol=0.0)
@@ -191,8 +200,8 @@ def test_training_killed_mid_em_resumes_to_the_same_model(spark, corpus_root, tm
     common = [
         "train.method=cplsa",
         "train.r=12",
-        "train.plsa_maxiter=25",
-        "train.plsa_tol=0",
+        "train.cplsa.maxiter=25",
+        "train.cplsa.tol=0",
         "train.checkpoint_seconds=0",
     ]
     ref_cfg = cfg_for(
@@ -251,10 +260,12 @@ def test_evaluation_scores_the_classic_methods_beside_cr5(spark, corpus_root, tm
         "evaluate.methods=[opca, jplsa, cplsa, s2net]",
         "evaluate.gamma_grid=[0.0001, 1.0]",
         "evaluate.plot=false",
-        "train.plsa_maxiter=8",
-        "train.plsa_stop_rule=validation",
-        "train.s2net_epochs=[0, 2]",
-        "train.s2net_learning_rates=[10.0]",
+        "train.jplsa.maxiter=8",
+        "train.cplsa.maxiter=8",
+        "train.jplsa.stop_rule=validation",
+        "train.cplsa.stop_rule=validation",
+        "train.s2net.epochs=[0, 2]",
+        "train.s2net.learning_rates=[10.0]",
         f"train.checkpoint_dir={tmp_path}/ck",
     )
     get_stage("train")(spark, cfg)
@@ -315,21 +326,21 @@ def run_job(capsys, *args: str, stages=("train",)) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("settings", "stages", "needle"),
     [
-        (["train.plsa_topic_prior=0.5"], ("train",), "train.plsa_topic_prior"),
-        (["train.method=s2net", "train.s2net_learning_rates=[]"], ("train",), "at least one"),
+        (["train.jplsa.topic_prior=0.5"], ("train",), "train.jplsa.topic_prior"),
+        (["train.method=s2net", "train.s2net.learning_rates=[]"], ("train",), "at least one"),
         (
             ["train.method=s2net", "features.heldout_concepts=null"],
             ("train",),
             "features.heldout_concepts is not set",
         ),
         (
-            ["train.method=jplsa", "train.plsa_stop_rule=validation"],
+            ["train.method=jplsa", "train.jplsa.stop_rule=validation"],
             ("train",),
-            "train.plsa_stop_rule=validation",
+            "train.jplsa.stop_rule=validation",
         ),
         (["train.method=cplsa", "evaluate.engine=spark"], ("evaluate",), "evaluate.engine=local"),
         (["evaluate.methods=[jplsa]", "evaluate.engine=spark"], ("evaluate",), "L1 similarity"),
-        (["train.method=jplsa", "train.plsa_pr_tol=-1"], ("train",), "train.plsa_pr_tol"),
+        (["train.method=jplsa", "train.cplsa.pr_tol=-1"], ("train",), "train.cplsa.pr_tol"),
     ],
 )
 def test_bad_settings_fail_before_spark(capsys, tmp_path, settings, stages, needle):

@@ -561,14 +561,7 @@ def test_xcnn_is_trained_through_the_distributor_and_evaluated_beside_cr5(spark,
     root, cfg, _ = chain
     cfg = dataclasses.replace(
         cfg,
-        train=dataclasses.replace(
-            cfg.train,
-            neural_epochs=4,
-            neural_processes=2,
-            xcnn_dim=16,
-            neural_batch_size=32,
-            neural_lr=0.05,
-        ),
+        train=cfg.train.with_params("xcnn", epochs=4, processes=2, dim=16, batch_size=32, lr=0.05),
     )
     e = EvaluateConfig(
         engine="local", pairs=["de-en"], methods=["xcnn"], report_dir=str(root / "reports-xcnn")
@@ -607,16 +600,16 @@ def test_ctlaser_is_trained_embedded_by_the_embed_stage_and_evaluated(spark, cha
     root, cfg, _ = chain
     cfg = dataclasses.replace(
         cfg,
-        train=dataclasses.replace(
-            cfg.train,
-            neural_epochs=1,
-            neural_processes=1,
-            tlaser_dim=16,
-            tlaser_heads=2,
-            tlaser_ff=32,
-            tlaser_vocab_size=500,
-            tlaser_max_tokens=24,
-            neural_batch_size=64,
+        train=cfg.train.with_params(
+            "ctlaser",
+            epochs=1,
+            processes=1,
+            dim=16,
+            heads=2,
+            ff=32,
+            vocab_size=500,
+            max_tokens=24,
+            batch_size=64,
         ),
     )
     e = EvaluateConfig(

@@ -139,7 +139,7 @@ def test_losses_decrease_and_a_tiny_batch_is_overfit(beta):
 def test_heads_must_divide_the_width():
     from pipeline.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="tlaser_heads"):
+    with pytest.raises(ConfigError, match="heads"):
         build_module(EncoderSizes(50, dim=30, heads=4, layers=1, ff=8, max_tokens=8))
 
 

@@ -310,7 +310,7 @@ def test_baseline_method_is_trained_by_the_stage_into_the_model_format(
     backend = local_backend_from_tfidf(
         spark, cfg.paths.dataset("tfidf"), languages=["de", "en"], dtype="float64"
     )
-    extra = {"gamma": cfg.train.gamma} if method == "opca" else {}
+    extra = {"gamma": cfg.train.params_of("opca").gamma} if method == "opca" else {}
     direct = FIT_FUNCTIONS[method](backend, r=8, seed=cfg.train.seed, **extra)
     a = np.vstack([model.word_vectors(lang)[1] for lang in model.languages]).astype(np.float64)
     b = np.vstack([direct.components[lang] for lang in model.languages])

@@ -17,10 +17,9 @@ embeds a TF-IDF row of language l as ``x @ components[l]``, like Cr5's Φ_lᵀ:
   OPCA's by mini-batch gradient descent on a GroupedCorpus of TF-IDF rows.
 
 They share the solver parameters of :class:`pipeline.linalg.params.Cr5Params`; their own are
-declared in :mod:`pipeline.baselines.params` (the configuration's ``train`` section embeds
-them). The
-names below load on first use (:mod:`pipeline.lazy`), so that importing that module loads no
-numpy.
+declared in :mod:`pipeline.baselines.params`, one class per method (the configuration's
+sections ``train.<method>``). The names below load on first use (:mod:`pipeline.lazy`), so
+that importing that module loads no numpy.
 """
 
 from __future__ import annotations
@@ -34,7 +33,13 @@ if TYPE_CHECKING:
     from pipeline.baselines.cl_lsi import fit_cl_lsi
     from pipeline.baselines.common import BaselineResult, pencil_eigsh
     from pipeline.baselines.opca import fit_opca
-    from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
+    from pipeline.baselines.params import (
+        CcaParams,
+        CplsaParams,
+        OpcaParams,
+        PlsaParams,
+        S2NetParams,
+    )
     from pipeline.baselines.plsa import fit_cplsa, fit_jplsa
     from pipeline.baselines.s2net import fit_s2net
     from pipeline.baselines.topics import fold_in
@@ -48,7 +53,9 @@ __getattr__, __dir__ = lazy_exports(
         "BaselineResult": "common",
         "pencil_eigsh": "common",
         "fit_opca": "opca",
-        "BaselineParams": "params",
+        "CcaParams": "params",
+        "CplsaParams": "params",
+        "OpcaParams": "params",
         "PlsaParams": "params",
         "S2NetParams": "params",
         "fit_cplsa": "plsa",
@@ -62,8 +69,10 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 __all__ = [
-    "BaselineParams",
     "BaselineResult",
+    "CcaParams",
+    "CplsaParams",
+    "OpcaParams",
     "PlsaParams",
     "S2NetParams",
     "fit_cca",

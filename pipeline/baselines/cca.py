@@ -55,7 +55,8 @@ from pipeline.baselines.common import (
     per_language,
     stacked_components,
 )
-from pipeline.baselines.params import BASELINE_DEFAULTS as _B
+from pipeline.baselines.params import CCA_DEFAULTS as _B
+from pipeline.baselines.params import CcaParams
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import CallableOperator
@@ -215,6 +216,7 @@ def _check_cca_params(params: dict, languages: list[str]) -> None:
                 lambda v: is_int(2)(v) and v <= n_langs,
             ),
         },
+        own=CcaParams,
     )
 
 

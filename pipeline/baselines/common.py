@@ -28,6 +28,7 @@ solves; this formulation sidesteps that.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import numbers
 import time
@@ -39,7 +40,6 @@ from typing import Any
 import numpy as np
 import scipy.linalg as sla
 
-from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
 from pipeline.errors import BreakdownError, ConvergenceWarning
 from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
 from pipeline.linalg.block_lanczos import LanczosResult
@@ -98,14 +98,22 @@ class BaselineResult:
 
 
 def check_params(
-    method: str, params: dict, rules: dict[str, tuple[str, Callable]] | None = None
+    method: str,
+    params: dict,
+    rules: dict[str, tuple[str, Callable]] | None = None,
+    *,
+    own: type | None = None,
 ) -> None:
-    """Validate ``params``: the keys declared as ``train.*`` against their one declaration
-    (:class:`~pipeline.linalg.params.Cr5Params` and the classes of
-    :mod:`pipeline.baselines.params`), then the method's own ``rules``
-    (``{name: (description, predicate)}``); raise ValueError (a ConfigError)."""
-    for declared in (Cr5Params, BaselineParams, PlsaParams, S2NetParams):
-        check_declared(declared, params, owner=method, prefix="train.")
+    """Validate ``params``: the solver's keys against their one declaration
+    (:class:`~pipeline.linalg.params.Cr5Params`, the flat keys ``train.*``), the method's
+    own against its class ``own`` of :mod:`pipeline.baselines.params` (the section
+    ``train.<method>.*``), then the method's own ``rules`` (``{name: (description,
+    predicate)}``); raise ValueError (a ConfigError)."""
+    mine = {f.name for f in dataclasses.fields(own)} if own is not None else set()
+    shared = {k: v for k, v in params.items() if k not in mine}  # e.g. PLSA's own stop_rule
+    check_declared(Cr5Params, shared, owner=method, prefix="train.")
+    if own is not None:
+        check_declared(own, params, owner=method, prefix=f"train.{method}.")
     for name, (desc, ok) in (rules or {}).items():
         if not ok(params[name]):
             raise ValueError(f"{method}: {name} must be {desc}; got {params[name]!r}")

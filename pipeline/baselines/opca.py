@@ -53,7 +53,8 @@ from pipeline.baselines.common import (
     per_language,
     stacked_components,
 )
-from pipeline.baselines.params import BASELINE_DEFAULTS as _B
+from pipeline.baselines.params import OPCA_DEFAULTS as _B
+from pipeline.baselines.params import OpcaParams
 from pipeline.linalg.backend import CorpusBackend, TermLayout
 from pipeline.linalg.block_cg import block_cg
 from pipeline.linalg.operator import CallableOperator
@@ -220,7 +221,7 @@ def fit_opca(
         "max_basis": max_basis,
         "seed": seed,
     }
-    check_params("opca", params)
+    check_params("opca", params, own=OpcaParams)
     t_start = time.perf_counter()
     passes0 = backend.pass_counts
     layout = TermLayout.of(backend)

@@ -1,19 +1,26 @@
 """The baselines' own parameters, declared once (:func:`~pipeline.params.param`).
 
 The baselines share the solver parameters of :class:`pipeline.linalg.params.Cr5Params`
-(r, tolerances, seed, checkpoint cadence, ...) and add their own, declared here:
+(r, tolerances, seed, checkpoint cadence, ...), which stay flat keys of the ``train``
+section, and add their own, declared here in one class per method; the configuration
+nests each under the method's name (``train.<method>.<key>``, built from the method
+registry's ``params``):
 
-* :class:`BaselineParams`: the regularisation γ of CCA and OPCA, and how the concept-grouped
-  corpus of JPLSA, CPLSA and S2Net is partitioned;
-* :class:`PlsaParams`: the topic models JPLSA and CPLSA (``train.plsa_*``);
-* :class:`S2NetParams`: S2Net (``train.s2net_*``).
+* :class:`GammaParams`: the regularisation γ, in :class:`CcaParams` (``train.cca.*``),
+  :class:`OpcaParams` (``train.opca.*``) and :class:`S2NetParams` (OPCA's start);
+* :class:`GroupedParams`: how the concept-grouped corpus is partitioned, in every
+  concept-grouped method's class;
+* :class:`PlsaParams`: the topic model JPLSA (``train.jplsa.*``), with
+  :class:`CplsaParams` adding CPLSA's posterior regularisation (``train.cplsa.*``);
+* :class:`S2NetParams`: S2Net (``train.s2net.*``).
 
-The configuration's ``train`` section embeds all three
-(:class:`pipeline.config.TrainConfig` subclasses them), so ``train.gamma`` *is*
-:attr:`BaselineParams.gamma`.
+A field's ``legacy`` metadata names the flat key it had before the sections were nested
+(``train.plsa_topic_prior``); the loader maps such a key to the new ones with a warning for
+one release (:func:`pipeline.methods.registry.legacy_keys`).
 
-This module imports nothing but :mod:`pipeline.params` and the standard library: the
-configuration, which the Airflow DAG imports without numpy, embeds it.
+This module imports nothing but the parameter declarations (:mod:`pipeline.params`,
+:mod:`pipeline.neural.params`) and the standard library: the configuration, which the
+Airflow DAG imports without numpy, embeds it.
 """
 
 from __future__ import annotations
@@ -21,56 +28,90 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pipeline.neural.params import EpochValidationParams
 from pipeline.params import param
 
 __all__ = [
-    "BASELINE_DEFAULTS",
+    "CCA_DEFAULTS",
+    "CPLSA_DEFAULTS",
+    "OPCA_DEFAULTS",
     "PLSA_DEFAULTS",
     "S2NET_DEFAULTS",
-    "BaselineParams",
+    "CcaParams",
+    "CplsaParams",
+    "GammaParams",
+    "GroupedParams",
+    "OpcaParams",
     "PlsaParams",
     "S2NetParams",
 ]
 
 
+def _legacy(name: str) -> dict[str, str]:
+    return {"legacy": name}
+
+
 @dataclass(frozen=True)
-class BaselineParams:
-    """Parameters of the baselines beyond the solver's; the keys ``train.<name>``."""
+class GammaParams:
+    """The regularisation γ of the generalised eigenproblems (CCA, OPCA)."""
 
     gamma: float = param(
         1e-3,
         lo=0.0,
         lo_open=True,
-        doc="Regularisation of the CCA and OPCA baselines (per-sample covariances).",
-    )
-    pair_partitions: int | None = param(
-        None,
-        lo=1,
-        doc="JPLSA, CPLSA, S2Net: blocks of the concept-grouped training corpus (a concept's "
-        "documents stay in one block; concept k goes to block k mod this). Each block is one "
-        "task of an EM or gradient step. None: one block per 500,000 nonzeros, at least 2. "
-        "The local and spark backends cut the same blocks, so they fit the same model.",
+        doc="Regularisation γ of the per-sample covariances (CCA, OPCA; S2Net: of the OPCA "
+        "fit it starts from). The evaluation chooses it from evaluate.gamma_grid when that "
+        "has two or more values.",
+        extra=_legacy("gamma"),
     )
 
 
 @dataclass(frozen=True)
-class PlsaParams:
-    """JPLSA and CPLSA (Platt, Toutanova and Yih 2010): MAP EM of a topic model of the
-    training concepts; the keys ``train.plsa_*``. The number of topics is ``train.r``."""
+class GroupedParams:
+    """How the concept-grouped training corpus of a method of document pairs is cut."""
 
-    plsa_topic_prior: float = param(
+    pair_partitions: int | None = param(
+        None,
+        lo=1,
+        doc="Blocks of the concept-grouped training corpus (a concept's documents stay in one "
+        "block; concept k goes to block k mod this). Each block is one task of an EM or "
+        "gradient step. None: one block per 500,000 nonzeros, at least 2. The local and spark "
+        "backends cut the same blocks, so they fit the same model.",
+        extra=_legacy("pair_partitions"),
+    )
+
+
+@dataclass(frozen=True)
+class CcaParams(GammaParams):
+    """CCA (generalised eigenproblem of the concept views); the keys ``train.cca.*``."""
+
+
+@dataclass(frozen=True)
+class OpcaParams(GammaParams):
+    """OPCA (oriented PCA of the concept-mean differences); the keys ``train.opca.*``."""
+
+
+@dataclass(frozen=True)
+class PlsaParams(GroupedParams):
+    """JPLSA (Platt, Toutanova and Yih 2010): MAP EM of a topic model of the training
+    concepts; the keys ``train.jplsa.*`` (and CPLSA's, :class:`CplsaParams`). The number of
+    topics is ``train.r``."""
+
+    topic_prior: float = param(
         1.1,
         lo=1.0,
         doc="Dirichlet parameter α_θ (>= 1) of every topic distribution: the MAP M-step adds "
         "α_θ - 1 to each topic's expected count (also in folding-in).",
+        extra=_legacy("plsa_topic_prior"),
     )
-    plsa_word_prior: float = param(
+    word_prior: float = param(
         1.01,
         lo=1.0,
         doc="Dirichlet parameter α_β (>= 1) of every topic's word distribution: the M-step "
         "adds α_β - 1 to each word's expected count.",
+        extra=_legacy("plsa_word_prior"),
     )
-    plsa_init_mix: float = param(
+    init_mix: float = param(
         0.5,
         lo=0.0,
         hi=1.0,
@@ -78,90 +119,116 @@ class PlsaParams:
         doc="Deterministic start: each language's words, sorted by training frequency, are "
         "dealt to the topics in turn; topic t starts as (1 - mix) x uniform over the words "
         "dealt to it + mix x uniform over all words.",
+        extra=_legacy("plsa_init_mix"),
     )
-    plsa_maxiter: int = param(50, lo=1, doc="EM iteration cap.")
-    plsa_tol: float = param(
+    maxiter: int = param(50, lo=1, doc="EM iteration cap.", extra=_legacy("plsa_maxiter"))
+    tol: float = param(
         1e-4,
         lo=0.0,
         doc="EM stops when the log posterior rose by less than this fraction of its "
         "magnitude in one iteration; 0: only the cap (or the validation rule) stops it.",
+        extra=_legacy("plsa_tol"),
     )
-    plsa_stop_rule: Literal["likelihood", "validation"] = param(
+    stop_rule: Literal["likelihood", "validation"] = param(
         "likelihood",
-        doc="likelihood: plsa_tol or plsa_maxiter end EM and the last iteration is the "
-        "model; validation: also stop when P@1 (L1 on folded-in topic vectors) of "
-        "train.validation_concepts held-out concepts has not improved for plsa_patience "
+        doc="likelihood: tol or maxiter end EM and the last iteration is the model; "
+        "validation: also stop when P@1 (L1 on folded-in topic vectors) of "
+        "train.validation_concepts held-out concepts has not improved for patience "
         "iterations, and keep the best iteration (needs features.heldout_concepts: splits).",
+        extra=_legacy("plsa_stop_rule"),
     )
-    plsa_patience: int = param(
-        3, lo=1, doc="plsa_stop_rule=validation: EM iterations without improvement."
-    )
-    plsa_pr_epsilon: float = param(
-        0.01,
-        lo=0.0,
-        doc="CPLSA: the posterior of a concept's documents is projected onto the set where "
-        "every document's expected fraction of tokens in each topic is within this of the "
-        "first document's (posterior regularisation).",
-    )
-    plsa_pr_maxiter: int = param(
-        20,
+    patience: int = param(
+        3,
         lo=1,
-        doc="CPLSA: projected-gradient steps of the KL projection per EM iteration (the "
-        "dual variables are kept between iterations, so later iterations need few).",
+        doc="stop_rule=validation: EM iterations without improvement.",
+        extra=_legacy("plsa_patience"),
     )
-    plsa_pr_tol: float = param(
-        1e-3,
-        lo=0.0,
-        doc="CPLSA: a concept's projection stops when no constraint is violated by more "
-        "than this (in topic fractions).",
-    )
-    plsa_fold_in_steps: int = param(
+    fold_in_steps: int = param(
         1,
         lo=1,
         doc="EM steps of folding-in (embedding a single document: its topic distribution "
         "with the topic-word distributions fixed), from the uniform distribution.",
+        extra=_legacy("plsa_fold_in_steps"),
     )
 
 
 @dataclass(frozen=True)
-class S2NetParams:
-    """S2Net (Yih et al. 2011): a siamese linear projection of TF-IDF vectors trained from
-    OPCA's (with ``train.gamma``); the keys ``train.s2net_*``. The dimension is ``train.r``."""
+class CplsaParams(PlsaParams):
+    """CPLSA: JPLSA's topic model with posterior regularisation; the keys ``train.cplsa.*``."""
 
-    s2net_learning_rates: list[float] = param(
+    pr_epsilon: float = param(
+        0.01,
+        lo=0.0,
+        doc="The posterior of a concept's documents is projected onto the set where every "
+        "document's expected fraction of tokens in each topic is within this of the first "
+        "document's (posterior regularisation).",
+        extra=_legacy("plsa_pr_epsilon"),
+    )
+    pr_maxiter: int = param(
+        20,
+        lo=1,
+        doc="Projected-gradient steps of the KL projection per EM iteration (the dual "
+        "variables are kept between iterations, so later iterations need few).",
+        extra=_legacy("plsa_pr_maxiter"),
+    )
+    pr_tol: float = param(
+        1e-3,
+        lo=0.0,
+        doc="A concept's projection stops when no constraint is violated by more than this "
+        "(in topic fractions).",
+        extra=_legacy("plsa_pr_tol"),
+    )
+
+
+@dataclass(frozen=True)
+class S2NetParams(GammaParams, GroupedParams, EpochValidationParams):
+    """S2Net (Yih et al. 2011): a siamese linear projection of TF-IDF vectors trained from
+    OPCA's (fitted with this section's ``gamma``); the keys ``train.s2net.*``. The dimension
+    is ``train.r``."""
+
+    learning_rates: list[float] = param(
         default_factory=lambda: [10.0, 100.0],
         lo=0.0,
         lo_open=True,
         doc="Learning rates tried, each from OPCA's projection (rescaled so that training "
         "documents project to unit median norm; the step is the rate times the mean gradient "
         "per triple, which is small once most triples are well separated); with "
-        "s2net_epochs, the best on validation P@1 (cosine) is kept.",
+        "epochs, the best on validation P@1 (cosine) is kept.",
+        extra=_legacy("s2net_learning_rates"),
     )
-    s2net_epochs: list[int] = param(
+    epochs: list[int] = param(
         default_factory=lambda: [0, 1, 3, 10],
         lo=0,
         doc="Epochs compared on validation (one run per learning rate, scored after these "
         "epochs); 0 is OPCA's projection itself. More than one (rate, epochs) candidate "
         "needs features.heldout_concepts: splits.",
+        extra=_legacy("s2net_epochs"),
     )
-    s2net_batch_concepts: int = param(
-        512, lo=1, doc="Training concepts per mini-batch (all their document pairs)."
+    batch_concepts: int = param(
+        512,
+        lo=1,
+        doc="Training concepts per mini-batch (all their document pairs).",
+        extra=_legacy("s2net_batch_concepts"),
     )
-    s2net_gamma: float = param(
+    scale: float = param(
         10.0,
         lo=0.0,
         lo_open=True,
         doc="Scale γ of the loss log(1 + exp(-γ Δ)), Δ = cos(related) - cos(unrelated).",
+        extra=_legacy("s2net_gamma"),
     )
-    s2net_negatives: int = param(
+    negatives: int = param(
         1,
         lo=1,
         doc="Unrelated pairs per related pair: the first document with a document of the "
         "second one's language drawn from another concept of the mini-batch.",
+        extra=_legacy("s2net_negatives"),
     )
 
 
 #: The declared defaults, for keyword defaults of the fit functions.
-BASELINE_DEFAULTS = BaselineParams()
+CCA_DEFAULTS = CcaParams()
+OPCA_DEFAULTS = OpcaParams()
 PLSA_DEFAULTS = PlsaParams()
+CPLSA_DEFAULTS = CplsaParams()
 S2NET_DEFAULTS = S2NetParams()

@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.baselines.common import BaselineResult, check_params
-from pipeline.baselines.params import PLSA_DEFAULTS as _P
+from pipeline.baselines.params import CPLSA_DEFAULTS as _P
+from pipeline.baselines.params import CplsaParams, PlsaParams
 from pipeline.baselines.topics import (
     e_step,
     fold_in,
@@ -168,21 +169,21 @@ def _check(method: str, params: dict[str, Any], corpus: Any, validation: Any) ->
     """Every parameter against its declaration, before any work on the corpus."""
     declared = {
         "r": params["r"],
-        "plsa_topic_prior": params["topic_prior"],
-        "plsa_word_prior": params["word_prior"],
-        "plsa_init_mix": params["init_mix"],
-        "plsa_maxiter": params["maxiter"],
-        "plsa_tol": params["tol"],
-        "plsa_stop_rule": params["stop_rule"],
-        "plsa_patience": params["patience"],
-        "plsa_pr_epsilon": params["pr_epsilon"],
-        "plsa_pr_maxiter": params["pr_maxiter"],
-        "plsa_pr_tol": params["pr_tol"],
-        "plsa_fold_in_steps": params["fold_in_steps"],
+        "topic_prior": params["topic_prior"],
+        "word_prior": params["word_prior"],
+        "init_mix": params["init_mix"],
+        "maxiter": params["maxiter"],
+        "tol": params["tol"],
+        "stop_rule": params["stop_rule"],
+        "patience": params["patience"],
+        "pr_epsilon": params["pr_epsilon"],
+        "pr_maxiter": params["pr_maxiter"],
+        "pr_tol": params["pr_tol"],
+        "fold_in_steps": params["fold_in_steps"],
         "checkpoint_every": params["checkpoint_every"],
         "checkpoint_seconds": params["checkpoint_seconds"],
     }
-    check_params(method, declared)
+    check_params(method, declared, own=CplsaParams if method == "cplsa" else PlsaParams)
     if not isinstance(corpus, GroupedCorpus):
         raise ValueError(f"{method}: corpus must be a GroupedCorpus; got {type(corpus).__name__}")
     if corpus.weighting != "counts":
@@ -191,9 +192,9 @@ def _check(method: str, params: dict[str, Any], corpus: Any, validation: Any) ->
         )
     if params["stop_rule"] == "validation" and validation is None:
         raise ConfigError(
-            f"{method}: plsa_stop_rule=validation needs validation documents (term counts of "
+            f"{method}: stop_rule=validation needs validation documents (term counts of "
             "held-out concepts); set features.heldout_concepts: splits, or use "
-            "plsa_stop_rule=likelihood"
+            f"train.{method}.stop_rule=likelihood"
         )
     if params["r"] > corpus.n_terms:
         raise ValueError(f"{method}: r (topics) must be <= p = {corpus.n_terms}; got {params['r']}")
@@ -445,14 +446,14 @@ def fit_jplsa(
     corpus: GroupedCorpus,
     *,
     r: int = _D.r,
-    topic_prior: float = _P.plsa_topic_prior,
-    word_prior: float = _P.plsa_word_prior,
-    init_mix: float = _P.plsa_init_mix,
-    maxiter: int = _P.plsa_maxiter,
-    tol: float = _P.plsa_tol,
-    stop_rule: str = _P.plsa_stop_rule,
-    patience: int = _P.plsa_patience,
-    fold_in_steps: int = _P.plsa_fold_in_steps,
+    topic_prior: float = _P.topic_prior,
+    word_prior: float = _P.word_prior,
+    init_mix: float = _P.init_mix,
+    maxiter: int = _P.maxiter,
+    tol: float = _P.tol,
+    stop_rule: str = _P.stop_rule,
+    patience: int = _P.patience,
+    fold_in_steps: int = _P.fold_in_steps,
     validation: ValidationSet | None = None,
     checkpoint: CheckpointStore | None = None,
     checkpoint_every: int = _D.checkpoint_every,
@@ -506,9 +507,9 @@ def fit_jplsa(
         tol=tol,
         stop_rule=stop_rule,
         patience=patience,
-        pr_epsilon=_P.plsa_pr_epsilon,
-        pr_maxiter=_P.plsa_pr_maxiter,
-        pr_tol=_P.plsa_pr_tol,
+        pr_epsilon=_P.pr_epsilon,
+        pr_maxiter=_P.pr_maxiter,
+        pr_tol=_P.pr_tol,
         fold_in_steps=fold_in_steps,
         checkpoint_every=checkpoint_every,
         checkpoint_seconds=checkpoint_seconds,
@@ -520,17 +521,17 @@ def fit_cplsa(
     corpus: GroupedCorpus,
     *,
     r: int = _D.r,
-    topic_prior: float = _P.plsa_topic_prior,
-    word_prior: float = _P.plsa_word_prior,
-    init_mix: float = _P.plsa_init_mix,
-    maxiter: int = _P.plsa_maxiter,
-    tol: float = _P.plsa_tol,
-    stop_rule: str = _P.plsa_stop_rule,
-    patience: int = _P.plsa_patience,
-    pr_epsilon: float = _P.plsa_pr_epsilon,
-    pr_maxiter: int = _P.plsa_pr_maxiter,
-    pr_tol: float = _P.plsa_pr_tol,
-    fold_in_steps: int = _P.plsa_fold_in_steps,
+    topic_prior: float = _P.topic_prior,
+    word_prior: float = _P.word_prior,
+    init_mix: float = _P.init_mix,
+    maxiter: int = _P.maxiter,
+    tol: float = _P.tol,
+    stop_rule: str = _P.stop_rule,
+    patience: int = _P.patience,
+    pr_epsilon: float = _P.pr_epsilon,
+    pr_maxiter: int = _P.pr_maxiter,
+    pr_tol: float = _P.pr_tol,
+    fold_in_steps: int = _P.fold_in_steps,
     validation: ValidationSet | None = None,
     checkpoint: CheckpointStore | None = None,
     checkpoint_every: int = _D.checkpoint_every,

@@ -49,6 +49,7 @@ import scipy.sparse as sp
 
 from pipeline.baselines.common import BaselineResult, check_params, stacked_components
 from pipeline.baselines.params import S2NET_DEFAULTS as _S
+from pipeline.baselines.params import S2NetParams
 from pipeline.errors import ConfigError
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.groups import GroupBlock, GroupedCorpus
@@ -203,27 +204,25 @@ def _norms_task(block: GroupBlock, state: Any, shared: Mapping[str, Any]) -> tup
 def _check(params: dict[str, Any], corpus: Any, validation: Any, init: Any) -> None:
     declared = {
         "r": params["r"],
-        "s2net_learning_rates": params["learning_rates"],
-        "s2net_epochs": params["epochs"],
-        "s2net_batch_concepts": params["batch_concepts"],
-        "s2net_gamma": params["gamma"],
-        "s2net_negatives": params["negatives"],
+        "learning_rates": params["learning_rates"],
+        "epochs": params["epochs"],
+        "batch_concepts": params["batch_concepts"],
+        "scale": params["gamma"],
+        "negatives": params["negatives"],
         "seed": params["seed"],
     }
-    check_params("s2net", declared)
+    check_params("s2net", declared, own=S2NetParams)
     if params["distractors"] < 0:
         raise ConfigError(f"s2net: distractors must be >= 0; got {params['distractors']}")
     if not params["learning_rates"] or not params["epochs"]:
-        raise ConfigError(
-            "s2net: s2net_learning_rates and s2net_epochs must each name at least one value"
-        )
+        raise ConfigError("s2net: learning_rates and epochs must each name at least one value")
     if not isinstance(corpus, GroupedCorpus) or corpus.weighting != "tfidf":
         raise ValueError("s2net: corpus must be a GroupedCorpus of TF-IDF rows")
     if len(params["learning_rates"]) * len(set(params["epochs"])) > 1 and validation is None:
         raise ConfigError(
             "s2net: choosing among several learning rates / epochs needs validation documents; "
-            "set features.heldout_concepts: splits, or give one s2net_learning_rates value and "
-            "one s2net_epochs value"
+            "set features.heldout_concepts: splits, or give one train.s2net.learning_rates value "
+            "and one train.s2net.epochs value"
         )
     langs = list(corpus.languages)
     if list(init) != langs:
@@ -333,11 +332,11 @@ def fit_s2net(
     init: Mapping[str, np.ndarray],
     *,
     r: int = _D.r,
-    learning_rates: Sequence[float] = tuple(_S.s2net_learning_rates),
-    epochs: Sequence[int] = tuple(_S.s2net_epochs),
-    batch_concepts: int = _S.s2net_batch_concepts,
-    gamma: float = _S.s2net_gamma,
-    negatives: int = _S.s2net_negatives,
+    learning_rates: Sequence[float] = tuple(_S.learning_rates),
+    epochs: Sequence[int] = tuple(_S.epochs),
+    batch_concepts: int = _S.batch_concepts,
+    gamma: float = _S.scale,
+    negatives: int = _S.negatives,
     validation: ValidationSet | None = None,
     distractors: int = 0,
     checkpoint: CheckpointStore | None = None,

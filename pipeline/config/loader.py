@@ -14,18 +14,20 @@ import codecs
 import dataclasses
 import difflib
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pipeline.baselines.params import S2NetParams
 from pipeline.config.pairs import parse_pair
 from pipeline.config.profiles import ProfileSource, missing_hint, resolve_profile
 from pipeline.config.sections import Config, EvaluateConfig
 from pipeline.errors import ConfigError
 from pipeline.methods.registry import find_method
-from pipeline.params import check_range, check_section, coerce, section_params
+from pipeline.params import NESTED, check_range, check_section, coerce, section_params
 
 __all__ = ["build_section", "check_evaluate", "load_config", "validate"]
 
@@ -158,17 +160,32 @@ def build_section(cls: type, data: Any, *, prefix: str, sources: Mapping[str, st
             f"got {type(data).__name__} {data!r}"
         )
     infos = {info.name: info for info in section_params(cls)}
+    nested: dict[str, type] = cls.nested_sections() if hasattr(cls, "nested_sections") else {}
+    if nested:
+        data, sources = _renamed_legacy(cls, data, prefix, sources)
     for key in data:
-        if key not in infos:
+        if key not in infos and key not in nested:
             full = prefix + str(key)
-            near = difflib.get_close_matches(str(key), infos, n=1)
+            known = [*infos, *nested]
+            near = difflib.get_close_matches(str(key), known, n=1)
             hint = f"; did you mean {prefix + near[0]!r}?" if near else ""
             raise ConfigError(
                 f"unknown configuration key {full!r}{_where(full, sources)}"
                 f"{hint} (allowed in {prefix.rstrip('.') or 'the top level'}: "
-                f"{', '.join(sorted(infos))})"
+                f"{', '.join(sorted(known))})"
             )
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
+    if nested:
+        field_name = next(f.name for f in dataclasses.fields(cls) if f.metadata.get(NESTED))
+        kwargs[field_name] = {
+            name: build_section(
+                section,
+                data[name] if data.get(name) is not None else {},
+                prefix=f"{prefix}{name}.",
+                sources=sources,
+            )
+            for name, section in nested.items()
+        }
     for name, info in infos.items():
         if name not in data:
             continue
@@ -181,6 +198,45 @@ def build_section(cls: type, data: Any, *, prefix: str, sources: Mapping[str, st
         kwargs[name] = coerce(info.type, data[name], key=key, where=where)
         check_range(info, kwargs[name], key=key, where=where)
     return cls(**kwargs)
+
+
+def _renamed_legacy(
+    cls: type, data: Mapping[str, Any], prefix: str, sources: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``data`` with each flat key of the release before the nested sections
+    (``cls.legacy_keys()``: ``train.plsa_topic_prior``) moved to the keys it now sets
+    (``train.jplsa.topic_prior``, ``train.cplsa.topic_prior``), with a warning naming them;
+    a new key set too wins over the old one. Also the sources, for messages."""
+    table = cls.legacy_keys()
+    declared = {info.name for info in section_params(cls)} | set(cls.nested_sections())
+    old_keys = [k for k in data if k in table and k not in declared]
+    if not old_keys:
+        return dict(data), dict(sources)
+    out = dict(data)
+    where = dict(sources)
+    for old in old_keys:
+        value = out.pop(old)
+        full = prefix + old
+        new_keys = [prefix + new for new in table[old]]
+        message = (
+            f"configuration key {full!r}{_where(full, sources)} is deprecated and will be "
+            f"removed in the next release: it now sets {', '.join(new_keys)}; write "
+            f"{'those keys' if len(new_keys) > 1 else 'that key'} instead"
+        )
+        warnings.warn(message, FutureWarning, stacklevel=2)
+        for new in table[old]:
+            section, _, name = new.partition(".")
+            current = out.get(section)
+            if current is not None and not isinstance(current, Mapping):
+                continue  # build_section names the bad value
+            merged = dict(current or {})
+            if name in merged:
+                continue  # the new key wins over the old one
+            merged[name] = value
+            out[section] = merged
+            if full in sources:
+                where[prefix + new] = sources[full]
+    return out, where
 
 
 def validate(cfg: Config) -> Config:
@@ -230,31 +286,33 @@ def _kind(method: str) -> str | None:
 
 
 def _check_classic_methods(cfg: Config) -> None:
-    """JPLSA, CPLSA and S2Net settings that need other sections (before any Spark work)."""
+    """Topic-model and S2Net settings that need other sections (before any Spark work): each
+    method of ``train.method`` and ``evaluate.methods`` whose section has them."""
     t, e = cfg.train, cfg.evaluate
-    methods = {t.method, *e.methods}
+    methods = [m for m in dict.fromkeys([t.method, *e.methods]) if find_method(m) is not None]
     no_splits = cfg.features.heldout_concepts is None
-    topic = any(_kind(m) == "topics" for m in methods)
-    if topic and t.plsa_stop_rule == "validation" and no_splits:
-        raise ConfigError(
-            "train.plsa_stop_rule=validation scores the split stage's validation concepts, but "
-            "features.heldout_concepts is not set. Fix: set features.heldout_concepts: splits "
-            "(and rerun vocabulary and tfidf), or train.plsa_stop_rule=likelihood"
-        )
-    if "s2net" in methods:
-        if not t.s2net_learning_rates or not t.s2net_epochs:
+    for m in methods:
+        p = t.params_of(m)
+        if _kind(m) == "topics" and getattr(p, "stop_rule", None) == "validation" and no_splits:
             raise ConfigError(
-                "train.s2net_learning_rates and train.s2net_epochs must each name at least one "
-                f"value; got {t.s2net_learning_rates} and {t.s2net_epochs}"
+                f"train.{m}.stop_rule=validation scores the split stage's validation concepts, "
+                "but features.heldout_concepts is not set. Fix: set features.heldout_concepts: "
+                f"splits (and rerun vocabulary and tfidf), or train.{m}.stop_rule=likelihood"
             )
-        several = len(t.s2net_learning_rates) * len(set(t.s2net_epochs)) > 1
-        if several and no_splits:
-            raise ConfigError(
-                "s2net chooses among train.s2net_learning_rates x train.s2net_epochs on the "
-                "split stage's validation concepts, but features.heldout_concepts is not set. "
-                "Fix: set features.heldout_concepts: splits, or give one learning rate and one "
-                "epoch count"
-            )
+        if isinstance(p, S2NetParams):
+            if not p.learning_rates or not p.epochs:
+                raise ConfigError(
+                    f"train.{m}.learning_rates and train.{m}.epochs must each name at least "
+                    f"one value; got {p.learning_rates} and {p.epochs}"
+                )
+            several = len(p.learning_rates) * len(set(p.epochs)) > 1
+            if several and no_splits:
+                raise ConfigError(
+                    f"{m} chooses among train.{m}.learning_rates x train.{m}.epochs on the "
+                    "split stage's validation concepts, but features.heldout_concepts is not "
+                    "set. Fix: set features.heldout_concepts: splits, or give one learning "
+                    "rate and one epoch count"
+                )
 
 
 def check_evaluate(e: EvaluateConfig) -> None:

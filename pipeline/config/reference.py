@@ -20,7 +20,12 @@ def param_info(key: str) -> ParamInfo:
     hints = typing.get_type_hints(Config)
     if section not in hints:
         raise ConfigError(f"unknown configuration section {section!r}; sections: {list(hints)}")
-    for info in section_params(hints[section]):
+    cls = hints[section]
+    nested = cls.nested_sections() if hasattr(cls, "nested_sections") else {}
+    inner, _, rest = name.partition(".")
+    if rest and inner in nested:  # train.<method>.<key>
+        cls, name = nested[inner], rest
+    for info in section_params(cls):
         if info.name == name:
             return info
     raise ConfigError(f"unknown configuration key {key!r}")
@@ -39,8 +44,10 @@ def reference_markdown(sections: Sequence[str] | None = None) -> str:
             "",
             "Every key of every section: its allowed values, default and meaning, generated from",
             "the declarations in `pipeline/config/sections.py` and the parameter classes of the",
-            "maths that it embeds (`pipeline/linalg/params.py`, `pipeline/retrieval/params.py`,",
-            "`pipeline/baselines/params.py`): `python -m pipeline config-reference >",
+            "maths that it embeds (`pipeline/linalg/params.py`, `pipeline/retrieval/params.py`)",
+            "or nests, one section `train.<method>` per registered method with keys of its own",
+            "(`pipeline/baselines/params.py`, `pipeline/neural/params.py`, named by the method's",
+            "`params` in `pipeline/methods/registry.py`): `python -m pipeline config-reference >",
             "docs/configuration.md`; a test keeps this file current. `jobs/<stage>.py",
             "--help-config [SECTION]` prints the same. Set keys in a YAML profile (`--conf`) or",
             "with `--set section.key=value` (the value is YAML).",
@@ -49,5 +56,10 @@ def reference_markdown(sections: Sequence[str] | None = None) -> str:
     for name in names:
         if name not in hints:
             raise ConfigError(f"unknown configuration section {name!r}; sections: {list(hints)}")
-        lines.extend(describe_section(name, hints[name]))
+        cls = hints[name]
+        lines.extend(describe_section(name, cls))
+        # the sections nested in it, named at run time (train.<method>, from the registry)
+        nested = cls.nested_sections() if hasattr(cls, "nested_sections") else {}
+        for inner, section in nested.items():
+            lines.extend(describe_section(f"{name}.{inner}", section))
     return "\n".join(lines)

@@ -2,9 +2,9 @@
 
 Every field is a :func:`~pipeline.params.param` declaration (type, default, range, help text);
 the defaults are the paper's. Parameters that belong to the maths are declared by the maths and
-embedded here: :class:`TrainConfig` subclasses :class:`~pipeline.linalg.params.Cr5Params`,
-:class:`~pipeline.backends.params.BackendParams` and
-:class:`~pipeline.baselines.params.BaselineParams`, :class:`EvaluateConfig` subclasses
+embedded here: :class:`TrainConfig` subclasses :class:`~pipeline.linalg.params.Cr5Params` and
+:class:`~pipeline.backends.params.BackendParams` and nests each registered method's own class
+under its name (``train.jplsa.topic_prior``), :class:`EvaluateConfig` subclasses
 :class:`~pipeline.retrieval.params.RetrievalParams`, so ``train.lam`` is the solver's own
 declaration of λ. Loading and checking a configuration is :mod:`pipeline.config.loader`.
 """
@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pipeline.backends.params import BackendParams, backend_options
-from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
+from pipeline.errors import ConfigError
 from pipeline.linalg.params import Cr5Params
-from pipeline.methods.registry import method_names
-from pipeline.neural.params import NeuralParams
-from pipeline.params import Choice, param
+from pipeline.methods.registry import get_method, legacy_keys, method_names, method_sections
+from pipeline.params import NESTED, Choice, check_section, param
 from pipeline.retrieval.params import RetrievalParams
 from pipeline.wikipedia.config import WikipediaConfig
 
@@ -251,15 +250,20 @@ class FeaturesConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetParams, NeuralParams):
-    """Stage ``train``: which rows train, the backend, and the Cr5 solver's parameters.
+class TrainConfig(Cr5Params, BackendParams):
+    """Stage ``train``: which rows train, the backend, the solver's and each method's
+    parameters.
 
-    The solver's parameters (:class:`~pipeline.linalg.params.Cr5Params`), the backend's
-    options (:class:`~pipeline.backends.params.BackendParams`) and the baselines' parameters
-    (:class:`~pipeline.baselines.params.BaselineParams`,
-    :class:`~pipeline.baselines.params.PlsaParams`,
-    :class:`~pipeline.baselines.params.S2NetParams`) are declared by the code that uses
-    them; this section embeds them as its keys, beside the stage's own below.
+    The eigensolver's parameters (:class:`~pipeline.linalg.params.Cr5Params`) and the
+    backend's options (:class:`~pipeline.backends.params.BackendParams`), which Cr5 and the
+    corpus-level baselines share, are declared by the code that uses them and embedded as
+    flat keys, beside the stage's own below. A method's own keys are a nested section under
+    its name, ``train.<method>.<key>`` (``train.jplsa.topic_prior``, ``train.s2net.scale``):
+    one per registered method whose spec names a ``params`` class
+    (:func:`~pipeline.methods.registry.method_sections`), held in :attr:`method_params` and
+    read with :meth:`params_of`. The flat keys of the release before (``train.gamma``,
+    ``train.plsa_topic_prior``, ...) load with a warning naming the new ones
+    (:meth:`legacy_keys`).
     """
 
     method: Annotated[str, Choice(method_names)] = param(
@@ -270,8 +274,9 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetPar
         "models with r topics, fitted on term counts by EM, embedding by folding-in, "
         "compared by L1 distance; s2net: a projection trained from OPCA's by gradient "
         "descent; docs/classic-methods.md), or a neural method trained with PyTorch "
-        "(xcnn, tlaser, ctlaser: the train.neural_*, xcnn_*, tlaser_* keys, "
-        "docs/neural.md; needs the neural extra).",
+        "(xcnn, tlaser, ctlaser: the train.xcnn.*, train.tlaser.*, train.ctlaser.* keys, "
+        "docs/neural.md; needs the neural extra). A method's own keys are the section "
+        "train.<method>.",
     )
     setup: Literal["joint", "pairwise", "transitive"] = param(
         "joint",
@@ -317,6 +322,47 @@ class TrainConfig(Cr5Params, BackendParams, BaselineParams, PlsaParams, S2NetPar
         doc="Resumable checkpoints (default <paths.root>/checkpoints/train-<config hash>); "
         '"" disables them.',
     )
+    #: Each registered method's own parameters by method name (the sections
+    #: ``train.<method>``); built by the loader, defaults for every method otherwise.
+    method_params: dict[str, Any] = field(
+        default_factory=lambda: {name: cls() for name, cls in method_sections().items()},
+        metadata={NESTED: True},
+    )
+
+    @staticmethod
+    def nested_sections() -> dict[str, type]:
+        """The nested sections, name -> parameter class, read from the method registry
+        when a section is built (so a method registered at run time has one too)."""
+        return method_sections()
+
+    @staticmethod
+    def legacy_keys() -> dict[str, tuple[str, ...]]:
+        """Flat keys of the release before the per-method sections -> the keys (relative
+        to ``train``) each now sets (:func:`~pipeline.methods.registry.legacy_keys`)."""
+        return legacy_keys()
+
+    def params_of(self, method: str | None = None) -> Any:
+        """The parameters of ``method`` (default ``train.method``): its section
+        ``train.<method>``, an instance of its spec's ``params`` class (the declared
+        defaults for a method registered after this section was built); None for a method
+        without a class of its own."""
+        name = self.method if method is None else method
+        if name in self.method_params:
+            return self.method_params[name]
+        cls = get_method(name).params
+        return None if cls is None else cls()
+
+    def with_params(self, method: str | None = None, **changes: Any) -> TrainConfig:
+        """A copy whose section ``train.<method>`` (default ``train.method``) has
+        ``changes`` (e.g. the evaluation's γ of one grid point), checked as the loader
+        checks them."""
+        name = self.method if method is None else method
+        current = self.params_of(name)
+        if current is None:
+            raise ConfigError(f"method {name!r} has no parameters of its own (train.{name})")
+        updated = dataclasses.replace(current, **changes)
+        check_section(updated, prefix=f"train.{name}.")
+        return dataclasses.replace(self, method_params={**self.method_params, name: updated})
 
     def backend_options(self) -> dict[str, Any]:
         """Keyword options of :func:`pipeline.backends.make_backend`
@@ -504,7 +550,8 @@ class EvaluateConfig(RetrievalParams):
         lo=0.0,
         lo_open=True,
         doc="γ of CCA, OPCA and S2Net (its OPCA start) chosen on the validation concepts "
-        "when two or more values are given; else train.gamma. A large γ turns CCA and OPCA "
+        "when two or more values are given; else their own train.<method>.gamma. A large γ turns "
+        "CCA and OPCA "
         "into per-language PCA.",
     )
     classify_labels: str | None = param(
@@ -724,7 +771,12 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every section as plain data, in the shape of a profile: a method's section is
+        ``train.<method>`` (what :func:`~pipeline.config.loader.load_config` and
+        :func:`~pipeline.config.loader.build_section` read back)."""
+        data = dataclasses.asdict(self)
+        data["train"].update(data["train"].pop("method_params"))
+        return data
 
     def heldout_path(self) -> str | None:
         """``features.heldout_concepts`` resolved: the word ``splits`` names the splits

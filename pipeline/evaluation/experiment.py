@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config, EvaluateConfig, check_evaluate
+from pipeline.config import Config, EvaluateConfig, TrainConfig, check_evaluate
 from pipeline.errors import InputDataError, PipelineError
 from pipeline.evaluation.classification import classification_rows, run_classification
 from pipeline.evaluation.engines import open_engine
@@ -44,7 +44,7 @@ from pipeline.evaluation.protocol import (
 from pipeline.evaluation.report import evaluation_rows, write_reports
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import EVALUATION, SPLITS
-from pipeline.methods.registry import get_method
+from pipeline.methods.registry import find_method, get_method
 from pipeline.model.format import read_model_json
 from pipeline.training import service as training
 from pipeline.training.rows import check_methods_memory
@@ -137,6 +137,15 @@ def choose_model(
     return model_path, None
 
 
+def method_gamma(t: TrainConfig, method: str) -> float | None:
+    """``method``'s own γ (``train.<method>.gamma``: CCA, OPCA, S2Net's OPCA start); None for
+    a method without one, or a name no registered method has."""
+    if find_method(method) is None:
+        return None
+    gamma = getattr(t.params_of(method), "gamma", None)
+    return None if gamma is None else float(gamma)
+
+
 def evaluate_model(
     ctx: Context, model_path: str, meta: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -156,7 +165,7 @@ def evaluate_model(
         "model": str(model_path),
         "r": int(meta["r"]),
         "lam": lam,
-        "params": method_params(method, lam, ctx.cfg.train.gamma),
+        "params": method_params(method, lam, method_gamma(ctx.cfg.train, method)),
         "similarity": str(meta.get("similarity", "cosine")),
         "fit_seconds": meta.get("training", {}).get("fit_seconds"),
         "test_seconds": round(seconds, 2),
@@ -172,8 +181,8 @@ def train_and_evaluate(
     Same training rows (train.* selection), same r as the evaluated model (its λ for cr5),
     same splits, candidates and engine: only the method differs. CCA, OPCA and S2Net (whose
     start is OPCA's map) take γ from ``evaluate.gamma_grid`` when it has two or more values,
-    chosen on the validation concepts like λ (otherwise ``train.gamma``). A method with a
-    similarity of its own (the topic models' L1) is scored with it too
+    chosen on the validation concepts like λ (otherwise their own ``train.<method>.gamma``).
+    A method with a similarity of its own (the topic models' L1) is scored with it too
     (:func:`~pipeline.evaluation.protocol.model_measures`). ``data`` is the loaded training rows
     (:func:`pipeline.training.load_training_data`), shared by every fit.
     """
@@ -182,9 +191,10 @@ def train_and_evaluate(
     base = e.baseline_models_dir or (cfg.paths.root.rstrip("/") + "/baseline_models")
     r = cfg.train.r if meta.get("phi_format") == "selection" else int(meta["r"])
     lam = float(meta["lam"])
-    gammas = [cfg.train.gamma]
+    tuned = get_method(method).tuned_by == "gamma"
+    gammas: list[float | None] = [method_gamma(cfg.train, method)]
     # fitted once per γ of evaluate.gamma_grid, the best kept, for a method tuned by γ
-    if get_method(method).tuned_by == "gamma" and len(e.gamma_grid) >= 2:
+    if tuned and len(e.gamma_grid) >= 2:
         gammas = list(e.gamma_grid)
     curve: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -192,12 +202,14 @@ def train_and_evaluate(
         path = f"{base.rstrip('/')}/{method}"
         if len(gammas) > 1:
             path += f"/gamma={gamma:g}"
+        train = dataclasses.replace(cfg.train, method=method, r=r, lam=lam)
+        if tuned:  # the method's own γ (train.<method>.gamma) at this grid point
+            train = train.with_params(method, gamma=gamma)
         sub = dataclasses.replace(
-            cfg,
-            train=dataclasses.replace(cfg.train, method=method, r=r, lam=lam, gamma=gamma),
-            paths=dataclasses.replace(cfg.paths, model=path),
+            cfg, train=train, paths=dataclasses.replace(cfg.paths, model=path)
         )
-        log.info("evaluate: training %s (r=%d, γ=%g) into %s", method, r, gamma, path)
+        shown = "" if gamma is None else f", γ={gamma:g}"
+        log.info("evaluate: training %s (r=%d%s) into %s", method, r, shown, path)
         trained = training.train_model(spark, sub, data)
         point = {"gamma": gamma, "model": path, "fit_seconds": trained["fit_seconds"]}
         if len(gammas) > 1:

@@ -135,15 +135,16 @@ def evaluate_role(
     return out
 
 
-def method_params(method: str, lam: float, gamma: float) -> dict[str, float]:
-    """The regularisation that tunes ``method`` (its spec's ``tuned_by``), for the report
-    (S2Net: OPCA's γ, which it starts from); empty for a method tuned by neither, or a name no
+def method_params(method: str, lam: float, gamma: float | None) -> dict[str, float]:
+    """The regularisation that tunes ``method`` (its spec's ``tuned_by``), for the report:
+    λ, or its own γ (``train.<method>.gamma``; S2Net: that of the OPCA it starts from); empty
+    for a method tuned by neither, or a name no
     registered method has (a model trained by a method registered in another process)."""
     spec = find_method(method)
     tuned_by = spec.tuned_by if spec is not None else None
     if tuned_by == "lam":
         return {"λ": lam}
-    if tuned_by == "gamma":
+    if tuned_by == "gamma" and gamma is not None:
         return {"γ": gamma}
     return {}
 

@@ -1,6 +1,7 @@
 """Rows of validation concepts, for the train stage's validation rules: Cr5's
 ``train.stop_rule: validation`` and S2Net's choice of learning rate and epochs (TF-IDF rows),
-and the topic models' ``train.plsa_stop_rule: validation`` (term counts, ``weighting="counts"``).
+and the topic models' ``train.<method>.stop_rule: validation`` (term counts,
+``weighting="counts"``).
 
 The split stage's validation concepts are held out of vocabulary, IDF and training in every
 language (docs/design.md, evaluation protocol), so their documents are an honest validation

@@ -1,5 +1,5 @@
 """CCA's fit (``train.method=cca``): regularised multi-set CCA on the concept-aligned views
-(:func:`pipeline.baselines.fit_cca`) at ``train.gamma``."""
+(:func:`pipeline.baselines.fit_cca`) at ``train.cca.gamma``."""
 
 from __future__ import annotations
 
@@ -15,4 +15,5 @@ __all__ = ["fit"]
 
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
     """CCA on the corpus backend of ``data`` (no checkpoint)."""
-    return baseline_model(fit_cca(data.backend, **regularised_settings(t)))
+    gamma = t.params_of("cca").gamma
+    return baseline_model(fit_cca(data.backend, **regularised_settings(t, gamma)))

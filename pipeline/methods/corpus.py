@@ -27,11 +27,13 @@ def eigensolver_settings(t: TrainConfig) -> dict[str, Any]:
     }
 
 
-def regularised_settings(t: TrainConfig) -> dict[str, Any]:
-    """CCA's and OPCA's: the eigensolver's settings, γ and the CG solves of N + γI."""
+def regularised_settings(t: TrainConfig, gamma: float) -> dict[str, Any]:
+    """CCA's and OPCA's: the eigensolver's settings, γ (the method's own, ``train.cca.gamma``,
+    ``train.opca.gamma``, or S2Net's ``train.s2net.gamma`` for its OPCA start) and the CG
+    solves of N + γI."""
     return {
         **eigensolver_settings(t),
-        "gamma": t.gamma,
+        "gamma": gamma,
         "cg_rtol": t.cg_rtol,
         "cg_maxiter": t.cg_maxiter,
     }

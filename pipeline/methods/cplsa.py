@@ -15,13 +15,17 @@ __all__ = ["fit"]
 
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
     """CPLSA on the concept-grouped term counts of ``data``, checkpointed under
-    ``checkpoint``; the posterior-regularisation settings ``train.plsa_pr_*``."""
+    ``checkpoint``; the section ``train.cplsa``: JPLSA's settings and the posterior
+    regularisation's ``pr_*``."""
+    p = t.params_of("cplsa")
     return fit_topic_model(
         fit_cplsa,
         t,
+        p,
         data,
         checkpoint,
-        pr_epsilon=t.plsa_pr_epsilon,
-        pr_maxiter=t.plsa_pr_maxiter,
-        pr_tol=t.plsa_pr_tol,
+        method="cplsa",
+        pr_epsilon=p.pr_epsilon,
+        pr_maxiter=p.pr_maxiter,
+        pr_tol=p.pr_tol,
     )

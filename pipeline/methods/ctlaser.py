@@ -1,5 +1,5 @@
 """cT-LASER's fit (``train.method=ctlaser``): T-LASER's encoder with the distance constraint
-(weight ``train.ctlaser_beta``) added to the translation loss."""
+(weight ``train.ctlaser.beta``) added to the translation loss."""
 
 from __future__ import annotations
 
@@ -14,4 +14,4 @@ __all__ = ["fit"]
 
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
     """cT-LASER on the raw texts of ``data``, checkpointed under ``checkpoint``."""
-    return fit_encoder(t, data, checkpoint, beta=t.ctlaser_beta)
+    return fit_encoder(t, data, checkpoint, t.params_of("ctlaser"))

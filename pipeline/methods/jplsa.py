@@ -15,5 +15,5 @@ __all__ = ["fit"]
 
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
     """JPLSA on the concept-grouped term counts of ``data``, checkpointed under
-    ``checkpoint``."""
-    return fit_topic_model(fit_jplsa, t, data, checkpoint)
+    ``checkpoint``, with the section ``train.jplsa``."""
+    return fit_topic_model(fit_jplsa, t, t.params_of("jplsa"), data, checkpoint, method="jplsa")

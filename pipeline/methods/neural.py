@@ -4,7 +4,7 @@ as a :class:`~pipeline.methods.fitted.FittedModel`.
 
 A method's :class:`~pipeline.neural.loop.Task` (built by its own fit from the loaded training
 rows) is trained by :func:`~pipeline.neural.loop.run_loop`, either in the driver process
-(``train.neural_processes: 1``) or in ``train.neural_processes`` processes (local mode:
+(``train.<method>.processes: 1``) or in that many processes (local mode:
 ``torchrun`` on the driver machine, gloo all-reduce; the task, training rows included, is
 pickled to them).
 """
@@ -23,6 +23,7 @@ from pipeline.errors import ConfigError
 from pipeline.io.storage import is_local, scratch_root
 from pipeline.methods.fitted import FittedModel
 from pipeline.neural.loop import LoopSettings, distributed_entry, run_loop
+from pipeline.neural.params import NeuralLoopParams
 
 __all__ = ["fit_task", "loop_settings", "train_task"]
 
@@ -47,15 +48,16 @@ def _loop_checkpoint(checkpoint: str | None) -> str | None:
     return local
 
 
-def loop_settings(t: TrainConfig, checkpoint: str | None) -> LoopSettings:
-    """The loop's settings from the train section."""
+def loop_settings(t: TrainConfig, p: NeuralLoopParams, checkpoint: str | None) -> LoopSettings:
+    """The loop's settings: the method's section ``p`` (``train.<method>``) and the train
+    section's seed."""
     return LoopSettings(
-        epochs=t.neural_epochs,
-        batch_size=t.neural_batch_size,
-        lr=t.neural_lr,
+        epochs=p.epochs,
+        batch_size=p.batch_size,
+        lr=p.lr,
         seed=t.seed,
         checkpoint_dir=checkpoint,
-        threads=t.neural_threads,
+        threads=p.threads,
     )
 
 
@@ -72,6 +74,7 @@ def train_task(task: Any, settings: LoopSettings, processes: int) -> dict[str, A
 
 def fit_task(
     t: TrainConfig,
+    p: NeuralLoopParams,
     data: Any,
     checkpoint: str | None,
     task: Any,
@@ -79,7 +82,7 @@ def fit_task(
     shared: dict[str, np.ndarray] | None = None,
     history: dict[str, Any] | None = None,
 ) -> FittedModel:
-    """Train ``task`` with the train section's loop settings, checkpointed under
+    """Train ``task`` with the loop settings ``p`` (the method's section), checkpointed under
     ``checkpoint``; a FittedModel whose components are the loop's weights, ``shared`` its
     model-wide arrays, and whose history is the per-epoch record with ``history`` (the
     method's own entries) added before the selection rule."""
@@ -88,7 +91,7 @@ def fit_task(
             f"{t.method} trains on parallel pairs, but no concept has documents in two of the "
             f"training languages {list(data.backend.languages)}"
         )
-    result = train_task(task, loop_settings(t, _loop_checkpoint(checkpoint)), t.neural_processes)
+    result = train_task(task, loop_settings(t, p, _loop_checkpoint(checkpoint)), p.processes)
     record = {
         "epochs": result["history"],
         "chosen_epoch": result["chosen_epoch"],

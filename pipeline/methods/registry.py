@@ -21,21 +21,30 @@ with Σp·r (K and n are smaller than Σp there), which is what the formula assu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pipeline.baselines.params import BaselineParams, PlsaParams, S2NetParams
+from pipeline.baselines.params import (
+    CcaParams,
+    CplsaParams,
+    OpcaParams,
+    PlsaParams,
+    S2NetParams,
+)
 from pipeline.errors import ConfigError
-from pipeline.linalg.params import Cr5Params, max_rank
+from pipeline.linalg.params import max_rank
 from pipeline.methods.spec import DriverMemory, MethodSpec
-from pipeline.neural.params import NeuralParams
+from pipeline.neural.params import CtlaserParams, TlaserParams, XcnnParams
 
 __all__ = [
     "BUILTIN",
     "all_methods",
     "find_method",
     "get_method",
+    "legacy_keys",
     "method_names",
+    "method_sections",
     "register",
     "registered",
     "unregister",
@@ -49,7 +58,6 @@ BUILTIN: tuple[MethodSpec, ...] = (
         name="cr5",
         family="corpus-level",
         fit="pipeline.methods.cr5:fit",
-        params=Cr5Params,
         rank_bound=max_rank,
         checkpoints=True,
         tuned_by="lam",
@@ -72,7 +80,7 @@ BUILTIN: tuple[MethodSpec, ...] = (
         name="cca",
         family="corpus-level",
         fit="pipeline.methods.cca:fit",
-        params=BaselineParams,
+        params=CcaParams,
         rank_bound=max_rank,
         tuned_by="gamma",
         driver_memory=DriverMemory("state", 26.0),
@@ -81,7 +89,7 @@ BUILTIN: tuple[MethodSpec, ...] = (
         name="opca",
         family="corpus-level",
         fit="pipeline.methods.opca:fit",
-        params=BaselineParams,
+        params=OpcaParams,
         rank_bound=max_rank,
         tuned_by="gamma",
         driver_memory=DriverMemory("state", 21.9),
@@ -102,7 +110,7 @@ BUILTIN: tuple[MethodSpec, ...] = (
         family="concept-grouped",
         fit="pipeline.methods.cplsa:fit",
         model_kind="topics",
-        params=PlsaParams,
+        params=CplsaParams,
         rank_bound=max_rank,
         checkpoints=True,
         similarity="l1",
@@ -124,7 +132,7 @@ BUILTIN: tuple[MethodSpec, ...] = (
         name="xcnn",
         family="neural",
         fit="pipeline.methods.xcnn:fit",
-        params=NeuralParams,
+        params=XcnnParams,
         checkpoints=True,
         epoch_validation=True,
     ),
@@ -132,8 +140,8 @@ BUILTIN: tuple[MethodSpec, ...] = (
         name="tlaser",
         family="neural",
         fit="pipeline.methods.tlaser:fit",
+        params=TlaserParams,
         model_kind="encoder",
-        params=NeuralParams,
         checkpoints=True,
         texts=True,
     ),
@@ -141,8 +149,8 @@ BUILTIN: tuple[MethodSpec, ...] = (
         name="ctlaser",
         family="neural",
         fit="pipeline.methods.ctlaser:fit",
+        params=CtlaserParams,
         model_kind="encoder",
-        params=NeuralParams,
         checkpoints=True,
         texts=True,
     ),
@@ -159,6 +167,32 @@ def method_names() -> tuple[str, ...]:
 def all_methods() -> tuple[MethodSpec, ...]:
     """Every registered spec, in :func:`method_names` order."""
     return tuple(_REGISTRY.values())
+
+
+def method_sections() -> dict[str, type]:
+    """The nested sections of ``train``: each registered method with a ``params`` class,
+    under its name (``train.<method>.<key>``), in :func:`method_names` order."""
+    return {spec.name: spec.params for spec in _REGISTRY.values() if spec.params is not None}
+
+
+def legacy_keys() -> dict[str, tuple[str, ...]]:
+    """The flat ``train`` keys of the release before the per-method sections, each with the
+    keys (relative to ``train``) that it now sets: ``plsa_topic_prior`` ->
+    ``("jplsa.topic_prior", "cplsa.topic_prior")``, ``gamma`` -> ``("cca.gamma",
+    "opca.gamma", "s2net.gamma")``.
+
+    Derived from the declarations: a field whose metadata names a ``legacy`` key maps it to
+    that field of every registered method whose ``params`` class has the field (so a class
+    shared by several methods, such as the neural training loop's, maps one old key to all
+    of them). The loader accepts the old keys with a warning for one release.
+    """
+    out: dict[str, list[str]] = {}
+    for name, cls in method_sections().items():
+        for f in dataclasses.fields(cls):
+            old = f.metadata.get("legacy")
+            if old:
+                out.setdefault(old, []).append(f"{name}.{f.name}")
+    return {old: tuple(new) for old, new in out.items()}
 
 
 def find_method(name: str) -> MethodSpec | None:

@@ -15,27 +15,28 @@ __all__ = ["fit"]
 
 
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
-    """S2Net from OPCA fitted on the same rows with ``train.gamma``, on the training rows
-    grouped by concept as TF-IDF rows; the validation concepts' rows choose among several
-    (learning rate, epochs) candidates. Checkpointed under ``checkpoint``."""
-    corpus = data.grouped("tfidf")
+    """S2Net from OPCA fitted on the same rows with ``train.s2net.gamma``, on the training
+    rows grouped by concept as TF-IDF rows; the validation concepts' rows choose among
+    several (learning rate, epochs) candidates. Checkpointed under ``checkpoint``."""
+    p = t.params_of("s2net")
+    corpus = data.grouped("tfidf", p.pair_partitions)
     validation = None
-    if len(t.s2net_learning_rates) * len(set(t.s2net_epochs)) > 1:
+    if len(p.learning_rates) * len(set(p.epochs)) > 1:
         validation = data.validation_rows(
-            "tfidf", "train.s2net_learning_rates / train.s2net_epochs (several candidates)"
+            "tfidf", "train.s2net.learning_rates / train.s2net.epochs (several candidates)"
         )
-    opca = opca_maps(t, data.backend)
+    opca = opca_maps(t, data.backend, p.gamma)
     fitted = fit_s2net(
         corpus,
         opca.components,
         r=t.r,
-        learning_rates=t.s2net_learning_rates,
-        epochs=t.s2net_epochs,
-        batch_concepts=t.s2net_batch_concepts,
-        gamma=t.s2net_gamma,
-        negatives=t.s2net_negatives,
+        learning_rates=p.learning_rates,
+        epochs=p.epochs,
+        batch_concepts=p.batch_concepts,
+        gamma=p.scale,
+        negatives=p.negatives,
         validation=validation,
-        distractors=t.neural_validation_distractors,
+        distractors=p.validation_distractors,
         checkpoint=checkpoint_store(checkpoint),
         seed=t.seed,
     )

@@ -86,8 +86,10 @@ class MethodSpec:
     model_kind : ModelKind
         What the model directory holds (:data:`ModelKind`).
     params : type or None
-        The parameter class declaring the method's own ``train`` keys
-        (:mod:`pipeline.params`), beside the solver settings it shares; None if it has none.
+        The parameter class declaring the method's own keys (:mod:`pipeline.params`), the
+        nested section ``train.<name>.<key>`` of the configuration; None if it has none
+        (the eigensolver's and the backend's keys, which Cr5 and the corpus-level baselines
+        share, stay flat ``train`` keys).
     rank_bound : callable or None
         ``rank_bound(K, p)``: the largest ``train.r`` a corpus of K training concepts and p
         terms allows, checked before the fit; None when ``train.r`` does not set its

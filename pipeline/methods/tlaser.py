@@ -14,15 +14,17 @@ from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.methods.fitted import FittedModel
 from pipeline.methods.neural import fit_task
+from pipeline.neural.params import CtlaserParams, TlaserParams
 
 __all__ = ["fit", "fit_encoder"]
 
 log = logging.getLogger(__name__)
 
 
-def _encoder_task(t: TrainConfig, data: Any, beta: float) -> tuple[Any, bytes]:
+def _encoder_task(t: TrainConfig, data: Any, p: TlaserParams) -> tuple[Any, bytes]:
     """The T-LASER / cT-LASER task and its sentencepiece model (learned here on the training
-    documents of every language)."""
+    documents of every language); ``p`` the method's section (cT-LASER's adds the distance
+    constraint, T-LASER's has none: β = 0)."""
     import pyarrow.compute as pc
 
     from pipeline.neural.tlaser import EncoderSizes, SubwordVocabulary, TLaserTask
@@ -32,9 +34,7 @@ def _encoder_task(t: TrainConfig, data: Any, beta: float) -> tuple[Any, bytes]:
     langs = list(data.backend.languages)
     train = data.texts["training"]
     texts = {lang: train[lang].column("text").to_pylist() for lang in langs}
-    vocab = SubwordVocabulary.train(
-        [x for lang in langs for x in texts[lang]], langs, t.tlaser_vocab_size
-    )
+    vocab = SubwordVocabulary.train([x for lang in langs for x in texts[lang]], langs, p.vocab_size)
     log.info(
         "neural: %d subword pieces learned on %d documents",
         len(vocab),
@@ -42,12 +42,15 @@ def _encoder_task(t: TrainConfig, data: Any, beta: float) -> tuple[Any, bytes]:
     )
     sizes = EncoderSizes(
         vocab=len(vocab),
-        dim=t.tlaser_dim,
-        heads=t.tlaser_heads,
-        layers=t.tlaser_layers,
-        ff=t.tlaser_ff,
-        max_tokens=t.tlaser_max_tokens,
+        dim=p.dim,
+        heads=p.heads,
+        layers=p.layers,
+        ff=p.ff,
+        max_tokens=p.max_tokens,
     )
+    constraint: dict[str, Any] = {}  # T-LASER: TLaserTask's β = 0
+    if isinstance(p, CtlaserParams):
+        constraint = {"beta": p.beta, "margin": p.margin, "center": p.center}
     validation = None
     val = data.texts["validation"]
     if val is not None and val.num_rows:
@@ -63,22 +66,22 @@ def _encoder_task(t: TrainConfig, data: Any, beta: float) -> tuple[Any, bytes]:
         concepts=[train[lang].column("concept_index").to_numpy() for lang in langs],
         tags=[vocab.tag(lang) for lang in langs],
         sizes=sizes,
-        beta=beta,
-        margin=t.ctlaser_margin,
-        center=t.ctlaser_center,
+        **constraint,
         validation=validation or None,
-        distractors=t.neural_validation_distractors,
+        distractors=p.validation_distractors,
     )
     return task, vocab.proto
 
 
-def fit_encoder(t: TrainConfig, data: Any, checkpoint: str | None, *, beta: float) -> FittedModel:
-    """The encoder trained on the raw texts of ``data`` with distance-constraint weight
-    ``beta`` (0: T-LASER); ``components`` holds the network's weights and ``shared`` the
-    sentencepiece model's bytes (as a uint8 array) under ``"subwords.model"``."""
-    task, proto = _encoder_task(t, data, beta)
+def fit_encoder(t: TrainConfig, data: Any, checkpoint: str | None, p: TlaserParams) -> FittedModel:
+    """The encoder trained on the raw texts of ``data`` with the method's section ``p``
+    (:class:`~pipeline.neural.params.CtlaserParams`: with the distance constraint);
+    ``components`` holds the network's weights and ``shared`` the sentencepiece model's
+    bytes (as a uint8 array) under ``"subwords.model"``."""
+    task, proto = _encoder_task(t, data, p)
     return fit_task(
         t,
+        p,
         data,
         checkpoint,
         task,
@@ -88,5 +91,5 @@ def fit_encoder(t: TrainConfig, data: Any, checkpoint: str | None, *, beta: floa
 
 
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
-    """T-LASER: the translation loss alone."""
-    return fit_encoder(t, data, checkpoint, beta=0.0)
+    """T-LASER: the translation loss alone (the section ``train.tlaser``)."""
+    return fit_encoder(t, data, checkpoint, t.params_of("tlaser"))

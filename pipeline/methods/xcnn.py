@@ -27,14 +27,15 @@ def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
             f"train.method={t.method} trains on the TF-IDF rows in the driver; set "
             "train.backend=local"
         )
+    p = t.params_of("xcnn")
     langs = list(backend.languages)
     task = XcnnTask(
         langs=langs,
         rows=[backend.matrix(lang).tocsr() for lang in langs],
         concepts=[np.asarray(backend.concept_index(lang)) for lang in langs],
-        dim=t.xcnn_dim,
-        scale=t.xcnn_scale,
+        dim=p.dim,
+        scale=p.scale,
         validation=data.validation,
-        distractors=t.neural_validation_distractors,
+        distractors=p.validation_distractors,
     )
-    return fit_task(t, data, checkpoint, task)
+    return fit_task(t, p, data, checkpoint, task)

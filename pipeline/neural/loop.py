@@ -200,8 +200,8 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
     shard = s.batch_size // world
     if shard < 1:
         raise ConfigError(
-            f"train.neural_batch_size={s.batch_size} is smaller than the {world} training "
-            "processes (train.neural_processes); raise it"
+            f"the batch size {s.batch_size} (train.<method>.batch_size) is smaller than the "
+            f"{world} training processes (train.<method>.processes); raise it"
         )
     batch = shard * world
     torch.manual_seed(s.seed)
@@ -224,7 +224,7 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
     if n_steps == 0:
         raise ConfigError(
             f"{task.n_items} training pairs are fewer than one batch "
-            f"(train.neural_batch_size={s.batch_size}); lower the batch size"
+            f"(train.<method>.batch_size={s.batch_size}); lower the batch size"
         )
     for epoch in range(start, s.epochs):
         t0 = time.perf_counter()

@@ -1,11 +1,14 @@
 """The neural methods' parameters, declared once (:func:`~pipeline.params.param`).
 
 XCNN, T-LASER and cT-LASER (``train.method`` xcnn, tlaser, ctlaser; docs/neural.md) share the
-training loop's settings (epochs, batch, learning rate, processes) and add their model sizes.
-The configuration's ``train`` section embeds :class:`NeuralParams`
-(:class:`pipeline.config.TrainConfig` subclasses it), so ``train.neural_epochs`` *is*
-:attr:`NeuralParams.neural_epochs`. The defaults fit a 2-core machine; the papers' sizes are
-in docs/neural.md.
+training loop's settings (:class:`NeuralLoopParams`: epochs, batch, learning rate, processes)
+and add their model sizes: :class:`XcnnParams`, :class:`TlaserParams` and
+:class:`CtlaserParams` (T-LASER's sizes and its distance constraint). The configuration nests
+each under its method's name (``train.xcnn.epochs``, ``train.tlaser.dim``,
+``train.ctlaser.beta``; built from the method registry's ``params``). The defaults fit a
+2-core machine; the papers' sizes are in docs/neural.md. A field's ``legacy`` metadata names
+its flat key before the sections were nested (``train.neural_epochs``), which the loader maps
+with a warning for one release.
 
 This module imports nothing but :mod:`pipeline.params` and the standard library: the
 configuration, which the Airflow DAG imports without PyTorch, embeds it.
@@ -17,83 +20,146 @@ from dataclasses import dataclass
 
 from pipeline.params import param
 
-__all__ = ["NEURAL_DEFAULTS", "NeuralParams"]
+__all__ = [
+    "CTLASER_DEFAULTS",
+    "TLASER_DEFAULTS",
+    "XCNN_DEFAULTS",
+    "CtlaserParams",
+    "EpochValidationParams",
+    "NeuralLoopParams",
+    "TlaserParams",
+    "XcnnParams",
+]
+
+
+def _legacy(name: str) -> dict[str, str]:
+    return {"legacy": name}
 
 
 @dataclass(frozen=True)
-class NeuralParams:
-    """Parameters of the neural methods; the keys ``train.<name>``."""
+class EpochValidationParams:
+    """How a method that chooses its epoch on the validation concepts scores an epoch (the
+    neural methods, S2Net)."""
 
-    neural_epochs: int = param(
+    validation_distractors: int = param(
+        2000,
+        lo=0,
+        doc="Training documents per language (a seeded sample) added to the candidates of "
+        "the per-epoch validation P@1, so the epoch is chosen ranking among training "
+        "documents as the evaluation does (its pool holds every document up to "
+        "evaluate.max_candidates); 0: among the validation documents only, where a model "
+        "that memorises its training pairs looks far better than the evaluation finds it.",
+        extra=_legacy("neural_validation_distractors"),
+    )
+
+
+@dataclass(frozen=True)
+class NeuralLoopParams(EpochValidationParams):
+    """The training loop the neural methods share (:mod:`pipeline.neural.loop`)."""
+
+    epochs: int = param(
         10,
         lo=1,
-        doc="Training epochs of xcnn/tlaser/ctlaser (one pass over the parallel pairs each); "
-        "the model kept is the epoch with the best validation P@1 (features.heldout_concepts "
-        "set), else the last.",
+        doc="Training epochs (one pass over the parallel pairs each); the model kept is the "
+        "epoch with the best validation P@1 (features.heldout_concepts set), else the last.",
+        extra=_legacy("neural_epochs"),
     )
-    neural_batch_size: int = param(
+    batch_size: int = param(
         64,
         lo=2,
         doc="Parallel pairs per optimisation step, over all processes (split evenly among "
         "them; a trailing partial batch of an epoch is dropped).",
+        extra=_legacy("neural_batch_size"),
     )
-    neural_lr: float = param(1e-3, lo=0.0, lo_open=True, doc="Adam learning rate.")
-    neural_processes: int = param(
+    lr: float = param(
+        1e-3, lo=0.0, lo_open=True, doc="Adam learning rate.", extra=_legacy("neural_lr")
+    )
+    processes: int = param(
         2,
         lo=1,
         doc="Training processes launched by pyspark's TorchDistributor (local mode: on the "
         "driver machine; one gradient all-reduce per step); 1: train in the driver process.",
+        extra=_legacy("neural_processes"),
     )
-    neural_threads: int = param(
-        1, lo=1, doc="PyTorch CPU threads per training process and per embedding worker."
+    threads: int = param(
+        1,
+        lo=1,
+        doc="PyTorch CPU threads per training process and per embedding worker.",
+        extra=_legacy("neural_threads"),
     )
-    neural_validation_distractors: int = param(
-        2000,
-        lo=0,
-        doc="Training documents per language (a seeded sample) added to the candidates of "
-        "the per-epoch validation P@1 (of the neural methods and S2Net), so the epoch is "
-        "chosen ranking among training "
-        "documents as the evaluation does (its pool holds every document up to "
-        "evaluate.max_candidates); 0: among the validation documents only, where a model "
-        "that memorises its training pairs looks far better than the evaluation finds it.",
+
+
+@dataclass(frozen=True)
+class XcnnParams(NeuralLoopParams):
+    """XCNN; the keys ``train.xcnn.*``."""
+
+    dim: int = param(
+        128, lo=1, doc="Embedding dimension (the paper's 128).", extra=_legacy("xcnn_dim")
     )
-    xcnn_dim: int = param(128, lo=1, doc="XCNN embedding dimension (the paper's 128).")
-    xcnn_scale: float = param(
+    scale: float = param(
         5.0,
         lo=0.0,
         lo_open=True,
-        doc="XCNN noise-contrastive loss: the cosine similarities are multiplied by this "
-        "before the logistic loss (softplus(-s·cos⁺) + softplus(s·cos⁻)).",
+        doc="Noise-contrastive loss: the cosine similarities are multiplied by this before "
+        "the logistic loss (softplus(-s·cos⁺) + softplus(s·cos⁻)).",
+        extra=_legacy("xcnn_scale"),
     )
-    tlaser_dim: int = param(128, lo=8, doc="T-LASER model width d_model (= embedding dimension).")
-    tlaser_heads: int = param(4, lo=1, doc="T-LASER attention heads (divides tlaser_dim).")
-    tlaser_layers: int = param(2, lo=1, doc="T-LASER encoder layers (the decoder has one).")
-    tlaser_ff: int = param(256, lo=1, doc="T-LASER feed-forward width.")
-    tlaser_vocab_size: int = param(
-        4000, lo=16, doc="Shared sentencepiece (BPE) vocabulary size over all languages."
+
+
+@dataclass(frozen=True)
+class TlaserParams(NeuralLoopParams):
+    """T-LASER; the keys ``train.tlaser.*`` (and cT-LASER's, :class:`CtlaserParams`)."""
+
+    dim: int = param(
+        128, lo=8, doc="Model width d_model (= embedding dimension).", extra=_legacy("tlaser_dim")
     )
-    tlaser_max_tokens: int = param(
-        64, lo=4, doc="Subword tokens kept per document (after the start tag)."
+    heads: int = param(4, lo=1, doc="Attention heads (divides dim).", extra=_legacy("tlaser_heads"))
+    layers: int = param(
+        2, lo=1, doc="Encoder layers (the decoder has one).", extra=_legacy("tlaser_layers")
     )
-    ctlaser_beta: float = param(
+    ff: int = param(256, lo=1, doc="Feed-forward width.", extra=_legacy("tlaser_ff"))
+    vocab_size: int = param(
+        4000,
+        lo=16,
+        doc="Shared sentencepiece (BPE) vocabulary size over all languages.",
+        extra=_legacy("tlaser_vocab_size"),
+    )
+    max_tokens: int = param(
+        64,
+        lo=4,
+        doc="Subword tokens kept per document (after the start tag).",
+        extra=_legacy("tlaser_max_tokens"),
+    )
+
+
+@dataclass(frozen=True)
+class CtlaserParams(TlaserParams):
+    """cT-LASER: T-LASER with a distance constraint; the keys ``train.ctlaser.*``."""
+
+    beta: float = param(
         0.5,
         lo=0.0,
-        doc="cT-LASER: weight of the distance-constraint loss against the translation loss "
-        "(the paper chooses from 0.25, 0.5, 1).",
+        doc="Weight of the distance-constraint loss against the translation loss (the paper "
+        "chooses from 0.25, 0.5, 1).",
+        extra=_legacy("ctlaser_beta"),
     )
-    ctlaser_margin: float = param(
+    margin: float = param(
         1.0,
         lo=0.0,
-        doc="cT-LASER: margin of the distance constraint's unrelated-sentence term (in units "
-        "of the batch's mean vector norm).",
+        doc="Margin of the distance constraint's unrelated-sentence term (in units of the "
+        "batch's mean vector norm).",
+        extra=_legacy("ctlaser_margin"),
     )
-    ctlaser_center: bool = param(
+    center: bool = param(
         False,
-        doc="cT-LASER: measure the batch's mean vector norm on the vectors less their batch "
-        "mean (true) instead of the paper's uncentred norm (false), which the network can "
-        "inflate by adding one vector to every embedding (docs/neural.md).",
+        doc="Measure the batch's mean vector norm on the vectors less their batch mean (true) "
+        "instead of the paper's uncentred norm (false), which the network can inflate by "
+        "adding one vector to every embedding (docs/neural.md).",
+        extra=_legacy("ctlaser_center"),
     )
 
 
 #: The declared defaults.
-NEURAL_DEFAULTS = NeuralParams()
+XCNN_DEFAULTS = XcnnParams()
+TLASER_DEFAULTS = TlaserParams()
+CTLASER_DEFAULTS = CtlaserParams()

@@ -138,7 +138,8 @@ def build_module(sizes: EncoderSizes) -> Any:
     nn = torch.nn
     if sizes.dim % sizes.heads:
         raise ConfigError(
-            f"train.tlaser_heads={sizes.heads} must divide train.tlaser_dim={sizes.dim}"
+            f"the attention heads (train.<method>.heads={sizes.heads}) must divide the width "
+            f"(train.<method>.dim={sizes.dim})"
         )
 
     class TLaser(nn.Module):

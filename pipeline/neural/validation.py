@@ -5,7 +5,8 @@ language up to ``evaluate.max_candidates`` (training documents included); rankin
 validation document's translation among the validation documents alone is an easier task,
 on which a model that memorises its training pairs looks far better than it is
 (docs/neural.md, "The candidate pool"). So the epoch is chosen with a seeded sample of each
-language's training documents added to the candidates (``train.neural_validation_distractors``).
+language's training documents added to the candidates
+(``train.<method>.validation_distractors``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ Parameters that do not apply to a DataFrame stage are left out (:data:`LEFT_OUT`
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,8 +31,8 @@ from pipeline.config import (
     build_section,
     validate,
 )
-from pipeline.linalg.params import BackendParams, Cr5Params
-from pipeline.params import ParamInfo, check_params, section_params
+from pipeline.methods.registry import method_sections
+from pipeline.params import NESTED, ParamInfo, check_params, section_params
 from pipeline.sparkml.params import StageParams
 
 __all__ = [
@@ -53,15 +52,19 @@ __all__ = [
 OWNER = "Spark ML"
 
 
-def _other_methods(keep: tuple[type, ...] = (TrainConfig, Cr5Params, BackendParams)) -> dict:
-    """``train`` keys declared for another method than Cr5 (the baselines' parameter
-    classes that TrainConfig subclasses): no parameter of the Cr5 estimator."""
-    out = {}
-    for f in dataclasses.fields(TrainConfig):
-        owner = next(c for c in TrainConfig.__mro__ if f.name in inspect.get_annotations(c))
-        if owner not in keep:
-            out[f"train.{f.name}"] = f"a parameter of another method ({owner.__name__})"
-    return out
+def _other_methods() -> dict[str, str]:
+    """The ``train`` keys of the methods' own sections, which are no parameter of the Cr5
+    estimator: each registered method's section ``train.<method>`` (from the specs,
+    :func:`~pipeline.methods.registry.method_sections`) and the field holding them."""
+    reason = "the estimator fits Cr5 (the other methods are compared by the evaluate stage)"
+    nested = next(f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get(NESTED))
+    return {
+        f"train.{nested}": f"the methods' own sections train.<method>: {reason}",
+        **{
+            f"train.{name}": f"the section of method {name} ({cls.__name__}): {reason}"
+            for name, cls in method_sections().items()
+        },
+    }
 
 
 #: Configuration keys that are no parameter of the estimator, and why.

@@ -124,9 +124,12 @@ def load_grouped_corpus(
     languages: list[str],
     vocabulary: dict[str, dict],
     weighting: str,
+    *,
+    partitions: int | None = None,
 ) -> GroupedCorpus:
     """The training rows at ``rows_path`` grouped by concept on the ``train.backend`` engine,
-    in ``train.pair_partitions`` blocks (default: :func:`~pipeline.linalg.groups.default_blocks`).
+    in ``partitions`` blocks (a method's ``train.<method>.pair_partitions``; None:
+    :func:`~pipeline.linalg.groups.default_blocks`).
 
     Raises
     ------
@@ -139,7 +142,7 @@ def load_grouped_corpus(
     layout = TermLayout(languages, [layout_info.n_terms[lg] for lg in languages])
     n_docs = {lg: layout_info.n_docs[lg] for lg in languages}
     nnz = sum(layout_info.nnz.values())
-    n_blocks = default_blocks(nnz, t.pair_partitions, layout_info.n_concepts)
+    n_blocks = default_blocks(nnz, partitions, layout_info.n_concepts)
     frame = grouped_rows(spark, cfg, rows_path, languages, vocabulary, weighting)
     corpus = make_grouped_corpus(
         t.backend,

@@ -88,24 +88,30 @@ class TrainingData:
     rows_path: str | None = None
     spark: Any = None
     cfg: Config | None = None
-    _grouped: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _grouped: dict[tuple[str, int | None], Any] = field(
+        default_factory=dict, init=False, repr=False
+    )
     _validation_rows: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
-    def grouped(self, weighting: str) -> Any:
-        """The training rows grouped by concept (:mod:`pipeline.training.groups`), loaded once
-        per weighting ("counts" or "tfidf") and shared by every fit on this data."""
-        if weighting not in self._grouped:
+    def grouped(self, weighting: str, partitions: int | None = None) -> Any:
+        """The training rows grouped by concept (:mod:`pipeline.training.groups`) in
+        ``partitions`` blocks (the method's ``train.<method>.pair_partitions``; None: the
+        default count), loaded once per weighting ("counts" or "tfidf") and block count and
+        shared by every fit on this data."""
+        key = (weighting, partitions)
+        if key not in self._grouped:
             from pipeline.training.groups import load_grouped_corpus
 
-            self._grouped[weighting] = load_grouped_corpus(
+            self._grouped[key] = load_grouped_corpus(
                 self.spark,
                 self.cfg,
                 self.rows_path,
                 list(self.backend.languages),
                 self.vocabulary,
                 weighting,
+                partitions=partitions,
             )
-        return self._grouped[weighting]
+        return self._grouped[key]
 
     def validation_rows(self, weighting: str, needed_by: str) -> Any:
         """Validation documents as a :class:`~pipeline.linalg.monitor.ValidationSet` of

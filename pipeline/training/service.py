@@ -33,6 +33,7 @@ from pipeline.methods.fitted import FittedModel
 from pipeline.methods.registry import get_method
 from pipeline.model.encoder_model import SUBWORDS
 from pipeline.model.format import LanguageMap, save_encoder_model, save_model
+from pipeline.neural.params import TlaserParams
 from pipeline.preflight import check_rank
 from pipeline.training.fit import fit_method
 from pipeline.training.rows import TrainingData, load_training_data
@@ -91,7 +92,8 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     fit_seconds = time.perf_counter() - t0
     encoder = spec.model_kind == "encoder"
     # r: the embedding dimension (|union vocabulary| for untranslated).
-    r_out = t.tlaser_dim if encoder else int(next(iter(fitted.components.values())).shape[1])
+    own = t.params_of()
+    r_out = own.dim if encoder else int(next(iter(fitted.components.values())).shape[1])
     maps = {} if encoder else _language_maps(fitted, data, languages)
     passes = pass_delta(passes0, backend.pass_counts)
     training = _training_record(cfg, data, fitted, fit_seconds, passes)
@@ -114,8 +116,8 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
         proto = fitted.shared[SUBWORDS]
         meta["languages"] = languages
         meta["encoder"] = {
-            "sizes": {**_encoder_sizes(t), "vocab": int(fitted.history["vocabulary_size"])},
-            "threads": t.neural_threads,
+            "sizes": {**_encoder_sizes(own), "vocab": int(fitted.history["vocabulary_size"])},
+            "threads": own.threads,
         }
         save_encoder_model(model_path, meta, fitted.components, {SUBWORDS: proto.tobytes()})
     else:
@@ -143,13 +145,14 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     }
 
 
-def _encoder_sizes(t: TrainConfig) -> dict[str, int]:
+def _encoder_sizes(p: TlaserParams) -> dict[str, int]:
+    """An encoder method's sizes from its section (``train.tlaser``, ``train.ctlaser``)."""
     return {
-        "dim": t.tlaser_dim,
-        "heads": t.tlaser_heads,
-        "layers": t.tlaser_layers,
-        "ff": t.tlaser_ff,
-        "max_tokens": t.tlaser_max_tokens,
+        "dim": p.dim,
+        "heads": p.heads,
+        "layers": p.layers,
+        "ff": p.ff,
+        "max_tokens": p.max_tokens,
     }
 
 
