@@ -31,6 +31,25 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# The driver-memory parts are the methods' own model, the one the memory plan uses
+# (pipeline/methods/driver_memory.py); :func:`driver_mb` combines them into its peak moments.
+from pipeline.methods.driver_memory import (  # noqa: E402
+    CG_ARRAYS,
+    SOLVE_ARRAYS,
+    basis_bytes,
+    cg_bytes,
+    ct_results_bytes,
+    images_bytes,
+    phi_bytes,
+    precond_bytes,
+    solve_bytes,
+    x_bytes,
+)
+
 MB = 2**20
 
 #: Cached row blocks of a language: 1 up to this many nonzeros, else max(cores, z / this)
@@ -41,15 +60,10 @@ NNZ_PER_PARTITION = 2_000_000
 #: pyarrow): the embed stage's driver peak in both chain runs (140.5 / 140.3 MB).
 DRIVER_BASE_MB = 140.0
 
-#: Live float64 p_l x b arrays of one language's block CG at its peak (pipeline/linalg/
-#: block_cg.py): B, X, R (full), R and X of the active columns, Z, P, the scratch block,
-#: A·P and the product's λV term, plus the float32 copy of P and of XᵀXP (2 halves).
-CG_BLOCKS = 11
-
-#: Live float64 p x b arrays while Â⁻¹ is applied (pipeline/linalg/woodbury.py _matmat):
-#: the right-hand sides U, the per-language solutions (held by ``x, _ = ...``), their
-#: concatenation X, and the Woodbury correction's outer product and its scaled copy.
-SOLVE_BLOCKS = 5
+#: Live p_l x b arrays of one language's block CG at its peak, and p x b arrays while Â⁻¹
+#: is applied (pipeline.methods.driver_memory.CG_ARRAYS and SOLVE_ARRAYS, which say which).
+CG_BLOCKS = CG_ARRAYS
+SOLVE_BLOCKS = SOLVE_ARRAYS
 
 #: float64 element reads + writes per term and column of one block CG iteration, counted in
 #: pipeline/linalg/block_cg.py (two dot products, two axpys through the scratch block, the
@@ -467,30 +481,31 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     float64; K rows before ``ct_language_rows``) and their K x b sum.
     """
     k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
-    common = {"base": DRIVER_BASE_MB * MB, "basis": 8.0 * k * cap}
+    common = {"base": DRIVER_BASE_MB * MB, "basis": float(basis_bytes(k, cap))}
     if s.precond_rank:
-        common["precond"] = 4.0 * p * s.precond_rank
+        common["precond"] = float(precond_bytes(p, s.precond_rank))
     if backend == "local":
-        common["X"] = 8.0 * s.z + 16.0 * s.n
-    one = {"images": 4.0 * p * min((s.lanczos_iterations - 1) * b, cap)}
+        common["X"] = float(x_bytes(s.z, s.n))
+    one = {"images": float(images_bytes(p, min((s.lanczos_iterations - 1) * b, cap)))}
     if backend == "local":
-        one["cg"] = 8.0 * CG_BLOCKS * p * b
+        one["cg"] = float(cg_bytes(p, b, 8))
         one["xv"] = 4.0 * s.n * b
     else:
-        one["solve"] = 8.0 * SOLVE_BLOCKS * p * b
+        one["solve"] = float(solve_bytes(p, b))
         unfused = sum(s.terms[lang] for lang in s.languages if not s.fused(lang))
-        one["cg_unfused"] = 8.0 * CG_BLOCKS * unfused * b
+        one["cg_unfused"] = float(cg_bytes(unfused, b, 8))
+    rows = s.n if s.ct_language_rows else len(s.languages) * k
     two = {
-        "images": 4.0 * p * min(s.lanczos_iterations * b, cap),
+        "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
         "solve": 8.0 * p * b,
-        "ct_results": 8.0 * b * (k + (s.n if s.ct_language_rows else len(s.languages) * k)),
+        "ct_results": float(ct_results_bytes(k + rows, b)),
     }
     # Moment 3, Φ (cr5.py "Φ*ᵀ = Â⁻¹ C P"): the images buffer, the eigenvectors' images
     # (float32 p x r) and Φᵀ (float32; before phi_float32 also Φ*ᵀ and Φᵀ in float64 and the
     # float32 components): the peak when the block is narrow (b << r).
     three = {
-        "images": 4.0 * p * min(s.lanczos_iterations * b, cap),
-        "phi": (8.0 if s.phi_float32 else 24.0) * p * s.r,
+        "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
+        "phi": float(phi_bytes(p, s.r)) if s.phi_float32 else 24.0 * p * s.r,
     }
     peak = max(one, two, three, key=lambda d: sum(d.values()))
     parts = common | peak

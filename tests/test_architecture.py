@@ -199,13 +199,16 @@ def test_spark_ml_stages_build_on_the_library_and_nothing_builds_on_them():
 #: Parameter declarations: modules every layer may import (numpy-free, no behaviour). Each is
 #: its own node of the package graph, so that a package importing its sibling's parameters is
 #: not counted as importing the sibling. The method registry and its spec type are
-#: declarations too: the configuration checks train.method against them.
+#: declarations too: the configuration checks train.method against them; and so are the
+#: methods' driver-memory formulas (stdlib arithmetic on sizes), which the memory plan reads
+#: through the specs.
 _DECLARATIONS = (
     "pipeline.params",
     "pipeline.errors",
     "pipeline.lazy",
     "pipeline.ranking",
     *_METHOD_DECLARATIONS,
+    "pipeline.methods.driver_memory",
 )
 
 
@@ -386,3 +389,19 @@ def test_the_registry_names_fits_of_the_methods_package():
         defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assert function in defined, f"{spec.name}: {module} defines no {function}"
     assert "pipeline.methods" in _package_graph()["pipeline.training"]
+
+
+def test_the_driver_memory_formulas_are_a_declaration():
+    """pipeline/methods/driver_memory.py, a node of its own in the package graph, imports
+    nothing of the pipeline but the method spec, and loads no Spark: every layer may read it,
+    as the memory plan and bench/cost_model.py do."""
+    inner = {m for m in _imports(PKG / "methods" / "driver_memory.py") if m.startswith("pipeline")}
+    assert all(m.startswith("pipeline.methods.spec") for m in inner), sorted(inner)
+    loaded = _fresh_import("pipeline.methods.driver_memory")
+    assert loaded <= {
+        "pipeline",
+        "pipeline.lazy",
+        "pipeline.methods",
+        "pipeline.methods.spec",
+        "pipeline.methods.driver_memory",
+    }, sorted(loaded)

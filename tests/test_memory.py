@@ -114,7 +114,7 @@ def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer():
     unfused = ", ".join(g for g in ("en", "it", "vi", "da") if g not in small.fused)
     assert warning.startswith(f"{unfused} will run one Spark job per CG iteration")
     need = sum(memory.train_worker_need(WIKI_1M, cfg.train, [], "en").values())
-    assert memory._gb(need) in warning and "spark.master=local[1]" in warning
+    assert memory.gb(need) in warning and "spark.master=local[1]" in warning
     assert roomy.unfused_warning(WIKI_1M, cfg.train) is None
     # a fused limit the user set is the user's choice: no warning
     chosen = _cfg("train.solve_in_task_max_nnz=30000000")

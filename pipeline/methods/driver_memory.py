@@ -1,0 +1,192 @@
+"""The methods' driver-memory formulas: what a fit holds in the driver's Python at its peak.
+
+Each method's :class:`~pipeline.methods.spec.DriverMemory` names its formula
+(``solver``, ``state`` or ``base``); :func:`driver_need` evaluates it on a
+:class:`DriverShape`, the sizes of one fit. The memory plan (:mod:`pipeline.memory`) calls
+it through the method's spec, and ``bench/cost_model.py`` builds its peak prediction of a
+Cr5 fit from the same parts (its moments of the last eigensolver iteration, where the plan
+sums the parts as a bound).
+
+Like the spec, this module imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.methods.spec import DriverMemory
+
+__all__ = [
+    "CG_ARRAYS",
+    "DRIVER_PYTHON_BASE",
+    "FORMULAS",
+    "SOLVE_ARRAYS",
+    "DriverShape",
+    "base_need",
+    "basis_bytes",
+    "cg_bytes",
+    "ct_results_bytes",
+    "driver_need",
+    "images_bytes",
+    "phi_bytes",
+    "precond_bytes",
+    "solve_bytes",
+    "solver_need",
+    "state_need",
+    "x_bytes",
+]
+
+#: The driver's Python without data (interpreter, numpy, scipy, pyspark, pyarrow), as the
+#: memory plan counts it (a margin above the ~140 MB measured, bench/cost_model.py).
+DRIVER_PYTHON_BASE = 300 * 2**20
+
+#: Float arrays of p_l x b live at once in one language's block CG at its peak (pipeline/
+#: linalg/block_cg.py): B, X, R (full), R and X of the active columns, Z, P, the scratch
+#: block, A·P and the product's λV term, plus the float32 copy of P and of XᵀXP (2 halves).
+CG_ARRAYS = 11
+#: Float64 arrays of p x b live while Â⁻¹ is applied (pipeline/linalg/woodbury.py): the
+#: right-hand sides U, the per-language solutions, their concatenation X, and the Woodbury
+#: correction's outer product and its scaled copy.
+SOLVE_ARRAYS = 5
+
+
+@dataclass(frozen=True)
+class DriverShape:
+    """The sizes of one fit that a driver-memory formula reads.
+
+    Attributes
+    ----------
+    method : str
+        The method's name (it labels a ``state``).
+    terms, concepts, docs, nnz : int
+        p (all languages' vocabularies), K, n and the nonzeros z of X.
+    r : int
+        The rank the fit resolves (``train.r``, at most K - 1).
+    block, basis : int
+        The eigensolver's block width b and basis columns m (``solver``).
+    cg_item : int
+        Bytes per element of the CG vectors (``solver``).
+    precond_rank : int
+        ``train.precond_rank`` (``solver``).
+    local : bool
+        The local backend: X, and every language's CG, live in the driver.
+    unfused_terms : int or None
+        Spark backend: Σ p_l of the languages whose CG runs on the driver (not fused into
+        tasks); None when there is none.
+    """
+
+    method: str
+    terms: int
+    concepts: int
+    docs: int
+    nnz: int
+    r: int
+    block: int = 0
+    basis: int = 0
+    cg_item: int = 8
+    precond_rank: int = 0
+    local: bool = False
+    unfused_terms: int | None = None
+
+
+# --- the parts (bytes) -----------------------------------------------------------------------
+
+
+def basis_bytes(concepts: int, columns: int) -> int:
+    """The eigensolver's basis buffer: K x m float64, allocated once."""
+    return 8 * concepts * columns
+
+
+def images_bytes(terms: int, columns: int) -> int:
+    """The kept images Â⁻¹CV: p x columns float32."""
+    return 4 * terms * columns
+
+
+def solve_bytes(terms: int, block: int) -> int:
+    """Applying Â⁻¹ to a block: :data:`SOLVE_ARRAYS` float64 p x b arrays."""
+    return 8 * SOLVE_ARRAYS * terms * block
+
+
+def phi_bytes(terms: int, r: int) -> int:
+    """Forming Φ from the float32 images: 8 bytes per term and dimension at its peak."""
+    return 8 * terms * r
+
+
+def precond_bytes(terms: int, rank: int) -> int:
+    """The CG preconditioners' p_l x k float32 bases, all languages."""
+    return 4 * terms * rank
+
+
+def ct_results_bytes(rows: int, block: int) -> int:
+    """Cᵀ-product results: ``rows`` (the K x b sum and each language's own rows) float64."""
+    return 8 * rows * block
+
+
+def x_bytes(nnz: int, docs: int) -> int:
+    """X on the local backend: float32 values and int32 indices per nonzero, int64 row
+    pointers and concept ids per document."""
+    return 8 * nnz + 16 * docs
+
+
+def cg_bytes(terms: int, block: int, item: int) -> int:
+    """Block CG vectors of languages of ``terms`` terms: :data:`CG_ARRAYS` p_l x b arrays
+    of ``item`` bytes."""
+    return CG_ARRAYS * item * terms * block
+
+
+# --- the formulas ----------------------------------------------------------------------------
+
+
+def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
+    """``solver``: Cr5's eigensolver, by part: the basis (K x m float64), the kept images
+    (p x m float32), the larger of applying Â⁻¹ (p x b arrays) and forming Φ (p x r), the
+    preconditioners, the Cᵀ results; X itself on the local backend, and the CG vectors of
+    the languages whose CG runs on the driver (all of them on the local backend)."""
+    parts = {
+        "base": DRIVER_PYTHON_BASE,
+        "basis": basis_bytes(s.concepts, s.basis),
+        "images": images_bytes(s.terms, s.basis),
+        "solve or Φ": max(solve_bytes(s.terms, s.block), phi_bytes(s.terms, s.r)),
+        "preconditioners": precond_bytes(s.terms, s.precond_rank),
+        "Cᵀ results": ct_results_bytes(s.concepts + s.docs, s.block),
+    }
+    if s.local:
+        parts["X"] = x_bytes(s.nnz, s.docs)
+        parts["CG vectors"] = cg_bytes(s.terms, s.block, s.cg_item)
+    elif s.unfused_terms is not None:
+        parts["CG vectors"] = cg_bytes(s.unfused_terms, s.block, s.cg_item)
+    return parts
+
+
+def state_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
+    """``state``: the Python base, a state of ``memory.pr_arrays`` float64 p x r arrays
+    and, on the local backend, X."""
+    parts = {
+        "base": DRIVER_PYTHON_BASE,
+        f"{s.method} state": int(memory.pr_arrays * 8 * s.terms * s.r),
+    }
+    if s.local:
+        parts["X"] = x_bytes(s.nnz, s.docs)
+    return parts
+
+
+def base_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
+    """``base``: the Python base only."""
+    return {"base": DRIVER_PYTHON_BASE}
+
+
+#: The formula of each :attr:`DriverMemory.formula <pipeline.methods.spec.DriverMemory>`.
+FORMULAS: dict[str, Callable[[DriverMemory, DriverShape], dict[str, int]]] = {
+    "solver": solver_need,
+    "state": state_need,
+    "base": base_need,
+}
+
+
+def driver_need(memory: DriverMemory, shape: DriverShape) -> dict[str, int]:
+    """The driver Python's peak of a fit of ``shape`` (bytes, by part) by the formula
+    ``memory`` (a method's spec's ``driver_memory``) names."""
+    return FORMULAS[memory.formula](memory, shape)
