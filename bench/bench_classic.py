@@ -223,9 +223,9 @@ def _method_sets(method: str, args: argparse.Namespace, root: Path) -> list[str]
         "train.checkpoint_dir=",
     ]
     if method in ("jplsa", "cplsa"):
-        sets += [f"train.plsa_maxiter={args.em_iterations}", "train.plsa_tol=0"]
+        sets += [f"train.{method}.maxiter={args.em_iterations}", f"train.{method}.tol=0"]
     if method == "s2net":
-        sets += [f"train.s2net_learning_rates=[{args.rate}]", f"train.s2net_epochs=[{args.epochs}]"]
+        sets += [f"train.s2net.learning_rates=[{args.rate}]", f"train.s2net.epochs=[{args.epochs}]"]
     return sets
 
 

@@ -10,7 +10,7 @@ documents: ‖mean embedding‖ / mean ‖embedding‖ (1: every embedding the s
 large common component makes cosine rank every query's candidates alike).
 
 A variant is ``beta[:margin[:center]]`` (β = 0: T-LASER; center 1: the centred mean norm,
-``train.ctlaser_center``). The variants run concurrently, one process each::
+``train.ctlaser.center``). The variants run concurrently, one process each::
 
     OPENBLAS_NUM_THREADS=1 python bench/bench_ctlaser.py --epochs 2 \\
         --variants 0 0.5:1:0 0.5:1:1 0.5:1.5:1 --out bench/results/ctlaser_variants.json
