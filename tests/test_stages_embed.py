@@ -343,7 +343,7 @@ def test_plan_scan_packs_row_groups_like_spark(tmp_path):
 
 def test_direct_write_keeps_only_the_reported_files(tmp_path):
     """Files of failed or speculative task attempts are deleted before the commit."""
-    from pipeline.stages.embed import keep_reported_files
+    from pipeline.io.embedding_writer import keep_reported_files
 
     for rel in ("lang=en/part-3-00000-0.parquet", "lang=en/part-3-00000-1.parquet", "lang=de/x"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -12,32 +12,44 @@ report (or refused, ``embed.on_unknown_language: error``).
 
 Writing: with Parquet output on a local (or locally mounted) path the Python workers write
 the dataset's files themselves, straight from Arrow (:func:`write_directly` with
-:func:`write_files_fn`, committed by :func:`~pipeline.io.datasets.write_dataset` with
-``files=``): one pass, and the vectors never cross into the JVM. Elsewhere (Delta, HDFS, S3,
-``embed.direct_write: false``) the batches go back to Spark (:func:`write_with_spark` with
-:func:`embed_fn`), are counted and written by Spark's writer.
+:func:`write_files_fn`, the writer of :mod:`pipeline.io.embedding_writer`, committed by
+:func:`~pipeline.io.datasets.write_dataset` with ``files=``): one pass, and the vectors
+never cross into the JVM. Elsewhere (Delta, HDFS, S3, ``embed.direct_write: false``) the
+batches go back to Spark (:func:`write_with_spark` with :func:`embed_fn`), are counted and
+written by Spark's writer.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.config import Config, EmbedConfig
 from pipeline.errors import InputDataError, ModelError
 from pipeline.io import delta
-from pipeline.io.arrow_scan import Piece, plan_scan, read_pieces, scan_schema, string_column
+from pipeline.io.arrow_scan import Piece, plan_scan, read_pieces, scan_schema
 from pipeline.io.datasets import HadoopFS, read_dataset, read_table, write_dataset, write_options
+from pipeline.io.embedding_writer import (
+    FILES_SCHEMA,
+    INPUT_COLUMNS,
+    BackgroundChecksums,
+    FileRow,
+    canonical_batch,
+    files_batch,
+    keep_reported_files,
+    language_filter,
+    tally_files,
+    task_tag,
+    write_batches,
+)
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.batches import embed_batch
 from pipeline.model.cr5_model import canonical_lang
@@ -62,10 +74,6 @@ def embed_fn(
     return fn
 
 
-#: What each task of the direct write returns per file it wrote.
-FILES_SCHEMA = "file string, lang string, rows long, zeros long"
-
-
 def write_files_fn(
     directory: str,
     location: str,
@@ -74,37 +82,24 @@ def write_files_fn(
     normalize: bool,
     languages: Sequence[str] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of the direct write: embed each Arrow batch and append it
-    to this task's Parquet file of its language (``<directory>/lang=<l>/part-<task>.parquet``,
-    the layout and schema Spark's writer would give), then return one small row per file.
-
-    Rows whose language is not in ``languages`` (None: all) are not embedded; they are
-    counted and reported as rows with a null ``file``, so the driver learns the input's
-    languages from this one pass instead of a counting job before it.
-
-    The vectors never go through the JVM: converting float arrays between Arrow and Spark
-    rows and writing them with Spark's Parquet writer costs more than the embedding itself
-    (bench/README.md, "Embedding"). File names carry the stage, partition and attempt, so a
-    retried or speculative attempt never overwrites another's file; the driver keeps only the
-    files the successful attempts report (:func:`keep_reported_files`).
-    """
-    keep = None if languages is None else pa.array(sorted(languages), pa.string())
+    """The ``mapInArrow`` function of the direct write: embed each Arrow batch with the model
+    and append it to this task's Parquet file of its language, then return one small row per
+    file (:func:`pipeline.io.embedding_writer.write_batches`, which also counts the rows of
+    languages not in ``languages``, None: all, without embedding them)."""
+    keep = language_filter(languages)
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        model = worker_model(location, version)
-        rows = _embed_to_files(batches, directory, _task_tag(), model, keep, normalize)
+        embed = _embedder(worker_model(location, version), normalize)
+        rows = write_batches(batches, directory, task_tag(), embed, keep)
         if rows:
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array([row[0] for row in rows], pa.string()),
-                    pa.array([row[1] for row in rows], pa.string()),
-                    pa.array([row[2] for row in rows], pa.int64()),
-                    pa.array([row[3] for row in rows], pa.int64()),
-                ],
-                names=["file", "lang", "rows", "zeros"],
-            )
+            yield files_batch(rows)
 
     return fn
+
+
+def _embedder(model: Any, normalize: bool) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """The model's embedding of an Arrow batch, as the writer calls it."""
+    return functools.partial(embed_batch, model, normalize=normalize)
 
 
 def read_write_files_fn(
@@ -115,141 +110,19 @@ def read_write_files_fn(
     normalize: bool,
     languages: Sequence[str] | None,
     batch_rows: int,
-) -> Callable[[Iterator[list[Piece]]], Iterator[tuple[str | None, str, int, int]]]:
+) -> Callable[[Iterator[list[Piece]]], Iterator[FileRow]]:
     """The direct read: like :func:`write_files_fn`, for an RDD whose elements are scan tasks
     (:func:`pipeline.io.arrow_scan.plan_scan`); each task reads its row groups with pyarrow,
     so the texts never go through the JVM either."""
-    keep = None if languages is None else pa.array(sorted(languages), pa.string())
+    keep = language_filter(languages)
 
-    def fn(tasks: Iterator[list[Piece]]) -> Iterator[tuple[str | None, str, int, int]]:
-        model = worker_model(location, version)
+    def fn(tasks: Iterator[list[Piece]]) -> Iterator[FileRow]:
+        embed = _embedder(worker_model(location, version), normalize)
         for pieces in tasks:
             batches = (canonical_batch(b) for b in read_pieces(pieces, INPUT_COLUMNS, batch_rows))
-            yield from _embed_to_files(batches, directory, _task_tag(), model, keep, normalize)
+            yield from write_batches(batches, directory, task_tag(), embed, keep)
 
     return fn
-
-
-#: The input columns the embed stage reads, in this order.
-INPUT_COLUMNS = ("doc_id", "lang", "concept_id", "text")
-
-
-def canonical_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The casts :func:`run` applies with Spark (strings; language codes trimmed and
-    lower-case, as :func:`~pipeline.model.cr5_model.canonical_lang`)."""
-    lang = pc.utf8_lower(pc.utf8_trim_whitespace(string_column(batch.column("lang"))))
-    return pa.RecordBatch.from_arrays(
-        [
-            string_column(batch.column("doc_id")),
-            lang,
-            string_column(batch.column("concept_id")),
-            string_column(batch.column("text")),
-        ],
-        names=list(INPUT_COLUMNS),
-    )
-
-
-def _task_tag() -> str:
-    """Stage, partition and attempt: unique per task attempt, so file names never clash."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    return f"{ctx.stageId()}-{ctx.partitionId():05d}-{ctx.attemptNumber()}"
-
-
-def _embed_to_files(
-    batches: Iterable[pa.RecordBatch],
-    directory: str,
-    tag: str,
-    model: Any,
-    keep: pa.Array | None,
-    normalize: bool,
-) -> list[tuple[str | None, str, int, int]]:
-    """Embed ``batches`` into this task's file per language; one (file, lang, rows, zeros)
-    per file written and one (None, lang, rows, 0) per skipped language."""
-    import pyarrow.parquet as pq
-
-    writers: dict[str, Any] = {}
-    counts: dict[str, list[int]] = {}
-    skipped: dict[str, int] = {}
-    try:
-        for batch in batches:
-            if keep is not None:
-                wanted = pc.is_in(batch.column("lang"), value_set=keep)
-                if not pc.all(wanted).as_py():
-                    rest = pc.value_counts(batch.column("lang").filter(pc.invert(wanted)))
-                    for item in rest.to_pylist():
-                        skipped[item["values"]] = skipped.get(item["values"], 0) + item["counts"]
-                    batch = batch.filter(wanted)
-            if not batch.num_rows:
-                continue
-            out = embed_batch(model, batch, normalize=normalize)
-            langs = out.column("lang")
-            present = pc.unique(langs).to_pylist()
-            for lang in present:
-                part = out if len(present) == 1 else out.filter(pc.equal(langs, lang))
-                part = part.select(["doc_id", "concept_id", "n_terms", "vector"])
-                if lang not in writers:
-                    os.makedirs(f"{directory}/lang={lang}", exist_ok=True)
-                    writers[lang] = pq.ParquetWriter(
-                        f"{directory}/lang={lang}/part-{tag}.parquet",
-                        FILE_SCHEMA,
-                        **FILE_WRITER_OPTIONS,
-                    )
-                    counts[lang] = [0, 0]
-                writers[lang].write_batch(part.cast(FILE_SCHEMA))
-                counts[lang][0] += part.num_rows
-                counts[lang][1] += int(pc.sum(pc.equal(part.column("n_terms"), 0)).as_py() or 0)
-    finally:
-        for w in writers.values():
-            w.close()
-    rows: list[tuple[str | None, str, int, int]] = [
-        (f"lang={lang}/part-{tag}.parquet", lang, n, z) for lang, (n, z) in counts.items()
-    ]
-    rows += [(None, lang, n, 0) for lang, n in skipped.items()]
-    rows.sort(key=lambda row: row[1])
-    return rows
-
-
-#: Parquet writer options of the direct write. The vectors are near-random floats: neither a
-#: dictionary nor compression shrinks them, but both, and min/max statistics over every
-#: element, cost writer CPU (bench/README.md, "Embedding"). The small columns keep Spark's
-#: defaults.
-FILE_WRITER_OPTIONS: dict[str, Any] = {
-    "use_dictionary": ["doc_id", "concept_id"],
-    "write_statistics": ["doc_id", "concept_id", "n_terms"],
-    "compression": {
-        "doc_id": "snappy",
-        "concept_id": "snappy",
-        "n_terms": "snappy",
-        "vector": "none",
-    },
-}
-
-
-#: Arrow schema of the files the direct write produces (the ``embeddings`` columns but the
-#: partition column ``lang``, which lives in the directory name).
-FILE_SCHEMA = pa.schema(
-    [
-        pa.field("doc_id", pa.string(), False),
-        pa.field("concept_id", pa.string()),
-        pa.field("n_terms", pa.int32(), False),
-        pa.field("vector", pa.list_(pa.field("element", pa.float32(), False)), False),
-    ]
-)
-
-
-def keep_reported_files(directory: str, reported: set[str]) -> int:
-    """Delete every file under ``directory`` that no successful task reported (leftovers of
-    failed or speculative attempts); return how many were deleted."""
-    removed = 0
-    for root, _dirs, names in os.walk(directory):
-        for name in names:
-            rel = os.path.relpath(os.path.join(root, name), directory)
-            if rel not in reported:
-                os.remove(os.path.join(root, name))
-                removed += 1
-    return removed
 
 
 def _input_format(e: EmbedConfig) -> str:
@@ -360,34 +233,6 @@ def _check_languages(
     return wanted, dict(sorted(skipped.items())), warnings_
 
 
-class _BackgroundChecksums:
-    """SHA-256 of the model's language files, one language at a time on a driver thread,
-    while the embedding job runs (the driver only waits for it); :meth:`result` waits for the
-    languages the input had and raises their ModelError. Sizes are checked at once."""
-
-    def __init__(self, model_path: str, meta: dict, languages: list[str]) -> None:
-        verify_files(model_path, meta, languages, checksums=False)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="model-sha256")
-        self._jobs: dict[str, Future[None]] = {
-            lang: self._pool.submit(verify_files, model_path, meta, [lang], checksums=True)
-            for lang in languages
-        }
-
-    def result(self, languages: list[str]) -> None:
-        try:
-            for lang, job in self._jobs.items():
-                if lang not in languages:  # not hashed at all if not started yet
-                    job.cancel()
-            for lang in languages:
-                self._jobs[lang].result()
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Drop the checks not waited for (languages the input lacks, or the job failed)."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
 @dataclass
 class _EmbedJob:
     """What both write paths share: the model (read, checked and shipped), the documents to
@@ -469,15 +314,15 @@ def write_directly(spark: SparkSession, cfg: Config, job: _EmbedJob) -> dict[str
     meta = job.meta
     t0 = time.perf_counter()
     candidates = [lang for lang in (job.selected or meta["languages"]) if lang in meta["languages"]]
-    checksums = _BackgroundChecksums(job.model_path, meta, candidates)
+    checksums = BackgroundChecksums(
+        functools.partial(verify_files, job.model_path, meta), candidates
+    )
     source = _direct_read_path(spark, cfg)
     reader = "executors (pyarrow)" if source else "spark"
 
     def write_files(directory: str) -> dict[str, Any]:
         rows = _write_files(spark, cfg, job, directory, source, candidates)
-        found: dict[str, int] = {}
-        for r in rows:
-            found[r["lang"]] = found.get(r["lang"], 0) + r["rows"]
+        found, stats = tally_files(rows)
         wanted, skipped, warnings_ = _check_languages(
             found, job.selected, meta, job.model_path, cfg
         )
@@ -485,16 +330,10 @@ def write_directly(spark: SparkSession, cfg: Config, job: _EmbedJob) -> dict[str
         removed = keep_reported_files(directory, {r["file"] for r in rows if r["file"]})
         if removed:
             log.info("embed: removed %d file(s) of failed task attempts", removed)
-        stats: dict[str, dict[str, int]] = {}
-        for r in rows:
-            if r["file"]:
-                st = stats.setdefault(r["lang"], {"documents": 0, "zero_vectors": 0})
-                st["documents"] += r["rows"]
-                st["zero_vectors"] += r["zeros"]
         report = _report(
             cfg,
             job,
-            dict(sorted(stats.items())),
+            stats,
             skipped,
             warnings_,
             writer="executors (Arrow to Parquet)",
