@@ -112,7 +112,7 @@ def _staged_output(path: str) -> str:
 def cmd_embed(args: argparse.Namespace) -> int:
     from pipeline.errors import ModelError
     from pipeline.model import Cr5Model
-    from pipeline.model.cr5_model import canonical_lang
+    from pipeline.text.languages import canonical_lang
 
     model = Cr5Model.load(args.model)
     if canonical_lang(args.lang) not in model.languages:  # before any input is read
@@ -178,13 +178,15 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def _lang_files(items: Sequence[str], example: str) -> dict[str, str]:
-    """``--lang XX=PATH`` arguments as {language code (lower case): path}."""
+    """``--lang XX=PATH`` arguments as {language code (canonical): path}."""
+    from pipeline.text.languages import canonical_lang
+
     files = {}
     for item in items:
         lang, sep, path = item.partition("=")
         if not sep or not lang.strip() or not path:
             raise PipelineError(f"--lang {item!r} must look like xx=/path/to/{example}")
-        lang = lang.strip().lower()
+        lang = canonical_lang(lang)
         if lang in files:
             raise PipelineError(f"--lang {lang} is given twice; give each language once")
         files[lang] = path

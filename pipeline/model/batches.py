@@ -14,19 +14,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import ModelError
-from pipeline.model.cr5_model import Cr5Model, canonical_lang
+from pipeline.model.cr5_model import Cr5Model
 from pipeline.model.encode import normalize_rows
+from pipeline.text.languages import canonical_lang
 
-__all__ = ["EMBEDDED_COLUMNS", "canonical_langs", "embed_arrays", "embed_batch", "vector_array"]
+__all__ = ["EMBEDDED_COLUMNS", "embed_arrays", "embed_batch", "vector_array"]
 
 #: Columns of :func:`embed_batch`'s output, in order.
 EMBEDDED_COLUMNS = ("doc_id", "lang", "concept_id", "n_terms", "vector")
-
-
-def canonical_langs(langs: pa.Array) -> pa.Array:
-    """Language codes trimmed and lower-cased, as
-    :func:`~pipeline.model.cr5_model.canonical_lang` does for one code (nulls stay null)."""
-    return pc.utf8_lower(pc.utf8_trim_whitespace(langs))
 
 
 def embed_arrays(

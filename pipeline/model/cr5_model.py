@@ -49,19 +49,8 @@ from pipeline.model.format import (
     model_directory,
     read_model_json,
 )
+from pipeline.text.languages import canonical_lang
 from pipeline.text.tokenizer import Tokenizer
-
-
-def canonical_lang(lang: str) -> str:
-    """A language code as the pipeline stores it: trimmed and lower-case (``" EN"`` -> ``en``).
-
-    Ingest stores codes this way, and every entry point (this class, ``python -m
-    pipeline embed``, the Spark embed job, ``embed.languages``) applies the same rule, so
-    they accept and refuse the same codes.
-    """
-    if not isinstance(lang, str):
-        raise ModelError(f"a language code must be a string like 'en', got {lang!r}")
-    return lang.strip().lower()
 
 
 class Cr5Model(EncodeMixin):

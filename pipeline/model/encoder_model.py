@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.errors import ModelError
-from pipeline.model.cr5_model import canonical_lang
 from pipeline.model.encode import EncodeMixin
 from pipeline.model.format import load_encoder_files, model_directory, read_model_json
+from pipeline.text.languages import canonical_lang
 
 __all__ = ["EncoderModel"]
 

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 
 from pipeline.config import SEARCH_DEFAULTS
 from pipeline.errors import InputDataError
-from pipeline.model.cr5_model import Cr5Model, canonical_lang
+from pipeline.model.cr5_model import Cr5Model
 from pipeline.search.format import (
     csls_file,
     docs_file,
@@ -61,6 +61,7 @@ from pipeline.search.format import (
     shard_file,
 )
 from pipeline.search.shard import faiss_module, normalize_rows, search_shards
+from pipeline.text.languages import canonical_lang
 
 __all__ = ["SearchHit", "SearchIndex"]
 

@@ -91,8 +91,9 @@ def embedding_udf(
     from pyspark.sql.functions import arrow_udf
 
     def embed(batches: Iterator[tuple[pa.Array, pa.Array]]) -> Iterator[pa.Array]:
-        from pipeline.model.batches import canonical_langs, embed_arrays, vector_array
+        from pipeline.model.batches import embed_arrays, vector_array
         from pipeline.model.shipping import worker_model
+        from pipeline.text.languages import canonical_langs
 
         model = worker_model(location, version)
         unknown = "error" if on_unknown == "error" else "skip"

@@ -52,9 +52,9 @@ from pipeline.io.embedding_writer import (
 )
 from pipeline.io.schemas import DOCUMENTS, EMBEDDINGS
 from pipeline.model.batches import embed_batch
-from pipeline.model.cr5_model import canonical_lang
 from pipeline.model.format import model_fingerprint, read_model_json, verify_files
 from pipeline.model.shipping import ship_model, worker_model
+from pipeline.text.languages import canonical_lang
 
 log = logging.getLogger(__name__)
 

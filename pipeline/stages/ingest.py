@@ -21,6 +21,11 @@ from pipeline.config import Config, IngestConfig
 from pipeline.errors import InputDataError
 from pipeline.io.datasets import HadoopFS, write_dataset, write_options
 from pipeline.io.schemas import DOCUMENTS
+from pipeline.text.languages import (
+    canonical_lang,
+    canonical_lang_column,
+    lang_code_is_valid_column,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +33,6 @@ REQUIRED = ("concept_id", "lang", "text")
 OPTIONAL = ("doc_id", "title")
 _CORRUPT = "_corrupt_record"
 _FILE = "_source_file"
-_LANG_RE = r"^[a-z][a-z0-9_-]*$"
 _EXTENSIONS = {
     ".parquet": "parquet",
     ".jsonl": "jsonl",
@@ -204,7 +208,7 @@ def _normalised_columns(raw: DataFrame, cfg: IngestConfig, fmt: str) -> tuple[Da
     )
     if "title" not in cols:
         df = df.withColumn("title", F.lit(None).cast("string"))
-    df = df.withColumn("lang", F.lower(F.trim("lang"))).withColumn(
+    df = df.withColumn("lang", canonical_lang_column("lang")).withColumn(
         "concept_id", F.trim("concept_id")
     )
     return df, "doc_id" in cols
@@ -218,7 +222,7 @@ def _record_checks(has_doc_id: bool) -> dict[str, Column]:
         | F.col("lang").isNull()
         | (F.col("lang") == "")
     )
-    bad_lang = ~blank_key & ~F.col("lang").rlike(_LANG_RE)
+    bad_lang = ~blank_key & ~lang_code_is_valid_column("lang")
     # Parquet strings are raw bytes: invalid UTF-8 there is a broken writer. (A literal
     # U+FFFD is legitimate text: the sample itself documents the replacement character.)
     bad_bytes = ~F.is_valid_utf8("text") | F.coalesce(~F.is_valid_utf8("title"), F.lit(False))
@@ -286,7 +290,7 @@ def _drop_empty_text(
 
 def _select_languages(df: DataFrame, cfg: IngestConfig) -> tuple[DataFrame, int]:
     """Keep the records of the (non-empty) ``ingest.languages``; how many were dropped."""
-    wanted = [lang.lower() for lang in cfg.languages]
+    wanted = [canonical_lang(lang) for lang in cfg.languages]
     n_before = df.count()
     df = df.filter(F.col("lang").isin(wanted))
     return df, n_before - df.count()

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.text.languages import canonical_lang
 from pipeline.wikipedia import wikis
 
 # Wikipedia language editions (interlanguage link prefixes), 2024.
@@ -336,7 +337,7 @@ def clean_fast(text: str, site: SiteNames = SiteNames()) -> Cleaned:
         kind = _link_kind(target, site)
         if kind == "lang":
             lang, _, title = target.partition(":")
-            langlinks.append((lang.strip().lower(), title.strip()))
+            langlinks.append((canonical_lang(lang), title.strip()))
             return ""
         if kind != "link":
             return ""
@@ -434,7 +435,7 @@ def clean_mwparserfromhell(text: str, site: SiteNames = SiteNames()) -> Cleaned:
                 kind = _link_kind(target, site)
                 if kind == "lang":
                     lang, _, title = target.partition(":")
-                    langlinks.append((lang.strip().lower(), title.strip()))
+                    langlinks.append((canonical_lang(lang), title.strip()))
                 elif kind == "link":
                     if node.text is not None and str(node.text).strip():
                         walk(node.text)

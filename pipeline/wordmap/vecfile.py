@@ -44,6 +44,7 @@ import numpy as np
 
 from pipeline.errors import InputDataError
 from pipeline.io.storage import is_local, local_path
+from pipeline.text.languages import canonical_lang, is_lang_code
 from pipeline.wordmap.store import WordVectors, write_word_vectors
 
 __all__ = ["MUSE_MAX_VOCAB", "VecFile", "import_vec", "read_vec"]
@@ -368,7 +369,7 @@ def import_vec(
         Per language: the path written, words, dimension, lines read, duplicates, seconds.
     """
     for lang in files:
-        if not lang or any(c in lang for c in "/\\ \t") or lang.startswith("."):
+        if not is_lang_code(canonical_lang(lang)) or lang != lang.strip():
             raise InputDataError(
                 f"{lang!r} is not a language code (it names the output directory "
                 f"{out}/<lang>). Fix: give a code such as en or de (--lang en=wiki.en.vec)."
