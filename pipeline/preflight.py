@@ -34,6 +34,8 @@ from typing import Any
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.io.local_manifest import dataset_manifest, local_fs_path
+from pipeline.linalg.errors import RankError
+from pipeline.linalg.errors import check_rank as linalg_check_rank
 from pipeline.linalg.params import max_rank
 from pipeline.methods.registry import get_method
 
@@ -183,15 +185,19 @@ def check_rank(
     bound: Callable[[int, int], int] = max_rank,
 ) -> None:
     """Raise :class:`ConfigError` when ``r`` exceeds ``bound(n_concepts, n_terms)``, the
-    method's rank bound (:attr:`~pipeline.methods.spec.MethodSpec.rank_bound`).
+    method's rank bound (:attr:`~pipeline.methods.spec.MethodSpec.rank_bound`): the one
+    check, :func:`pipeline.linalg.errors.check_rank`, worded for the configuration.
 
     The default, :func:`~pipeline.linalg.params.max_rank`: the Cr5 eigenproblem is K x K
     with rank at most K - 1 after centering, and the map has one column per term, so at most
     ``min(K - 1, p)`` dimensions exist. ``exact`` False: the counts are upper bounds (only
     part of the data trains).
     """
-    limit = bound(n_concepts, n_terms)
-    if r <= limit:
+    try:
+        linalg_check_rank(r, n_concepts, n_terms, bound=bound)
+    except RankError as exc:
+        limit = exc.limit
+    else:
         return
     upper = "" if exact else "at most "
     formula = "min(K - 1, p) = " if bound is max_rank else ""

@@ -45,3 +45,23 @@ def test_the_training_service_names_the_configuration_key(override, needle):
     with pytest.raises(ConfigError, match=needle) as info:
         fit_method(t, _data(), None)
     assert isinstance(info.value.__cause__, SolverArgumentError)
+
+
+def test_one_rank_check_worded_per_layer():
+    """linalg's check_rank is the one check of r against a corpus: the solver's message names
+    the argument, the preflight's (also the training service's) the configuration key."""
+    import pickle
+
+    from pipeline.linalg.errors import RankError, check_rank
+    from pipeline.preflight import check_rank as preflight_check_rank
+
+    check_rank(9, 10, 50)
+    with pytest.raises(RankError, match=r"'r' must be <= min\(n_concepts - 1, n_terms\) = 9") as e:
+        check_rank(10, 10, 50)
+    assert (e.value.argument, e.value.limit) == ("r", 9)
+    again = pickle.loads(pickle.dumps(e.value))
+    assert (type(again), str(again), again.limit) == (RankError, str(e.value), 9)
+    with pytest.raises(ConfigError, match=r"train.r = 10 is larger .* min\(K - 1, p\) = 9"):
+        preflight_check_rank(10, 10, 50, where="the data")
+    with pytest.raises(ConfigError, match=r"so at most 3 dimensions exist"):
+        preflight_check_rank(4, 10, 50, where="the data", bound=lambda k, p: 3)

@@ -60,10 +60,10 @@ from pipeline.linalg.block_lanczos import (
 )
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
-from pipeline.linalg.errors import SolverArgumentError, check_arguments
+from pipeline.linalg.errors import SolverArgumentError, check_arguments, check_rank
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
-from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params, max_rank
+from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 from pipeline.params import coerce, section_params
 
@@ -807,13 +807,7 @@ class Cr5Solver:
         p = self.params
         k = backend.n_concepts
         n_terms = sum(backend.n_terms(lang) for lang in backend.languages)
-        if p.r > max_rank(k, n_terms):
-            raise SolverArgumentError(
-                "r",
-                f"Cr5Solver parameter 'r' must be <= min(n_concepts - 1, n_terms) = "
-                f"{max_rank(k, n_terms)} for this corpus (K={k}, p={n_terms}); got {p.r}: "
-                f"set a smaller r",
-            )
+        check_rank(p.r, k, n_terms, owner="Cr5Solver")
         # the block width the eigensolver will use, usually far below r + oversampling
         b = resolve_block_size(p.r, p.oversampling, p.block_size, k, warm=p.start_steps > 0)
         if p.max_basis is not None and p.max_basis < smallest_max_basis(p.r, b):

@@ -10,12 +10,13 @@ service, :func:`pipeline.training.fit.fit_method`) translates it into a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from pipeline.linalg.params import max_rank
 from pipeline.params import check_params
 
-__all__ = ["SolverArgumentError", "check_arguments"]
+__all__ = ["RankError", "SolverArgumentError", "check_arguments", "check_rank"]
 
 
 class SolverArgumentError(ValueError):
@@ -27,6 +28,50 @@ class SolverArgumentError(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable with its argument (Spark tasks)
         return type(self), (self.argument, str(self))
+
+
+class RankError(SolverArgumentError):
+    """``r`` exceeds the rank bound of the corpus: ``limit`` = ``bound(n_concepts, n_terms)``."""
+
+    def __init__(self, message: str, *, r: int, limit: int, n_concepts: int, n_terms: int):
+        super().__init__("r", message)
+        self.r, self.limit, self.n_concepts, self.n_terms = r, limit, n_concepts, n_terms
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        sizes = {"r": self.r, "limit": self.limit}
+        sizes |= {"n_concepts": self.n_concepts, "n_terms": self.n_terms}
+        return _rank_error, (str(self), sizes)
+
+
+def _rank_error(message: str, sizes: dict[str, int]) -> RankError:
+    return RankError(message, **sizes)
+
+
+def check_rank(
+    r: int,
+    n_concepts: int,
+    n_terms: int,
+    *,
+    bound: Callable[[int, int], int] = max_rank,
+    owner: str = "Cr5Solver",
+) -> None:
+    """The one check of ``r`` against a corpus of ``n_concepts`` concepts and ``n_terms``
+    terms: :class:`RankError` when ``r > bound(n_concepts, n_terms)`` (the method's rank
+    bound; default :func:`~pipeline.linalg.params.max_rank`, ``min(K - 1, p)``). The
+    preflight and the training service call it too, and word its error for the
+    configuration (:func:`pipeline.preflight.check_rank`)."""
+    limit = bound(n_concepts, n_terms)
+    if r <= limit:
+        return
+    formula = "min(n_concepts - 1, n_terms) = " if bound is max_rank else ""
+    raise RankError(
+        f"{owner} parameter 'r' must be <= {formula}{limit} for this corpus "
+        f"(K={n_concepts}, p={n_terms}); got {r}: set a smaller r",
+        r=r,
+        limit=limit,
+        n_concepts=n_concepts,
+        n_terms=n_terms,
+    )
 
 
 def check_arguments(cls: type, values: Mapping[str, Any], *, owner: str) -> dict[str, Any]:
