@@ -35,6 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The eigensolver's block width and basis cap are the solver's own rule (pipeline/linalg/params.py).
+from pipeline.linalg.params import CR5_DEFAULTS, default_block_size, default_max_basis  # noqa: E402
+
 # The driver-memory parts are the methods' own model, the one the memory plan uses
 # (pipeline/methods/driver_memory.py); :func:`driver_mb` combines them into its peak moments.
 from pipeline.methods.driver_memory import (  # noqa: E402
@@ -149,7 +152,7 @@ class Sizes:
 
     def basis_cap(self) -> int:
         """The basis buffer's columns: train.max_basis, default max(r, b) + 4b."""
-        cap = self.max_basis or max(self.r, self.block) + 4 * self.block
+        cap = self.max_basis or default_max_basis(self.r, self.block)
         return min(cap, self.concepts)
 
     def q(self, lang: str, it: int) -> float:
@@ -746,7 +749,7 @@ def paper_settings() -> dict[str, Sizes]:
     documents with 50-1,000 unique words; every concept in >= 2 languages); the cores are
     a cluster's (32 executors x 4 cores) with conf/cluster.yaml (fused solves up to 64M
     nonzeros, solve_tasks null). The block is narrow at r = 300
-    (pipeline.linalg.cr5.default_block_size: b = 25) and needs ~35 Lanczos iterations
+    (pipeline.linalg.params.default_block_size: b = 25) and needs ~35 Lanczos iterations
     (measured on the 200k synthetic corpus at r = 300 with the current defaults, 28 on the
     DDTP corpus; bench/README.md); CG iterations 20 per solve at train.cg_rtol = 0.03 (0.67x
     those at 0.01 in bench_knobs; the chain runs at 0.01: 14-40) and 100 for w (77-106).
@@ -761,7 +764,7 @@ def paper_settings() -> dict[str, Sizes]:
             docs=dict(docs),
             concepts=concepts,
             r=300,
-            block=25,
+            block=default_block_size(300, CR5_DEFAULTS.oversampling, warm=True),  # 25
             lanczos_iterations=iters,
             cg_iterations=[dict.fromkeys(docs, 20.0)] * iters,
             w_iterations=dict.fromkeys(docs, 100.0),

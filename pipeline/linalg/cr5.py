@@ -10,9 +10,10 @@ Given the backend's X (block-diagonal by language) and concept labels Y, with gl
 2. ``M = Cᵀ Â⁻¹ C`` (K × K) is applied through one Woodbury solve per block
    (:class:`~pipeline.linalg.woodbury.WoodburyInverse`); its top-r eigenvectors P come from
    :func:`~pipeline.linalg.block_lanczos.block_lanczos` with block width
-   :func:`default_block_size`, started from a **warm block**: ``start_steps`` steps of
-   subspace iteration on the surrogate ``M₀ = Cᵀ D⁻¹ C`` (D = diag(B), the CG's Jacobi
-   diagonal), two cheap passes per step instead of a whole CG solve per application of M;
+   :func:`~pipeline.linalg.params.default_block_size`, started from a **warm block**:
+   ``start_steps`` steps of subspace iteration on the surrogate ``M₀ = Cᵀ D⁻¹ C``
+   (D = diag(B), the CG's Jacobi diagonal), two cheap passes per step instead of a whole CG
+   solve per application of M;
 3. ``Φ*ᵀ = Â⁻¹ C P``: with ``reuse_solves`` (default) the eigensolver keeps ``Â⁻¹ C V`` of its
    basis V, which it computes anyway, and P = V S gives ``Φ*ᵀ = (Â⁻¹ C V) S`` for free;
    otherwise one more solve with r right-hand sides;
@@ -63,7 +64,16 @@ from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
 from pipeline.linalg.errors import SolverArgumentError, check_arguments, check_rank
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
-from pipeline.linalg.params import CR5_DEFAULTS, PROBLEM, STOPPING, Cr5Params
+from pipeline.linalg.params import (
+    CR5_DEFAULTS,
+    PROBLEM,
+    STOPPING,
+    Cr5Params,
+    default_block_size,
+    default_max_basis,
+    resolve_block_size,
+    smallest_max_basis,
+)
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 from pipeline.params import coerce, section_params
 
@@ -74,6 +84,10 @@ __all__ = [
     "CrossSolve",
     "PathStart",
     "concept_frequencies",
+    "default_block_size",
+    "default_max_basis",
+    "resolve_block_size",
+    "smallest_max_basis",
     "solve_cr5",
     "surrogate_warm_start",
 ]
@@ -335,56 +349,6 @@ def _normalised(params: Cr5Params, pass_dtype: Any) -> Cr5Params:
     }
     values["cg_dtype"] = np.dtype(pass_dtype if params.cg_dtype is None else params.cg_dtype).name
     return Cr5Params(**values)
-
-
-def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
-    """Eigensolver block width when none is given.
-
-    Random start (``warm=False``): ``min(r + oversampling, max(32, r // 6))``. A block of
-    r + oversampling columns needs few iterations, but its Krylov space is poor per column
-    (polynomial degree = iterations), so it applies M to several times more columns than
-    needed.
-
-    Warm start (:func:`surrogate_warm_start`): ``min(r + oversampling, max(24, r // 12))``.
-    From a good start a narrow block applies M to fewer columns in all: more iterations, but
-    each on fewer columns, at the same held-out P@1 on a real corpus; on a corpus whose
-    spectrum decays fast a wide block is about as fast (bench/README.md, "Block width").
-    """
-    wide = r + oversampling
-    if warm:
-        return min(wide, max(24, r // 12))
-    return min(wide, max(32, r // 6))
-
-
-def default_max_basis(r: int, b: int) -> int:
-    """Thick-restart size when none is given: ``max(r, b) + 4 b`` columns.
-
-    Bounds the eigensolver's driver memory independently of its iteration count: the basis
-    is ``K x max_basis`` float64 and the tracked images ``p x max_basis`` float32. Four
-    blocks beyond the wanted space leave the usual warm-started solves (a few iterations)
-    unrestarted; longer ones restart from the leading ``max(r, min(max_basis // 2, room))``
-    Ritz vectors (Krylov-Schur), ``room = max(max_basis - waiting - 2 b, (max_basis - 2 b)
-    // 2)`` (``waiting``: the columns not yet applied, b, or more after a λ path's wide
-    start, which the restart cuts to as many as the Ritz vectors kept), which keeps their
-    convergence and leaves room for two blocks before the next restart.
-    """
-    return max(r, b) + 4 * b
-
-
-def smallest_max_basis(r: int, b: int) -> int:
-    """The narrowest thick-restart size the eigensolver accepts from a random or surrogate
-    start: ``max(r, b) + 2 b`` (the wanted space and room for two blocks)."""
-    return max(r, b) + 2 * b
-
-
-def resolve_block_size(
-    r: int, oversampling: int, block_size: int | None, limit: int, *, warm: bool = False
-) -> int:
-    """The block width used: ``block_size`` or :func:`default_block_size`, at most ``limit``
-    (the operator's dimension)."""
-    if block_size is None:
-        block_size = default_block_size(r, oversampling, warm=warm)
-    return min(block_size, limit)
 
 
 def solve_cr5(

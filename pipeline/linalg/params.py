@@ -27,7 +27,11 @@ __all__ = [
     "PROBLEM",
     "STOPPING",
     "Cr5Params",
+    "default_block_size",
+    "default_max_basis",
     "max_rank",
+    "resolve_block_size",
+    "smallest_max_basis",
 ]
 
 #: What a solver parameter is to a checkpoint (field metadata ``"role"``). ``PROBLEM``: it
@@ -52,6 +56,61 @@ def max_rank(n_concepts: int, n_terms: int) -> int:
     beside ``r``, so that the method registry (:mod:`pipeline.methods.registry`), which loads
     without numpy, can name it as the bound of the eigenproblem methods."""
     return min(n_concepts - 1, n_terms)
+
+
+# --- the eigensolver's widths: the one rule for the block width b and the basis cap, which the
+# solver, the memory plan and bench/cost_model.py all use (numpy-free, like max_rank)
+
+
+def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
+    """Eigensolver block width when none is given.
+
+    Random start (``warm=False``): ``min(r + oversampling, max(32, r // 6))``. A block of
+    r + oversampling columns needs few iterations, but its Krylov space is poor per column
+    (polynomial degree = iterations), so it applies M to several times more columns than
+    needed.
+
+    Warm start (:func:`~pipeline.linalg.cr5.surrogate_warm_start`):
+    ``min(r + oversampling, max(24, r // 12))``.
+    From a good start a narrow block applies M to fewer columns in all: more iterations, but
+    each on fewer columns, at the same held-out P@1 on a real corpus; on a corpus whose
+    spectrum decays fast a wide block is about as fast (bench/README.md, "Block width").
+    """
+    wide = r + oversampling
+    if warm:
+        return min(wide, max(24, r // 12))
+    return min(wide, max(32, r // 6))
+
+
+def default_max_basis(r: int, b: int) -> int:
+    """Thick-restart size when none is given: ``max(r, b) + 4 b`` columns.
+
+    Bounds the eigensolver's driver memory independently of its iteration count: the basis
+    is ``K x max_basis`` float64 and the tracked images ``p x max_basis`` float32. Four
+    blocks beyond the wanted space leave the usual warm-started solves (a few iterations)
+    unrestarted; longer ones restart from the leading ``max(r, min(max_basis // 2, room))``
+    Ritz vectors (Krylov-Schur), ``room = max(max_basis - waiting - 2 b, (max_basis - 2 b)
+    // 2)`` (``waiting``: the columns not yet applied, b, or more after a λ path's wide
+    start, which the restart cuts to as many as the Ritz vectors kept), which keeps their
+    convergence and leaves room for two blocks before the next restart.
+    """
+    return max(r, b) + 4 * b
+
+
+def smallest_max_basis(r: int, b: int) -> int:
+    """The narrowest thick-restart size the eigensolver accepts from a random or surrogate
+    start: ``max(r, b) + 2 b`` (the wanted space and room for two blocks)."""
+    return max(r, b) + 2 * b
+
+
+def resolve_block_size(
+    r: int, oversampling: int, block_size: int | None, limit: int, *, warm: bool = False
+) -> int:
+    """The block width used: ``block_size`` or :func:`default_block_size`, at most ``limit``
+    (the operator's dimension)."""
+    if block_size is None:
+        block_size = default_block_size(r, oversampling, warm=warm)
+    return min(block_size, limit)
 
 
 def _role(role: str) -> dict[str, str]:

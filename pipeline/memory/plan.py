@@ -163,7 +163,7 @@ class TrainSizes:
 
 def _solver_widths(sizes: TrainSizes, t: TrainConfig) -> tuple[int, int, int]:
     """(r, block width b, basis columns m) as the solver will resolve them."""
-    from pipeline.linalg.cr5 import default_max_basis, resolve_block_size
+    from pipeline.linalg.params import default_max_basis, resolve_block_size
 
     r = min(t.r, max(1, sizes.concepts - 1))
     b = resolve_block_size(r, t.oversampling, t.block_size, sizes.concepts, warm=t.start_steps > 0)
@@ -462,7 +462,7 @@ def _unfused_nnz(plan: TrainPlan, sizes: TrainSizes) -> int:
 
 def _narrower_bases(sizes: TrainSizes, t: TrainConfig) -> list[int]:
     """Basis caps below the default, widest first: steps of b down to max(r, b) + 2b."""
-    from pipeline.linalg.cr5 import smallest_max_basis
+    from pipeline.linalg.params import smallest_max_basis
 
     r, b, m = _solver_widths(sizes, t)
     low = smallest_max_basis(r, b)
