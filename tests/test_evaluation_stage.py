@@ -8,6 +8,7 @@ evaluation, the reports, and λ selection.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from pipeline.evaluation.classify import classifier_split
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset
 from pipeline.io.schemas import DOCUMENTS, EVALUATION, SPLITS, TFIDF, VOCABULARY
 from pipeline.model import Cr5Model
+from pipeline.model.format import model_fingerprint, read_model_json
 from pipeline.stages import get_stage
 from pipeline.stages import split as split_stage
 from pipeline.stages.evaluate import run_evaluation
@@ -461,6 +463,23 @@ def test_gamma_of_opca_is_chosen_on_validation(spark, chain):
     # γ = 1 turns OPCA into per-language PCA: no crosslingual signal on validation.
     assert scores[1.0] < scores[1e-4]
     assert "γ chosen on the validation concepts" in Path(report["report_md"]).read_text()
+
+    # The train stage, asked for OPCA with the same grid, rows, pool and scoring, makes the
+    # same choice and writes the same arrays as the evaluation's OPCA row.
+    train_cfg = dataclasses.replace(
+        cfg,
+        evaluate=e,
+        train=dataclasses.replace(cfg.train, method="opca"),
+        paths=dataclasses.replace(cfg.paths, model=str(root / "model-opca-tuned")),
+    )
+    summary = get_stage("train")(spark, train_cfg)
+    tuned = read_model_json(root / "model-opca-tuned")
+    evaluated = read_model_json(info["model"])
+    assert summary["tuning"]["chosen"] == tuned["tuning"]["chosen"] == sel["chosen"]
+    assert tuned["tuning"]["key"] == "train.opca.gamma"
+    assert {c["gamma"]: c["score"] for c in tuned["tuning"]["curve"]} == scores
+    assert model_fingerprint(tuned) == model_fingerprint(evaluated)
+    assert not (root / "tuning" / "opca").exists()  # candidates go once one is published
 
 
 def test_word_mapping_baseline_is_evaluated_on_its_pair(spark, chain):

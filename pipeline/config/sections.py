@@ -317,6 +317,17 @@ class TrainConfig(Cr5Params, BackendParams):
         doc="stop_rule=validation: validation concepts (lowest split priority) whose documents "
         "are embedded and retrieved among each other after every eigensolver iteration.",
     )
+    tune: Literal["auto", "always", "never"] = param(
+        "auto",
+        doc="Whether the train stage chooses the parameter that tunes train.method (its "
+        "spec's tuned_by) on the split stage's validation concepts, as the evaluation does "
+        "(one model per grid value, scored with evaluate.selection_metric and "
+        "selection_measure, the best saved with a tuning section in model.json). auto: γ "
+        "(CCA, OPCA, S2Net) from evaluate.gamma_grid when it has two or more values and "
+        "features.heldout_concepts is the splits; λ is left to the evaluate stage. always: also "
+        "Cr5's λ from evaluate.lambda_grid, and an error when the grid or the splits are "
+        "missing. never: fit at the configured value (pipeline/evaluation/tuning.py).",
+    )
     checkpoint_dir: str | None = param(
         None,
         doc="Resumable checkpoints (default <paths.root>/checkpoints/train-<config hash>); "

@@ -20,19 +20,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config, EvaluateConfig, TrainConfig, check_evaluate
+from pipeline.config import Config, EvaluateConfig, check_evaluate
 from pipeline.errors import InputDataError, PipelineError
 from pipeline.evaluation.classification import classification_rows, run_classification
 from pipeline.evaluation.engines import open_engine
 from pipeline.evaluation.lambda_selection import select_lambda
 from pipeline.evaluation.protocol import (
-    Direction,
     count_leaked_rows,
     directions_of,
     evaluate_role,
@@ -42,9 +40,10 @@ from pipeline.evaluation.protocol import (
     validation_score,
 )
 from pipeline.evaluation.report import evaluation_rows, write_reports
+from pipeline.evaluation.tuning import Context, fit_gamma_grid, method_gamma
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
 from pipeline.io.schemas import EVALUATION, SPLITS
-from pipeline.methods.registry import find_method, get_method
+from pipeline.methods.registry import get_method
 from pipeline.model.format import read_model_json
 from pipeline.training import service as training
 from pipeline.training.rows import check_methods_memory
@@ -68,18 +67,6 @@ EVALUATION_SCHEMA = (
     "target_lang string, measure string, csls_source string, k int, metric string, "
     "value float, n_queries long, n_candidates long"
 )
-
-
-@dataclass
-class Context:
-    """What every step of one evaluation run shares."""
-
-    spark: SparkSession
-    cfg: Config
-    e: EvaluateConfig
-    engine: Any
-    directions: list[Direction]
-    splits_rows: list
 
 
 def check_no_leak(spark: SparkSession, cfg: Config, splits: DataFrame, splits_path: str) -> int:
@@ -137,15 +124,6 @@ def choose_model(
     return model_path, None
 
 
-def method_gamma(t: TrainConfig, method: str) -> float | None:
-    """``method``'s own γ (``train.<method>.gamma``: CCA, OPCA, S2Net's OPCA start); None for
-    a method without one, or a name no registered method has."""
-    if find_method(method) is None:
-        return None
-    gamma = getattr(t.params_of(method), "gamma", None)
-    return None if gamma is None else float(gamma)
-
-
 def evaluate_model(
     ctx: Context, model_path: str, meta: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -186,7 +164,7 @@ def train_and_evaluate(
     (:func:`~pipeline.evaluation.protocol.model_measures`). ``data`` is the loaded training rows
     (:func:`pipeline.training.load_training_data`), shared by every fit.
     """
-    spark, cfg, e, engine = ctx.spark, ctx.cfg, ctx.e, ctx.engine
+    cfg, e, engine = ctx.cfg, ctx.e, ctx.engine
     directions, splits_rows = ctx.directions, ctx.splits_rows
     base = e.baseline_models_dir or (cfg.paths.root.rstrip("/") + "/baseline_models")
     r = cfg.train.r if meta.get("phi_format") == "selection" else int(meta["r"])
@@ -196,36 +174,10 @@ def train_and_evaluate(
     # fitted once per γ of evaluate.gamma_grid, the best kept, for a method tuned by γ
     if tuned and len(e.gamma_grid) >= 2:
         gammas = list(e.gamma_grid)
-    curve: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for gamma in gammas:
-        path = f"{base.rstrip('/')}/{method}"
-        if len(gammas) > 1:
-            path += f"/gamma={gamma:g}"
-        train = dataclasses.replace(cfg.train, method=method, r=r, lam=lam)
-        if tuned:  # the method's own γ (train.<method>.gamma) at this grid point
-            train = train.with_params(method, gamma=gamma)
-        sub = dataclasses.replace(
-            cfg, train=train, paths=dataclasses.replace(cfg.paths, model=path)
-        )
-        shown = "" if gamma is None else f", γ={gamma:g}"
-        log.info("evaluate: training %s (r=%d%s) into %s", method, r, shown, path)
-        trained = training.train_model(spark, sub, data)
-        point = {"gamma": gamma, "model": path, "fit_seconds": trained["fit_seconds"]}
-        if len(gammas) > 1:
-            engine.use_model(path)
-            point["score"], _ = validation_score(engine, directions, splits_rows, e)
-            log.info(
-                "evaluate: %s γ=%g validation %s %.4f",
-                method,
-                gamma,
-                e.selection_metric,
-                point["score"],
-            )
-        curve.append(point)
+    base = f"{base.rstrip('/')}/{method}"
+    best, curve = fit_gamma_grid(ctx, method, data, gammas=gammas, base=base, r=r, lam=lam)
     train_wall = time.perf_counter() - t0
-    # The highest validation score; ties (and a single γ, unscored) keep the first.
-    best = max(curve, key=lambda c: c.get("score", 0.0))
     path = best["model"]
     t0 = time.perf_counter()
     engine.use_model(path)

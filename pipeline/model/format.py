@@ -250,6 +250,29 @@ def save_model(
     return full
 
 
+#: ``model.json`` keys :func:`save_model` writes itself (from the arrays and the library).
+_WRITTEN_BY_SAVE = (
+    "schema_version",
+    "library_version",
+    "phi_format",
+    "languages",
+    "vocabulary_sizes",
+    "files",
+    "shared_arrays",
+)
+
+
+def republish_model(source: str | os.PathLike, path: str | os.PathLike, extra: dict) -> dict:
+    """Write the dense or topic-word model at ``source`` again at ``path`` with ``extra``
+    added to its ``model.json`` (e.g. the train stage's ``tuning`` record for the candidate
+    it chose); the new ``model.json``. The arrays and vocabularies are written from what was
+    read, so their files, checksums and :func:`model_fingerprint` are the source's."""
+    meta, maps = load_model_files(source)
+    shared = load_shared_arrays(source, meta)
+    kept = {k: v for k, v in meta.items() if k not in _WRITTEN_BY_SAVE}
+    return save_model(path, maps, {**kept, **extra}, shared=shared)
+
+
 def model_fingerprint(meta: dict) -> str:
     """A short identity of a model: the SHA-256 of its files' checksums (from ``model.json``).
 
