@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,7 +30,8 @@ from pipeline.config import Config
 from pipeline.errors import InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.features.selection import count_by_reason, length_reason, remove_heldout
-from pipeline.features.weighting import LanguageVocabulary, tfidf_rows
+from pipeline.features.vectorize import language_vocabularies, vectorize_by_language
+from pipeline.features.weighting import tfidf_rows
 from pipeline.spark import share_with_workers
 from pipeline.text.tokenizer import Tokenizer, distinct_tokens_per_doc
 
@@ -51,35 +51,23 @@ def tfidf_fn(
     ``vocabularies`` holds ``{lang: (terms, idf)}`` as its ``.value`` (a Spark broadcast,
     :func:`pipeline.spark.share_with_workers`); it is unpacked once per Python worker.
     """
-    cache: dict[str, LanguageVocabulary] = {}
-
-    def vocab_of(lang: str) -> LanguageVocabulary:
-        if lang not in cache:
-            terms, idf = vocabularies.value.get(lang, (pa.array([], pa.string()), np.zeros(0)))
-            cache[lang] = LanguageVocabulary(terms, idf)
-        return cache[lang]
+    vocab_of = language_vocabularies(vocabularies, missing_is_empty=True)
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            langs = batch.column("lang")
-            for lang in pc.unique(langs).to_pylist():
-                part = batch.filter(pc.equal(langs, lang))
-                n = part.num_rows
-                flat, doc_of = tokenizer.flat_tokens(part.column("text"))
-                _, _, n_unique = distinct_tokens_per_doc(flat, doc_of, n)
-                indptr, indices, values = tfidf_rows(flat, doc_of, n, vocab_of(lang))
-                offsets = pa.array(indptr)
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        part.column("doc_id"),
-                        part.column("concept_id"),
-                        part.column("lang"),
-                        pa.array(n_unique, pa.int64()),
-                        pa.ListArray.from_arrays(offsets, pa.array(indices, pa.int32())),
-                        pa.ListArray.from_arrays(offsets, pa.array(values, pa.float32())),
-                    ],
-                    names=["doc_id", "concept_id", "lang", "n_unique", "indices", "values"],
-                )
+        for rows in vectorize_by_language(batches, tokenizer, vocab_of, tfidf_rows):
+            part = rows.part
+            _, _, n_unique = distinct_tokens_per_doc(rows.tokens, rows.doc_of, part.num_rows)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    part.column("doc_id"),
+                    part.column("concept_id"),
+                    part.column("lang"),
+                    pa.array(n_unique, pa.int64()),
+                    rows.indices,
+                    rows.values,
+                ],
+                names=["doc_id", "concept_id", "lang", "n_unique", "indices", "values"],
+            )
 
     return fn
 

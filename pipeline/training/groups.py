@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,7 +30,8 @@ from pipeline.backends import make_grouped_corpus
 from pipeline.backends.loader import read_tfidf_layout
 from pipeline.config import Config
 from pipeline.errors import InputDataError
-from pipeline.features.weighting import LanguageVocabulary, count_rows
+from pipeline.features.vectorize import language_vocabularies, vectorize_by_language
+from pipeline.features.weighting import count_rows
 from pipeline.io.datasets import read_dataset
 from pipeline.io.schemas import DOCUMENTS, TFIDF
 from pipeline.linalg.backend import TermLayout
@@ -57,32 +57,21 @@ def count_fn(
 
     ``vocabularies`` is a Spark broadcast of ``{lang: (terms, idf)}``.
     """
-    cache: dict[str, LanguageVocabulary] = {}
-
-    def vocab_of(lang: str) -> LanguageVocabulary:
-        if lang not in cache:
-            cache[lang] = LanguageVocabulary(*vocabularies.value[lang])
-        return cache[lang]
+    vocab_of = language_vocabularies(vocabularies)
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            langs = batch.column("lang")
-            for lang in pc.unique(langs).to_pylist():
-                part = batch.filter(pc.equal(langs, lang))
-                flat, doc_of = tokenizer.flat_tokens(part.column("text"))
-                indptr, indices, counts = count_rows(flat, doc_of, part.num_rows, vocab_of(lang))
-                offsets = pa.array(indptr)
-                n = part.num_rows
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        pa.array(np.full(n, languages.index(lang), dtype=np.int32)),
-                        part.column("row"),
-                        part.column("concept_index"),
-                        pa.ListArray.from_arrays(offsets, pa.array(indices, pa.int32())),
-                        pa.ListArray.from_arrays(offsets, pa.array(counts, pa.float32())),
-                    ],
-                    names=["lang_index", "row", "concept_index", "indices", "values"],
-                )
+        for rows in vectorize_by_language(batches, tokenizer, vocab_of, count_rows):
+            n = rows.part.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(np.full(n, languages.index(rows.lang), dtype=np.int32)),
+                    rows.part.column("row"),
+                    rows.part.column("concept_index"),
+                    rows.indices,
+                    rows.values,
+                ],
+                names=["lang_index", "row", "concept_index", "indices", "values"],
+            )
 
     return fn
 
