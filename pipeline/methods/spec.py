@@ -40,7 +40,8 @@ TunedBy = Literal["lam", "gamma"] | None
 @dataclass(frozen=True)
 class DriverMemory:
     """How the memory plan (:mod:`pipeline.memory`) counts a method's peak in the driver's
-    Python, before any Spark work.
+    Python, before any Spark work: the formula it names, which
+    :func:`pipeline.methods.driver_memory.driver_need` evaluates on the fit's sizes.
 
     Attributes
     ----------
