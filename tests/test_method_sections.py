@@ -35,7 +35,7 @@ def test_each_method_with_parameters_has_its_section():
     }
     t = load_config([]).train
     assert t.params_of("cca") == CcaParams() and t.params_of("cr5") is None
-    assert t.params_of("s2net").gamma == 1e-3 and t.params_of("s2net").scale == 10.0
+    assert t.params_of("s2net") == S2NetParams() and t.params_of("s2net").scale == 10.0
     assert t.params_of("ctlaser").dim == t.params_of("tlaser").dim == 128
     assert dataclasses.replace(t, method="jplsa").params_of() == PlsaParams()
     # the method's own keys are no flat keys of train
@@ -50,7 +50,7 @@ def test_nested_keys_load_from_overrides_and_profiles(tmp_path):
     t = cfg.train
     assert t.params_of("jplsa").topic_prior == 1.3 and t.params_of("cplsa").topic_prior == 1.1
     assert t.params_of("s2net").scale == 4.0
-    assert t.params_of("cca").gamma == 0.5 and t.params_of("opca").gamma == 1e-3
+    assert t.params_of("cca").gamma == 0.5 and t.params_of("opca") == OpcaParams()
     assert t.params_of("xcnn").epochs == 3 and t.params_of("tlaser").epochs == 10
     with pytest.raises(ConfigError, match=r"train\.cplsa\.pr_tol' .* out of range"):
         load_config([], ["train.cplsa.pr_tol=-1"])
@@ -76,7 +76,7 @@ def test_the_dict_round_trips_and_hashes_the_sections():
 def test_with_params_replaces_one_value_checked():
     t = load_config([]).train
     u = t.with_params("s2net", gamma=0.1)
-    assert u.params_of("s2net").gamma == 0.1 and t.params_of("s2net").gamma == 1e-3
+    assert u.params_of("s2net").gamma == 0.1 and t.params_of("s2net").gamma == S2NetParams().gamma
     assert u.params_of("opca") == t.params_of("opca")
     with pytest.raises(ConfigError, match="train.cca.gamma"):
         t.with_params("cca", gamma=-1.0)
