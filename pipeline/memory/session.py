@@ -69,7 +69,9 @@ def known_embed_need(cfg: Config, stages: Sequence[str]) -> tuple[dict, list[str
         return None
     langs = [str(lang) for lang in meta.get("languages") or []]
     if cfg.embed.languages:
-        chosen = {str(lang).strip().lower() for lang in cfg.embed.languages}
+        from pipeline.text.languages import canonical_lang
+
+        chosen = {canonical_lang(str(lang)) for lang in cfg.embed.languages}
         langs = [lang for lang in langs if lang in chosen]
     return meta, langs
 
