@@ -27,7 +27,7 @@ from pipeline.linalg.monitor import distractor_rows
 from pipeline.model import Cr5Model
 from pipeline.stages import get_stage
 from pipeline.training import checkpoint_dir, load_training_data
-from pipeline.training.groups import load_grouped_corpus
+from pipeline.training.rows import RowSource
 from tests.conftest import REPO
 
 LANGS = ("en", "de", "fr")
@@ -82,6 +82,11 @@ def cfg_for(root: Path, *overrides: str):
     )
 
 
+def _checkpoint_dir(cfg, planned=None):
+    """The training service's checkpoint directory for ``cfg``'s sections."""
+    return checkpoint_dir(cfg.train, cfg.paths, cfg.text, cfg.features, planned)
+
+
 @pytest.fixture(scope="module")
 def corpus_root(spark, tmp_path_factory):
     """ingest -> split -> vocabulary -> tfidf on the synthetic corpus, once per module."""
@@ -104,8 +109,8 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
     langs = list(data.backend.languages)
     try:
         counts = {
-            kind: load_grouped_corpus(
-                spark, c, data.rows_path, langs, data.vocabulary, "counts", partitions=3
+            kind: RowSource.of(spark, c, data.rows_path).grouped(
+                langs, data.vocabulary, "counts", partitions=3
             )
             for kind, c in cfg.items()
         }
@@ -147,8 +152,8 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
                 np.testing.assert_allclose(a.components[lang], b.components[lang], atol=1e-7)
         # S2Net's gradient steps, from the same (random) start
         tfidf = {
-            kind: load_grouped_corpus(
-                spark, c, data.rows_path, langs, data.vocabulary, "tfidf", partitions=3
+            kind: RowSource.of(spark, c, data.rows_path).grouped(
+                langs, data.vocabulary, "tfidf", partitions=3
             )
             for kind, c in cfg.items()
         }
@@ -170,17 +175,11 @@ def test_spark_and_local_engines_fit_the_same_models(spark, corpus_root):
                 np.testing.assert_allclose(sampled[kind][lang].toarray(), want, rtol=1e-12)
         # more blocks than the driver adds: partials summed by term range on the executors
         many = cfg_for(corpus_root, "train.backend=spark")
-        ranged = load_grouped_corpus(
-            spark, many, data.rows_path, langs, data.vocabulary, "counts", partitions=11
+        ranged = RowSource.of(spark, many, data.rows_path).grouped(
+            langs, data.vocabulary, "counts", partitions=11
         )
-        local11 = load_grouped_corpus(
-            spark,
-            cfg_for(corpus_root),
-            data.rows_path,
-            langs,
-            data.vocabulary,
-            "counts",
-            partitions=11,
+        local11 = RowSource.of(spark, cfg_for(corpus_root), data.rows_path).grouped(
+            langs, data.vocabulary, "counts", partitions=11
         )
         a = fit_jplsa(local11, r=4, maxiter=2, tol=0.0)
         b = fit_jplsa(ranged, r=4, maxiter=2, tol=0.0)
@@ -219,7 +218,7 @@ def test_training_killed_mid_em_resumes_to_the_same_model(spark, corpus_root, tm
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     cfg = cfg_for(corpus_root, *args)
-    pointer = Path(checkpoint_dir(cfg)) / "em.json"
+    pointer = Path(_checkpoint_dir(cfg)) / "em.json"
     deadline = time.time() + 300
     try:
         while time.time() < deadline and proc.poll() is None:
@@ -246,7 +245,7 @@ def test_training_killed_mid_em_resumes_to_the_same_model(spark, corpus_root, tm
     np.testing.assert_allclose(got, want, rtol=1e-12)
     for lang in ref.languages:
         np.testing.assert_allclose(resumed.word_vectors(lang)[1], ref.word_vectors(lang)[1])
-    assert not Path(checkpoint_dir(cfg)).exists()  # the model is the durable result
+    assert not Path(_checkpoint_dir(cfg)).exists()  # the model is the durable result
 
 
 @pytest.mark.slow

@@ -480,12 +480,12 @@ def test_single_language_training_warns_or_fails():
     from pipeline.training import training_warnings
 
     cfg = load_config([], [])
-    assert training_warnings(cfg, ["en", "de"]) == []
-    (msg,) = training_warnings(cfg, ["en"])
+    assert training_warnings(cfg.train, ["en", "de"]) == []
+    (msg,) = training_warnings(cfg.train, ["en"])
     assert "not crosslingual" in msg and "train.on_single_language" in msg
     strict = load_config([], ["train.on_single_language=error"])
     with pytest.raises(InputDataError, match="one language only"):
-        training_warnings(strict, ["en"])
+        training_warnings(strict.train, ["en"])
 
 
 @pytest.mark.slow

@@ -485,32 +485,35 @@ def test_the_plans_basis_reaches_the_cr5_fit():
     np.testing.assert_allclose(fits[True].eigenvalues, fits[False].eigenvalues, rtol=1e-7)
 
 
+def _checkpoint_dir(cfg, planned=None):
+    """The training service's checkpoint directory for ``cfg``'s sections."""
+    from pipeline.training.service import checkpoint_dir
+
+    return checkpoint_dir(cfg.train, cfg.paths, cfg.text, cfg.features, planned)
+
+
 def test_a_planned_basis_checkpoints_in_its_own_directory(tmp_path):
     """The plan's cap counts as configuration for the checkpoint directory: the same plan
     resumes from the same directory, another (another machine's memory) gets its own instead
     of a CheckpointMismatchError against the default basis's checkpoints."""
-    from pipeline.training.service import checkpoint_dir
-
     cfg = load_config([], [f"paths.root={tmp_path}", "train.r=300"])
-    default = checkpoint_dir(cfg)
-    assert checkpoint_dir(cfg, {}) == default
-    planned = checkpoint_dir(cfg, {"max_basis": 350})
-    assert planned != default and planned == checkpoint_dir(cfg, {"max_basis": 350})
-    assert planned == checkpoint_dir(_with_basis(cfg, 350))
-    assert checkpoint_dir(cfg, {"max_basis": 375}) not in (default, planned)
+    default = _checkpoint_dir(cfg)
+    assert _checkpoint_dir(cfg, {}) == default
+    planned = _checkpoint_dir(cfg, {"max_basis": 350})
+    assert planned != default and planned == _checkpoint_dir(cfg, {"max_basis": 350})
+    assert planned == _checkpoint_dir(_with_basis(cfg, 350))
+    assert _checkpoint_dir(cfg, {"max_basis": 375}) not in (default, planned)
 
 
 def test_the_checkpoint_directory_names_the_problem_not_the_stopping_rule(tmp_path):
     """A rerun may change when the eigensolver stops or how it saves and still resume; a
     setting that changes the iterates (λ, r, the basis) is another problem."""
-    from pipeline.training.service import checkpoint_dir
-
     cfg = load_config([], [f"paths.root={tmp_path}", "train.r=300"])
     same = ["eig_maxiter=40", "eig_rtol=0.2", "stop_rule=validation", "checkpoint_every=5"]
     for change in same:
-        assert checkpoint_dir(
+        assert _checkpoint_dir(
             load_config([], [f"paths.root={tmp_path}", "train.r=300", f"train.{change}"])
-        ) == checkpoint_dir(cfg)
+        ) == _checkpoint_dir(cfg)
     for change in ["lam=3", "r=200", "max_basis=350", "seed=1"]:
         other = load_config([], [f"paths.root={tmp_path}", "train.r=300", f"train.{change}"])
-        assert checkpoint_dir(other) != checkpoint_dir(cfg), change
+        assert _checkpoint_dir(other) != _checkpoint_dir(cfg), change

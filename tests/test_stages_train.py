@@ -48,6 +48,11 @@ def cfg_for(root, *overrides):
     return load_config(PROFILES, [f"paths.root={root}", "spark.shuffle_partitions=2", *overrides])
 
 
+def _checkpoint_dir(cfg, planned=None):
+    """The training service's checkpoint directory for ``cfg``'s sections."""
+    return checkpoint_dir(cfg.train, cfg.paths, cfg.text, cfg.features, planned)
+
+
 def phi_star_probe(model: Cr5Model, langs: list[str]) -> np.ndarray:
     """Φ*ᵀΦ* Z for a fixed random Z (p x 4): unchanged by the sign (or any rotation within a
     degenerate eigenspace) of P's columns, so two fits of one problem can be compared."""
@@ -94,7 +99,7 @@ def test_train_writes_a_model_consistent_with_the_training_matrix(spark, sample_
     meta = model.meta
     assert meta["solver"]["history"]["eigensolver"]["converged"]
     assert meta["training"]["documents"]["es"] == 1995
-    assert not Path(checkpoint_dir(cfg)).exists()  # cleaned up after success
+    assert not Path(_checkpoint_dir(cfg)).exists()  # cleaned up after success
 
     # The public embedding path reproduces X_l Φ_lᵀ for training documents.
     backend = local_backend_from_tfidf(spark, cfg.paths.dataset("tfidf"), dtype="float64")
@@ -205,7 +210,7 @@ def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_feature
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     cfg = cfg_for(sample_features, *args)
-    pointer = Path(checkpoint_dir(cfg)) / "lanczos.json"
+    pointer = Path(_checkpoint_dir(cfg)) / "lanczos.json"
     deadline = time.time() + 300
     try:
         while time.time() < deadline and proc.poll() is None:
@@ -225,7 +230,7 @@ def test_training_killed_midway_resumes_to_the_same_answer(spark, sample_feature
     # the rerun may change when the eigensolver stops and how often it saves (a larger cap,
     # here): the same problem, the same checkpoint directory, resumed
     cfg = cfg_for(sample_features, *args, "train.eig_maxiter=60", "train.checkpoint_every=2")
-    assert checkpoint_dir(cfg) == str(pointer.parent)
+    assert _checkpoint_dir(cfg) == str(pointer.parent)
     report = get_stage("train")(spark, cfg)
     resumed = Cr5Model.load(report["path"])
     history = resumed.meta["solver"]["history"]["eigensolver"]

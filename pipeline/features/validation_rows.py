@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.config import TextConfig
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.features.weighting import LanguageVocabulary, count_matrix, tfidf_matrix
 from pipeline.io.datasets import read_dataset, read_table
@@ -39,15 +39,22 @@ log = logging.getLogger(__name__)
 
 def validation_documents(
     spark: SparkSession,
-    cfg: Config,
     languages: list[str],
     *,
+    heldout: str | None,
+    documents: str,
+    validation_concepts: int,
     needed_by: str = "train.stop_rule=validation",
 ) -> pa.Table:
-    """The ``train.validation_concepts`` validation concepts' documents in ``languages``:
-    columns lang, concept_id, text (one document per language and concept), sorted.
-    ``needed_by``: the setting that asked for them (named in errors)."""
-    path = cfg.heldout_path()
+    """The first ``validation_concepts`` (``train.validation_concepts``) validation
+    concepts' documents in ``languages``: columns lang, concept_id, text (one document per
+    language and concept), sorted.
+
+    ``heldout``: the split stage's concepts (``features.heldout_concepts`` resolved,
+    :meth:`~pipeline.config.Config.heldout_path`; None when it is not set); ``documents``:
+    the documents dataset's path; ``needed_by``: the setting that asked for them (named in
+    errors)."""
+    path = heldout
     fix = (
         "Fix: run the split stage and set features.heldout_concepts: splits (before the "
         f"vocabulary stage), or change {needed_by}."
@@ -69,11 +76,11 @@ def validation_documents(
         .groupBy("concept_id")
         .agg(F.min(order).alias("_order"))
         .orderBy("_order", "concept_id")
-        .limit(cfg.train.validation_concepts)
+        .limit(validation_concepts)
         .select("concept_id")
     )
     return (
-        read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
+        read_dataset(spark, DOCUMENTS, documents)
         .filter(F.col("lang").isin(languages))
         .join(F.broadcast(chosen), "concept_id")
         # one document per (language, concept): the smallest doc_id, deterministically
@@ -86,26 +93,38 @@ def validation_documents(
 
 def load_validation_set(
     spark: SparkSession,
-    cfg: Config,
     languages: list[str],
     vocabulary: dict[str, dict],
     *,
+    heldout: str | None,
+    documents: str,
+    validation_concepts: int,
+    text: TextConfig,
     weighting: str = "tfidf",
     needed_by: str = "train.stop_rule=validation",
 ) -> ValidationSet:
     """Validation documents of the training languages as TF-IDF rows (``weighting="tfidf"``)
     or term counts (``"counts"``).
 
-    ``vocabulary[lang]``: ``terms`` (pyarrow array, term_index order) and ``idf``.
+    ``vocabulary[lang]``: ``terms`` (pyarrow array, term_index order) and ``idf``;
+    ``heldout``, ``documents``, ``validation_concepts``: which documents
+    (:func:`validation_documents`); ``text``: the tokeniser's settings (``text``);
     ``needed_by``: the setting that asked for them (named in errors).
     """
-    path = cfg.heldout_path()
+    path = heldout
     fix = (
         "Fix: run the split stage and set features.heldout_concepts: splits (before the "
         f"vocabulary stage), or change {needed_by}."
     )
-    docs = validation_documents(spark, cfg, languages, needed_by=needed_by)
-    tokenizer = Tokenizer.from_settings(cfg.to_dict()["text"])
+    docs = validation_documents(
+        spark,
+        languages,
+        heldout=heldout,
+        documents=documents,
+        validation_concepts=validation_concepts,
+        needed_by=needed_by,
+    )
+    tokenizer = Tokenizer.from_config(text)
     rows, concepts = {}, {}
     for lang in languages:
         sub = docs.filter(pc.equal(docs.column("lang"), lang))

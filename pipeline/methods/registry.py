@@ -62,6 +62,7 @@ BUILTIN: tuple[MethodSpec, ...] = (
         checkpoints=True,
         tuned_by="lam",
         driver_memory=_SOLVER,
+        iteration_validation=True,
     ),
     MethodSpec(
         name="untranslated",

@@ -110,6 +110,10 @@ class MethodSpec:
     epoch_validation : bool
         It chooses its epoch on the validation concepts' TF-IDF rows, which the training
         service loads with the training rows when the split stage's concepts are held out.
+    iteration_validation : bool
+        Its eigensolver scores the validation concepts' TF-IDF rows at every iteration under
+        ``train.stop_rule: validation`` (Cr5), which the training service then loads with the
+        training rows.
     """
 
     name: str
@@ -124,6 +128,7 @@ class MethodSpec:
     driver_memory: DriverMemory = DriverMemory("base")
     texts: bool = False
     epoch_validation: bool = False
+    iteration_validation: bool = False
 
     @property
     def has_rank(self) -> bool:

@@ -61,7 +61,7 @@ from pipeline.sparkml.persistence import (
     temporary_directory,
     unique_child,
 )
-from pipeline.training import fit_and_save, train_model, training_data_from_frame
+from pipeline.training import train_model, training_data_from_frame
 
 __all__ = ["Cr5", "FitParams", "documents_frame"]
 
@@ -271,7 +271,7 @@ def _fit_documents(spark: Any, docs: DataFrame, cfg: Config) -> dict[str, Any]:
             for frame in frames:
                 frame.unpersist()
             try:
-                summary = fit_and_save(cfg, data)
+                summary = train_model(spark, cfg, data)
             finally:
                 data.close()
         else:

@@ -5,7 +5,9 @@ Both the ``train`` stage (:mod:`pipeline.stages.train`) and the evaluation
 it imports neither.
 
 - :mod:`~pipeline.training.rows`: the rows of ``train.setup`` (joint, pairwise, transitive),
-  loaded into a corpus backend with their vocabularies (:class:`TrainingData`);
+  loaded into a corpus backend with their vocabularies (:class:`TrainingData`), and where
+  they came from (:class:`RowSource`: the session and the typed settings that load their
+  concept-grouped and validation rows on first use);
 - :mod:`~pipeline.training.fit`: ``train.method`` fitted on them, its fit looked up in the
   method registry (:mod:`pipeline.methods`; a :class:`FittedModel`);
 - :mod:`~pipeline.training.service`: :func:`train_model`, which fits ``train.method`` and saves
@@ -14,6 +16,7 @@ it imports neither.
 
 from pipeline.training.fit import FittedModel, fit_method
 from pipeline.training.rows import (
+    RowSource,
     TrainingData,
     load_training_data,
     select_rows_frame,
@@ -30,6 +33,7 @@ from pipeline.training.service import (
 
 __all__ = [
     "FittedModel",
+    "RowSource",
     "TrainingData",
     "checkpoint_dir",
     "fit_and_save",

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from pipeline.backends import make_grouped_corpus
 from pipeline.backends.loader import read_tfidf_layout
-from pipeline.config import Config
+from pipeline.config import TextConfig
 from pipeline.errors import InputDataError
 from pipeline.features.vectorize import language_vocabularies, vectorize_by_language
 from pipeline.features.weighting import count_rows
@@ -78,14 +78,17 @@ def count_fn(
 
 def grouped_rows(
     spark: SparkSession,
-    cfg: Config,
     rows_path: str,
     languages: list[str],
     vocabulary: dict[str, dict],
     weighting: str,
+    *,
+    text: TextConfig,
+    documents: str,
 ) -> DataFrame:
     """The training rows at ``rows_path`` as ``lang_index, row, concept_index, indices,
-    values``: TF-IDF weights or term counts (module docstring)."""
+    values``: TF-IDF weights or term counts (module docstring), counted with the tokeniser
+    of ``text`` from the documents dataset at ``documents``."""
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {WEIGHTINGS}; got {weighting!r}")
     rows = read_dataset(spark, TFIDF, rows_path).filter(F.col("lang").isin(languages))
@@ -94,13 +97,11 @@ def grouped_rows(
         return rows.select(
             index.cast("int").alias("lang_index"), "row", "concept_index", "indices", "values"
         )
-    docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents")).select(
-        "doc_id", "lang", "text"
-    )
+    docs = read_dataset(spark, DOCUMENTS, documents).select("doc_id", "lang", "text")
     joined = rows.select("lang", "row", "concept_index", "doc_id").join(docs, ["doc_id", "lang"])
     vocab = {lg: (vocabulary[lg]["terms"], vocabulary[lg]["idf"]) for lg in languages}
     bc = spark.sparkContext.broadcast(vocab)
-    tokenizer = Tokenizer.from_settings(cfg.to_dict()["text"])
+    tokenizer = Tokenizer.from_config(text)
     return joined.select("lang", "row", "concept_index", "text").mapInArrow(
         count_fn(tokenizer, bc, languages), _ROWS_SCHEMA
     )
@@ -108,17 +109,21 @@ def grouped_rows(
 
 def load_grouped_corpus(
     spark: SparkSession,
-    cfg: Config,
     rows_path: str,
     languages: list[str],
     vocabulary: dict[str, dict],
     weighting: str,
     *,
+    engine: str,
+    text: TextConfig,
+    documents: str,
     partitions: int | None = None,
 ) -> GroupedCorpus:
-    """The training rows at ``rows_path`` grouped by concept on the ``train.backend`` engine,
-    in ``partitions`` blocks (a method's ``train.<method>.pair_partitions``; None:
-    :func:`~pipeline.linalg.groups.default_blocks`).
+    """The training rows at ``rows_path`` grouped by concept on the ``engine``
+    (``train.backend``) engine, in ``partitions`` blocks (a method's
+    ``train.<method>.pair_partitions``; None: :func:`~pipeline.linalg.groups.default_blocks`);
+    term counts are counted with the tokeniser of ``text`` from the documents dataset at
+    ``documents`` (:func:`grouped_rows`).
 
     Raises
     ------
@@ -126,15 +131,16 @@ def load_grouped_corpus(
         When training rows lack their document (counts) or the row count differs from the
         dataset's manifest.
     """
-    t = cfg.train
     layout_info = read_tfidf_layout(spark, rows_path, languages)
     layout = TermLayout(languages, [layout_info.n_terms[lg] for lg in languages])
     n_docs = {lg: layout_info.n_docs[lg] for lg in languages}
     nnz = sum(layout_info.nnz.values())
     n_blocks = default_blocks(nnz, partitions, layout_info.n_concepts)
-    frame = grouped_rows(spark, cfg, rows_path, languages, vocabulary, weighting)
+    frame = grouped_rows(
+        spark, rows_path, languages, vocabulary, weighting, text=text, documents=documents
+    )
     corpus = make_grouped_corpus(
-        t.backend,
+        engine,
         frame,
         layout=layout,
         n_docs=n_docs,
@@ -158,7 +164,7 @@ def load_grouped_corpus(
     log.info(
         "grouped corpus (%s, %s backend): %d documents of %d concepts in %d blocks, nnz %d",
         weighting,
-        t.backend,
+        engine,
         have,
         layout_info.n_concepts,
         n_blocks,

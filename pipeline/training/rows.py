@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.backends import make_backend
-from pipeline.config import Config
+from pipeline.config import Config, TextConfig
 from pipeline.errors import ConfigError
 from pipeline.features.indexing import dense_index
 from pipeline.features.validation_rows import load_validation_set, validation_documents
@@ -39,6 +39,7 @@ from pipeline.io.schemas import DOCUMENTS, TFIDF, VOCABULARY
 from pipeline.methods.registry import find_method
 
 __all__ = [
+    "RowSource",
     "TrainingData",
     "load_training_data",
     "select_rows_frame",
@@ -47,6 +48,112 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Where loaded training rows came from, with the session and the typed settings that
+    load more of them on first use: the rows grouped by concept (JPLSA, CPLSA, S2Net,
+    :func:`~pipeline.training.groups.load_grouped_corpus`) and the validation concepts'
+    rows (:func:`~pipeline.features.validation_rows.load_validation_set`). Built from the
+    configuration when the rows are loaded (:meth:`of`), so that the configuration stops at
+    the service's boundary.
+
+    Attributes
+    ----------
+    spark : SparkSession
+    rows_path : str
+        The training rows' dataset (``tfidf`` or the selection's ``train_rows``).
+    engine : str
+        ``train.backend``: the grouped corpus' engine.
+    text : TextConfig
+        The tokeniser's settings (the topic models' term counts, validation documents).
+    documents : str
+        The documents dataset's path.
+    heldout : str or None
+        ``features.heldout_concepts`` resolved (:meth:`~pipeline.config.Config.heldout_path`).
+    validation_concepts : int
+        ``train.validation_concepts``.
+    """
+
+    spark: Any
+    rows_path: str
+    engine: str
+    text: TextConfig
+    documents: str
+    heldout: str | None
+    validation_concepts: int
+
+    @classmethod
+    def of(cls, spark: SparkSession, cfg: Config, rows_path: str) -> RowSource:
+        """The source of the rows at ``rows_path`` loaded with ``cfg``."""
+        return cls(
+            spark=spark,
+            rows_path=rows_path,
+            engine=cfg.train.backend,
+            text=cfg.text,
+            documents=cfg.paths.dataset("documents"),
+            heldout=cfg.heldout_path(),
+            validation_concepts=cfg.train.validation_concepts,
+        )
+
+    def grouped(
+        self,
+        languages: list[str],
+        vocabulary: dict[str, dict],
+        weighting: str,
+        partitions: int | None = None,
+    ) -> Any:
+        """The rows grouped by concept (:func:`~pipeline.training.groups.load_grouped_corpus`)."""
+        from pipeline.training.groups import load_grouped_corpus
+
+        return load_grouped_corpus(
+            self.spark,
+            self.rows_path,
+            languages,
+            vocabulary,
+            weighting,
+            engine=self.engine,
+            text=self.text,
+            documents=self.documents,
+            partitions=partitions,
+        )
+
+    def validation_documents(
+        self, languages: list[str], *, needed_by: str = "train.stop_rule=validation"
+    ) -> Any:
+        """The validation concepts' documents
+        (:func:`~pipeline.features.validation_rows.validation_documents`)."""
+        return validation_documents(
+            self.spark,
+            languages,
+            heldout=self.heldout,
+            documents=self.documents,
+            validation_concepts=self.validation_concepts,
+            needed_by=needed_by,
+        )
+
+    def validation(
+        self,
+        languages: list[str],
+        vocabulary: dict[str, dict],
+        *,
+        weighting: str = "tfidf",
+        needed_by: str = "train.stop_rule=validation",
+    ) -> Any:
+        """The validation documents as a :class:`~pipeline.linalg.monitor.ValidationSet`
+        (:func:`~pipeline.features.validation_rows.load_validation_set`)."""
+        return load_validation_set(
+            self.spark,
+            languages,
+            vocabulary,
+            heldout=self.heldout,
+            documents=self.documents,
+            validation_concepts=self.validation_concepts,
+            text=self.text,
+            weighting=weighting,
+            needed_by=needed_by,
+        )
 
 
 @dataclass
@@ -83,11 +190,10 @@ class TrainingData:
     #: Eigensolver settings the memory plan chose for this data (``max_basis`` when it
     #: narrowed the basis, :func:`pipeline.memory.plan_train`); the Cr5 fit applies them.
     solver_options: dict[str, Any] = field(default_factory=dict)
-    #: Where the rows were read from, and the session and configuration that loaded them
-    #: (JPLSA, CPLSA and S2Net load their concept-grouped rows from them on first use).
-    rows_path: str | None = None
-    spark: Any = None
-    cfg: Config | None = None
+    #: Where the rows were read from, with the session and settings that load their
+    #: concept-grouped rows (JPLSA, CPLSA, S2Net) and validation rows on first use; None for
+    #: rows held in a DataFrame (:func:`training_data_from_frame`).
+    rows: RowSource | None = None
     _grouped: dict[tuple[str, int | None], Any] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -100,16 +206,8 @@ class TrainingData:
         shared by every fit on this data."""
         key = (weighting, partitions)
         if key not in self._grouped:
-            from pipeline.training.groups import load_grouped_corpus
-
-            self._grouped[key] = load_grouped_corpus(
-                self.spark,
-                self.cfg,
-                self.rows_path,
-                list(self.backend.languages),
-                self.vocabulary,
-                weighting,
-                partitions=partitions,
+            self._grouped[key] = self._source("concept-grouped rows").grouped(
+                list(self.backend.languages), self.vocabulary, weighting, partitions
             )
         return self._grouped[key]
 
@@ -117,15 +215,26 @@ class TrainingData:
         """Validation documents as a :class:`~pipeline.linalg.monitor.ValidationSet` of
         TF-IDF rows or term counts, loaded once per weighting."""
         if weighting not in self._validation_rows:
-            self._validation_rows[weighting] = load_validation_set(
-                self.spark,
-                self.cfg,
+            self._validation_rows[weighting] = self._source("validation rows").validation(
                 list(self.backend.languages),
                 self.vocabulary,
                 weighting=weighting,
                 needed_by=needed_by,
             )
         return self._validation_rows[weighting]
+
+    @property
+    def rows_path(self) -> str | None:
+        """The training rows' dataset (None for rows held in a DataFrame)."""
+        return self.rows.rows_path if self.rows is not None else None
+
+    def _source(self, what: str) -> RowSource:
+        if self.rows is None:
+            raise ConfigError(
+                f"these training rows ({self.source}) were not read from a dataset, so their "
+                f"{what} cannot be loaded: train this method on the train stage's rows"
+            )
+        return self.rows
 
     def close(self) -> None:
         """Release the backend's cached data (the Spark backend unpersists X) and the grouped
@@ -147,46 +256,47 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
         t.backend, spark, rows_path, dtype=t.dtype, **(t.backend_options() | plan_options)
     )
     vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
+    source = RowSource.of(spark, cfg, rows_path)
     # the methods these rows train: train.method, and the evaluation's comparison methods
     specs = [s for s in map(find_method, (t.method, *cfg.evaluate.methods)) if s is not None]
     validation = None
-    if t.method == "cr5" and t.stop_rule == "validation":
-        validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
-    elif any(s.epoch_validation for s in specs) and cfg.heldout_path():
+    main = find_method(t.method)
+    if main is not None and main.iteration_validation and t.stop_rule == "validation":
+        validation = source.validation(list(backend.languages), vocab)
+    elif any(s.epoch_validation for s in specs) and source.heldout:
         # the epoch is chosen on the split's validation concepts
-        validation = load_validation_set(spark, cfg, list(backend.languages), vocab)
+        validation = source.validation(list(backend.languages), vocab)
     texts = None
     if any(s.texts for s in specs):
-        texts = _training_texts(spark, cfg, rows_path, list(backend.languages))
+        texts = _training_texts(source, list(backend.languages))
     return TrainingData(
         backend,
         selection,
         vocab,
         time.perf_counter() - t0,
         validation=validation,
-        rows_path=rows_path,
-        spark=spark,
-        cfg=cfg,
+        rows=source,
         texts=texts,
         solver_options=solver_options,
     )
 
 
-def _training_texts(
-    spark: SparkSession, cfg: Config, rows_path: str, languages: list[str]
-) -> dict[str, Any]:
+def _training_texts(source: RowSource, languages: list[str]) -> dict[str, Any]:
     """The encoder methods' raw texts: the training rows' documents and, with
     features.heldout_concepts, the validation concepts' documents."""
-    rows = read_dataset(spark, TFIDF, rows_path).select("lang", "row", "doc_id", "concept_index")
-    docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents")).select("doc_id", "text")
+    spark = source.spark
+    rows = read_dataset(spark, TFIDF, source.rows_path).select(
+        "lang", "row", "doc_id", "concept_index"
+    )
+    docs = read_dataset(spark, DOCUMENTS, source.documents).select("doc_id", "text")
     table = rows.join(docs, "doc_id").orderBy("lang", "row").toArrow()
     training = {
         lang: table.filter(pc.equal(table.column("lang"), lang)).select(["concept_index", "text"])
         for lang in languages
     }
     validation = None
-    if cfg.heldout_path():
-        validation = validation_documents(spark, cfg, languages)
+    if source.heldout:
+        validation = source.validation_documents(languages)
     return {"training": training, "validation": validation}
 
 

@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from pyspark.sql import SparkSession
 
 from pipeline import __version__
-from pipeline.config import Config, TrainConfig
+from pipeline.config import Config, FeaturesConfig, PathsConfig, TextConfig, TrainConfig
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.locations import to_manifest
 from pipeline.io.storage import locate
@@ -59,25 +59,38 @@ def train_model(
     ``data`` (from :func:`~pipeline.training.rows.load_training_data` with the same train,
     features and paths settings) lets a caller fit several models on one loaded backend;
     without it the rows are loaded here and released afterwards.
+
+    The configuration stops here: what lies below takes the sections it reads.
     """
+    sections = {"text": cfg.text, "features": cfg.features}
     if data is not None:
-        return fit_and_save(cfg, data)
+        return fit_and_save(cfg.train, cfg.paths, data, **sections)
     data = load_training_data(spark, cfg)
     try:
-        return fit_and_save(cfg, data)
+        return fit_and_save(cfg.train, cfg.paths, data, **sections)
     finally:
         data.close()
 
 
-def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
-    """Fit ``train.method`` on ``data``, save the model at ``paths.model``; the summary."""
-    t = cfg.train
+def fit_and_save(
+    t: TrainConfig,
+    paths: PathsConfig,
+    data: TrainingData,
+    *,
+    text: TextConfig,
+    features: FeaturesConfig,
+) -> dict[str, Any]:
+    """Fit ``t.method`` on ``data``, save the model at ``paths.model``; the summary.
+
+    ``text`` and ``features``: the settings the rows were made with, recorded as the model's
+    preprocessing (:func:`model_preprocessing`) and counted in its checkpoint directory
+    (:func:`checkpoint_dir`)."""
     spec = get_method(t.method)
     backend = data.backend
     passes0 = backend.pass_counts
     languages = list(backend.languages)
     _log_start(t, backend, languages)
-    warnings_ = training_warnings(cfg, languages)
+    warnings_ = training_warnings(t, languages)
     if spec.rank_bound is not None:
         check_rank(
             t.r,
@@ -86,7 +99,9 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
             where=f"the training rows (train.setup={t.setup}, languages {languages})",
             bound=spec.rank_bound,
         )
-    ckpt = checkpoint_dir(cfg, data.solver_options) if spec.checkpoints else None
+    ckpt = (
+        checkpoint_dir(t, paths, text, features, data.solver_options) if spec.checkpoints else None
+    )
     t0 = time.perf_counter()
     fitted = fit_method(t, data, ckpt)
     fit_seconds = time.perf_counter() - t0
@@ -96,12 +111,12 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     r_out = own.dim if encoder else int(next(iter(fitted.components.values())).shape[1])
     maps = {} if encoder else _language_maps(fitted, data, languages)
     passes = pass_delta(passes0, backend.pass_counts)
-    training = _training_record(cfg, data, fitted, fit_seconds, passes)
+    training = _training_record(t, paths, data, fitted, fit_seconds, passes)
     meta = {
         "method": t.method,
         "r": r_out,
         "lam": t.lam,
-        "preprocessing": model_preprocessing(cfg),
+        "preprocessing": model_preprocessing(text, features),
         "solver": {"params": t.solver_params(), "history": fitted.history},
         "eigenvalues": [float(x) for x in fitted.eigenvalues],
         "training": training,
@@ -111,7 +126,7 @@ def fit_and_save(cfg: Config, data: TrainingData) -> dict[str, Any]:
     }
     if fitted.folding_in is not None:
         meta["folding_in"] = fitted.folding_in
-    model_path = cfg.paths.dataset("model")
+    model_path = paths.dataset("model")
     if encoder:
         proto = fitted.shared[SUBWORDS]
         meta["languages"] = languages
@@ -156,7 +171,7 @@ def _encoder_sizes(p: TlaserParams) -> dict[str, int]:
     }
 
 
-def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
+def training_warnings(t: TrainConfig, languages: list[str]) -> list[str]:
     """What the user should know about the training rows (or an error, by configuration).
 
     One language gives a model whose space no other language shares: not crosslingual.
@@ -170,7 +185,7 @@ def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
         "(no other language shares its space). Check ingest.languages, train.languages and "
         "the documents dataset"
     )
-    if cfg.train.on_single_language == "error":
+    if t.on_single_language == "error":
         raise InputDataError(msg + ", or set train.on_single_language=warn to allow it.")
     msg += " (train.on_single_language=error refuses such runs)."
     log.warning("%s", msg)
@@ -185,28 +200,37 @@ def training_warnings(cfg: Config, languages: list[str]) -> list[str]:
 RESUMABLE_CHANGES = (*Cr5Params.names(STOPPING, EXECUTION), "checkpoint_dir")
 
 
-def checkpoint_dir(cfg: Config, planned: dict[str, Any] | None = None) -> str | None:
+def checkpoint_dir(
+    t: TrainConfig,
+    paths: PathsConfig,
+    text: TextConfig,
+    features: FeaturesConfig,
+    planned: dict[str, Any] | None = None,
+) -> str | None:
     """Where the solver checkpoints: one directory per training problem (the train, features
     and text settings but :data:`RESUMABLE_CHANGES`), with the eigensolver settings the
     memory plan chose (``planned``, TrainingData.solver_options) counted as settings: a
     rerun that plans the same resumes, one that plans another basis (another machine's
     memory) starts its own directory instead of meeting a checkpoint of a different
-    problem."""
-    if cfg.train.checkpoint_dir == "":
+    problem. ``t.checkpoint_dir`` (default ``<paths.root>/checkpoints``) holds them; ``""``:
+    no checkpoints (None)."""
+    if t.checkpoint_dir == "":
         return None
     if planned:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **planned))
-    base = cfg.train.checkpoint_dir or (cfg.paths.root.rstrip("/") + "/checkpoints")
-    problem = cfg.fingerprint("train", "features", "text", leave_out={"train": RESUMABLE_CHANGES})
+        t = dataclasses.replace(t, **planned)
+    base = t.checkpoint_dir or (paths.root.rstrip("/") + "/checkpoints")
+    # the configuration's own fingerprint of the three sections (the others do not count)
+    problem = Config(train=t, features=features, text=text).fingerprint(
+        "train", "features", "text", leave_out={"train": RESUMABLE_CHANGES}
+    )
     return f"{base}/train-{problem}"
 
 
-def model_preprocessing(cfg: Config) -> dict[str, Any]:
+def model_preprocessing(text: TextConfig, features: FeaturesConfig) -> dict[str, Any]:
     """``model.json``'s preprocessing section: what inference must repeat."""
-    settings = cfg.to_dict()
     return {
-        "text": settings["text"],
-        "features": settings["features"],
+        "text": dataclasses.asdict(text),
+        "features": dataclasses.asdict(features),
         "idf": "ln(N_l / df)",
         "row_norm": "l2",
         "center_at_inference": False,
@@ -253,16 +277,17 @@ def _language_maps(
 
 
 def _training_record(
-    cfg: Config,
+    t: TrainConfig,
+    paths: PathsConfig,
     data: TrainingData,
     fitted: FittedModel,
     fit_seconds: float,
     passes: dict[str, Any],
 ) -> dict[str, Any]:
     """``model.json``'s ``training`` section: the rows, the backend, the cost, the start."""
-    t, backend = cfg.train, data.backend
+    backend = data.backend
     record = {
-        "tfidf": data.source or to_manifest(cfg.paths.dataset("tfidf"), cfg.paths.root),
+        "tfidf": data.source or to_manifest(paths.dataset("tfidf"), paths.root),
         "selection": data.selection,
         "documents": {lang: backend.n_docs(lang) for lang in backend.languages},
         "concepts": backend.n_concepts,
