@@ -33,6 +33,7 @@ import numpy as np
 from pipeline.config import Config, EvaluateConfig
 from pipeline.evaluation.classification import markdown_section
 from pipeline.io.storage import join, local_path, write_file
+from pipeline.methods.registry import find_method
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,8 @@ def _hyperparameters(report: dict[str, Any], method: str) -> str:
         params = dict(info.get("params", {}))
         chosen = bool(info.get("gamma_selection"))
     else:  # a report without a methods entry: only the evaluated model's λ is known
-        params = {"λ": report["lam"]} if method == main == "cr5" else {}
+        spec = find_method(method) if method == main else None
+        params = {"λ": report["lam"]} if spec is not None and spec.tuned_by == "lam" else {}
         chosen = False
     if method == main and report.get("lambda_selection") and "λ" in params:
         chosen = True

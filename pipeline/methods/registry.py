@@ -63,6 +63,7 @@ BUILTIN: tuple[MethodSpec, ...] = (
         tuned_by="lam",
         driver_memory=_SOLVER,
         iteration_validation=True,
+        phi_star=True,
     ),
     MethodSpec(
         name="untranslated",

@@ -114,6 +114,9 @@ class MethodSpec:
         Its eigensolver scores the validation concepts' TF-IDF rows at every iteration under
         ``train.stop_rule: validation`` (Cr5), which the training service then loads with the
         training rows.
+    phi_star : bool
+        Its model keeps Λ and Q of Φ*Φ*ᵀ (``FittedModel.shared``), from which its Φ* word
+        vectors follow (:meth:`~pipeline.model.cr5_model.Cr5Model.phi_star_transform`; Cr5).
     """
 
     name: str
@@ -129,6 +132,7 @@ class MethodSpec:
     texts: bool = False
     epoch_validation: bool = False
     iteration_validation: bool = False
+    phi_star: bool = False
 
     @property
     def has_rank(self) -> bool:

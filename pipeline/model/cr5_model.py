@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from pipeline.baselines.topics import fold_in
 from pipeline.errors import ModelError
 from pipeline.features.weighting import LanguageVocabulary, count_matrix, tfidf_matrix
+from pipeline.methods.registry import find_method
 from pipeline.model.encode import EncodeMixin
 from pipeline.model.format import (
     GRAM_EIGENVALUES,
@@ -198,7 +199,8 @@ class Cr5Model(EncodeMixin):
         Λ and Q (retrain it to get them).
         """
         method = self.meta.get("method", "cr5")
-        if method != "cr5" or self.is_sparse:
+        spec = find_method(method)
+        if spec is None or not spec.phi_star or self.is_sparse:
             raise ModelError(
                 f"the Φ* word vectors exist only for Cr5 models; the model at {self.path} is "
                 f"a {method!r} model"
