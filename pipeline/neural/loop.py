@@ -99,7 +99,8 @@ class Task(Protocol):
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """How :func:`run_loop` trains (the ``train.neural_*`` keys)."""
+    """How :func:`run_loop` trains (the loop keys of a neural method's section,
+    ``train.<method>.epochs``, ...)."""
 
     epochs: int
     batch_size: int

@@ -48,7 +48,8 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class EncoderSizes:
-    """The network's sizes (the ``train.tlaser_*`` keys) and its vocabulary size."""
+    """The network's sizes (the ``train.tlaser.*`` or ``train.ctlaser.*`` keys) and its
+    vocabulary size."""
 
     vocab: int
     dim: int

@@ -95,7 +95,7 @@ class XcnnTask:
     rows : list of csr_matrix of shape (n_l, p_l), float32, one per language
     concepts : list of ndarray of shape (n_l,)
         Concept index of each row.
-    dim, scale : the ``train.xcnn_*`` settings
+    dim, scale : the ``train.xcnn.*`` settings
     validation : ValidationSet or None
         Held-out documents (:class:`pipeline.linalg.monitor.ValidationSet`) scored each epoch.
     distractors : int
