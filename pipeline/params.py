@@ -39,6 +39,7 @@ __all__ = [
     "coerce",
     "describe_section",
     "json_schema",
+    "legacy",
     "param",
     "section_params",
 ]
@@ -100,6 +101,13 @@ def param(
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def legacy(name: str) -> dict[str, str]:
+    """``extra`` metadata of a field that replaced the flat ``train.<name>`` key of the release
+    before the per-method sections; the loader maps the old key to it, with a warning
+    (:func:`pipeline.methods.registry.legacy_keys`)."""
+    return {"legacy": name}
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipeline.neural.params import EpochValidationParams
-from pipeline.params import param
+from pipeline.params import legacy, param
 
 __all__ = [
     "CCA_DEFAULTS",
@@ -47,10 +47,6 @@ __all__ = [
 ]
 
 
-def _legacy(name: str) -> dict[str, str]:
-    return {"legacy": name}
-
-
 def _gamma(default: float) -> Any:
     """The declaration of γ with a method's own default."""
     return param(
@@ -60,7 +56,7 @@ def _gamma(default: float) -> Any:
         doc="Regularisation γ of the per-sample covariances (CCA, OPCA; S2Net: of the OPCA "
         "fit it starts from). The evaluation chooses it from evaluate.gamma_grid when that "
         "has two or more values, and so does the train stage (train.tune).",
-        extra=_legacy("gamma"),
+        extra=legacy("gamma"),
     )
 
 
@@ -89,7 +85,7 @@ class GroupedParams:
         "block; concept k goes to block k mod this). Each block is one task of an EM or "
         "gradient step. None: one block per 500,000 nonzeros, at least 2. The local and spark "
         "backends cut the same blocks, so they fit the same model.",
-        extra=_legacy("pair_partitions"),
+        extra=legacy("pair_partitions"),
     )
 
 
@@ -116,14 +112,14 @@ class PlsaParams(GroupedParams):
         lo=1.0,
         doc="Dirichlet parameter α_θ (>= 1) of every topic distribution: the MAP M-step adds "
         "α_θ - 1 to each topic's expected count (also in folding-in).",
-        extra=_legacy("plsa_topic_prior"),
+        extra=legacy("plsa_topic_prior"),
     )
     word_prior: float = param(
         1.01,
         lo=1.0,
         doc="Dirichlet parameter α_β (>= 1) of every topic's word distribution: the M-step "
         "adds α_β - 1 to each word's expected count.",
-        extra=_legacy("plsa_word_prior"),
+        extra=legacy("plsa_word_prior"),
     )
     init_mix: float = param(
         0.5,
@@ -133,15 +129,15 @@ class PlsaParams(GroupedParams):
         doc="Deterministic start: each language's words, sorted by training frequency, are "
         "dealt to the topics in turn; topic t starts as (1 - mix) x uniform over the words "
         "dealt to it + mix x uniform over all words.",
-        extra=_legacy("plsa_init_mix"),
+        extra=legacy("plsa_init_mix"),
     )
-    maxiter: int = param(50, lo=1, doc="EM iteration cap.", extra=_legacy("plsa_maxiter"))
+    maxiter: int = param(50, lo=1, doc="EM iteration cap.", extra=legacy("plsa_maxiter"))
     tol: float = param(
         1e-4,
         lo=0.0,
         doc="EM stops when the log posterior rose by less than this fraction of its "
         "magnitude in one iteration; 0: only the cap (or the validation rule) stops it.",
-        extra=_legacy("plsa_tol"),
+        extra=legacy("plsa_tol"),
     )
     stop_rule: Literal["likelihood", "validation"] = param(
         "likelihood",
@@ -149,20 +145,20 @@ class PlsaParams(GroupedParams):
         "validation: also stop when P@1 (L1 on folded-in topic vectors) of "
         "train.validation_concepts held-out concepts has not improved for patience "
         "iterations, and keep the best iteration (needs features.heldout_concepts: splits).",
-        extra=_legacy("plsa_stop_rule"),
+        extra=legacy("plsa_stop_rule"),
     )
     patience: int = param(
         3,
         lo=1,
         doc="stop_rule=validation: EM iterations without improvement.",
-        extra=_legacy("plsa_patience"),
+        extra=legacy("plsa_patience"),
     )
     fold_in_steps: int = param(
         1,
         lo=1,
         doc="EM steps of folding-in (embedding a single document: its topic distribution "
         "with the topic-word distributions fixed), from the uniform distribution.",
-        extra=_legacy("plsa_fold_in_steps"),
+        extra=legacy("plsa_fold_in_steps"),
     )
 
 
@@ -176,21 +172,21 @@ class CplsaParams(PlsaParams):
         doc="The posterior of a concept's documents is projected onto the set where every "
         "document's expected fraction of tokens in each topic is within this of the first "
         "document's (posterior regularisation).",
-        extra=_legacy("plsa_pr_epsilon"),
+        extra=legacy("plsa_pr_epsilon"),
     )
     pr_maxiter: int = param(
         20,
         lo=1,
         doc="Projected-gradient steps of the KL projection per EM iteration (the dual "
         "variables are kept between iterations, so later iterations need few).",
-        extra=_legacy("plsa_pr_maxiter"),
+        extra=legacy("plsa_pr_maxiter"),
     )
     pr_tol: float = param(
         1e-3,
         lo=0.0,
         doc="A concept's projection stops when no constraint is violated by more than this "
         "(in topic fractions).",
-        extra=_legacy("plsa_pr_tol"),
+        extra=legacy("plsa_pr_tol"),
     )
 
 
@@ -209,7 +205,7 @@ class S2NetParams(GammaParams, GroupedParams, EpochValidationParams):
         "documents project to unit median norm; the step is the rate times the mean gradient "
         "per triple, which is small once most triples are well separated); with "
         "epochs, the best on validation P@1 (cosine) is kept.",
-        extra=_legacy("s2net_learning_rates"),
+        extra=legacy("s2net_learning_rates"),
     )
     epochs: list[int] = param(
         default_factory=lambda: [0, 1, 3, 10],
@@ -217,27 +213,27 @@ class S2NetParams(GammaParams, GroupedParams, EpochValidationParams):
         doc="Epochs compared on validation (one run per learning rate, scored after these "
         "epochs); 0 is OPCA's projection itself. More than one (rate, epochs) candidate "
         "needs features.heldout_concepts: splits.",
-        extra=_legacy("s2net_epochs"),
+        extra=legacy("s2net_epochs"),
     )
     batch_concepts: int = param(
         512,
         lo=1,
         doc="Training concepts per mini-batch (all their document pairs).",
-        extra=_legacy("s2net_batch_concepts"),
+        extra=legacy("s2net_batch_concepts"),
     )
     scale: float = param(
         10.0,
         lo=0.0,
         lo_open=True,
         doc="Scale γ of the loss log(1 + exp(-γ Δ)), Δ = cos(related) - cos(unrelated).",
-        extra=_legacy("s2net_gamma"),
+        extra=legacy("s2net_gamma"),
     )
     negatives: int = param(
         1,
         lo=1,
         doc="Unrelated pairs per related pair: the first document with a document of the "
         "second one's language drawn from another concept of the mini-batch.",
-        extra=_legacy("s2net_negatives"),
+        extra=legacy("s2net_negatives"),
     )
 
 

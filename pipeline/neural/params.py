@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.params import param
+from pipeline.params import legacy, param
 
 __all__ = [
     "CTLASER_DEFAULTS",
@@ -30,10 +30,6 @@ __all__ = [
     "TlaserParams",
     "XcnnParams",
 ]
-
-
-def _legacy(name: str) -> dict[str, str]:
-    return {"legacy": name}
 
 
 @dataclass(frozen=True)
@@ -49,7 +45,7 @@ class EpochValidationParams:
         "documents as the evaluation does (its pool holds every document up to "
         "evaluate.max_candidates); 0: among the validation documents only, where a model "
         "that memorises its training pairs looks far better than the evaluation finds it.",
-        extra=_legacy("neural_validation_distractors"),
+        extra=legacy("neural_validation_distractors"),
     )
 
 
@@ -62,30 +58,30 @@ class NeuralLoopParams(EpochValidationParams):
         lo=1,
         doc="Training epochs (one pass over the parallel pairs each); the model kept is the "
         "epoch with the best validation P@1 (features.heldout_concepts set), else the last.",
-        extra=_legacy("neural_epochs"),
+        extra=legacy("neural_epochs"),
     )
     batch_size: int = param(
         64,
         lo=2,
         doc="Parallel pairs per optimisation step, over all processes (split evenly among "
         "them; a trailing partial batch of an epoch is dropped).",
-        extra=_legacy("neural_batch_size"),
+        extra=legacy("neural_batch_size"),
     )
     lr: float = param(
-        1e-3, lo=0.0, lo_open=True, doc="Adam learning rate.", extra=_legacy("neural_lr")
+        1e-3, lo=0.0, lo_open=True, doc="Adam learning rate.", extra=legacy("neural_lr")
     )
     processes: int = param(
         2,
         lo=1,
         doc="Training processes launched by pyspark's TorchDistributor (local mode: on the "
         "driver machine; one gradient all-reduce per step); 1: train in the driver process.",
-        extra=_legacy("neural_processes"),
+        extra=legacy("neural_processes"),
     )
     threads: int = param(
         1,
         lo=1,
         doc="PyTorch CPU threads per training process and per embedding worker.",
-        extra=_legacy("neural_threads"),
+        extra=legacy("neural_threads"),
     )
 
 
@@ -94,7 +90,7 @@ class XcnnParams(NeuralLoopParams):
     """XCNN; the keys ``train.xcnn.*``."""
 
     dim: int = param(
-        128, lo=1, doc="Embedding dimension (the paper's 128).", extra=_legacy("xcnn_dim")
+        128, lo=1, doc="Embedding dimension (the paper's 128).", extra=legacy("xcnn_dim")
     )
     scale: float = param(
         5.0,
@@ -102,7 +98,7 @@ class XcnnParams(NeuralLoopParams):
         lo_open=True,
         doc="Noise-contrastive loss: the cosine similarities are multiplied by this before "
         "the logistic loss (softplus(-s·cos⁺) + softplus(s·cos⁻)).",
-        extra=_legacy("xcnn_scale"),
+        extra=legacy("xcnn_scale"),
     )
 
 
@@ -111,24 +107,24 @@ class TlaserParams(NeuralLoopParams):
     """T-LASER; the keys ``train.tlaser.*`` (and cT-LASER's, :class:`CtlaserParams`)."""
 
     dim: int = param(
-        128, lo=8, doc="Model width d_model (= embedding dimension).", extra=_legacy("tlaser_dim")
+        128, lo=8, doc="Model width d_model (= embedding dimension).", extra=legacy("tlaser_dim")
     )
-    heads: int = param(4, lo=1, doc="Attention heads (divides dim).", extra=_legacy("tlaser_heads"))
+    heads: int = param(4, lo=1, doc="Attention heads (divides dim).", extra=legacy("tlaser_heads"))
     layers: int = param(
-        2, lo=1, doc="Encoder layers (the decoder has one).", extra=_legacy("tlaser_layers")
+        2, lo=1, doc="Encoder layers (the decoder has one).", extra=legacy("tlaser_layers")
     )
-    ff: int = param(256, lo=1, doc="Feed-forward width.", extra=_legacy("tlaser_ff"))
+    ff: int = param(256, lo=1, doc="Feed-forward width.", extra=legacy("tlaser_ff"))
     vocab_size: int = param(
         4000,
         lo=16,
         doc="Shared sentencepiece (BPE) vocabulary size over all languages.",
-        extra=_legacy("tlaser_vocab_size"),
+        extra=legacy("tlaser_vocab_size"),
     )
     max_tokens: int = param(
         64,
         lo=4,
         doc="Subword tokens kept per document (after the start tag).",
-        extra=_legacy("tlaser_max_tokens"),
+        extra=legacy("tlaser_max_tokens"),
     )
 
 
@@ -141,21 +137,21 @@ class CtlaserParams(TlaserParams):
         lo=0.0,
         doc="Weight of the distance-constraint loss against the translation loss (the paper "
         "chooses from 0.25, 0.5, 1).",
-        extra=_legacy("ctlaser_beta"),
+        extra=legacy("ctlaser_beta"),
     )
     margin: float = param(
         1.0,
         lo=0.0,
         doc="Margin of the distance constraint's unrelated-sentence term (in units of the "
         "batch's mean vector norm).",
-        extra=_legacy("ctlaser_margin"),
+        extra=legacy("ctlaser_margin"),
     )
     center: bool = param(
         False,
         doc="Measure the batch's mean vector norm on the vectors less their batch mean (true) "
         "instead of the paper's uncentred norm (false), which the network can inflate by "
         "adding one vector to every embedding (docs/neural.md).",
-        extra=_legacy("ctlaser_center"),
+        extra=legacy("ctlaser_center"),
     )
 
 
