@@ -43,10 +43,5 @@ def baseline_model(fitted: BaselineResult) -> FittedModel:
     """A corpus-level baseline's result for the model writer (untranslated's union terms are
     in its maps, not its history)."""
     history = {k: v for k, v in fitted.history.items() if k != "union_terms"}
-    return FittedModel(
-        components=fitted.components,
-        means=fitted.mean or {},
-        eigenvalues=fitted.eigenvalues,
-        history=history,
-        n_iter=history.get("eigensolver", {}).get("n_iter"),
-    )
+    n_iter = history.get("eigensolver", {}).get("n_iter")
+    return FittedModel.from_baseline(fitted, n_iter=n_iter, history=history)

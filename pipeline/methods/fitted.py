@@ -9,9 +9,12 @@ importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pipeline.baselines.common import BaselineResult
 
 __all__ = ["FittedModel"]
 
@@ -58,3 +61,24 @@ class FittedModel:
     path_from: float | None = None
     path_fits: list[dict[str, Any]] = field(default_factory=list)
     folding_in: dict[str, Any] | None = None
+
+    @classmethod
+    def from_baseline(
+        cls,
+        result: BaselineResult,
+        *,
+        n_iter: int | None,
+        history: dict[str, Any] | None = None,
+    ) -> FittedModel:
+        """A baseline's result (:class:`~pipeline.baselines.common.BaselineResult`, what the
+        classic methods' solvers return): its maps, centring (none: empty), eigenvalues,
+        history (or ``history`` instead) and folding-in settings, with ``n_iter`` read from
+        its history as the method's fit knows it."""
+        return cls(
+            components=result.components,
+            means=result.mean or {},
+            eigenvalues=result.eigenvalues,
+            history=result.history if history is None else history,
+            n_iter=n_iter,
+            folding_in=result.folding_in,
+        )

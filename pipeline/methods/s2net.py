@@ -41,11 +41,4 @@ def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
         seed=t.seed,
     )
     fitted.history["init"] = opca.history
-    return FittedModel(
-        components=fitted.components,
-        means={},
-        eigenvalues=fitted.eigenvalues,
-        history=fitted.history,
-        n_iter=fitted.history["chosen"]["epochs"],
-        folding_in=fitted.folding_in,
-    )
+    return FittedModel.from_baseline(fitted, n_iter=fitted.history["chosen"]["epochs"])

@@ -52,11 +52,4 @@ def fit_topic_model(
         checkpoint_seconds=t.checkpoint_seconds,
         **extra,
     )
-    return FittedModel(
-        components=fitted.components,
-        means={},
-        eigenvalues=fitted.eigenvalues,
-        history=fitted.history,
-        n_iter=fitted.history["n_iter"],
-        folding_in=fitted.folding_in,
-    )
+    return FittedModel.from_baseline(fitted, n_iter=fitted.history["n_iter"])
