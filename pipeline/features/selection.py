@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.config import FeaturesConfig
 from pipeline.errors import InputDataError
 from pipeline.io.datasets import HadoopFS, read_table
 from pipeline.text.tokenizer import Tokenizer, distinct_tokens_per_doc
@@ -73,9 +73,9 @@ def heldout_concepts(spark: SparkSession, path: str | None) -> DataFrame | None:
     return df.select(F.col("concept_id").cast("string")).distinct()
 
 
-def length_reason(cfg: Config) -> F.Column:
-    """Why a tokenised document is not a training document (null when it is)."""
-    f = cfg.features
+def length_reason(f: FeaturesConfig) -> F.Column:
+    """Why a tokenised document is not a training document (null when it is), by the length
+    filter of the ``features`` section ``f``."""
     return F.when(F.col("n_unique") < f.min_unique_words, F.lit("too_few_unique_words")).when(
         F.col("n_unique") > f.max_unique_words, F.lit("too_many_unique_words")
     )
@@ -95,10 +95,11 @@ def count_by_reason(df: DataFrame, reason: F.Column) -> dict[str, dict[str, int]
     return dict(sorted(out.items()))
 
 
-def flag_heldout(spark: SparkSession, docs: DataFrame, cfg: Config) -> DataFrame:
+def flag_heldout(spark: SparkSession, docs: DataFrame, heldout: str | None) -> DataFrame:
     """``docs`` with a boolean column ``_held``: whether the document's concept is held out
-    (``features.heldout_concepts``; all false without one)."""
-    held = heldout_concepts(spark, cfg.heldout_path())
+    (``heldout``: ``features.heldout_concepts`` resolved,
+    :meth:`~pipeline.config.Config.heldout_path`; all false without one)."""
+    held = heldout_concepts(spark, heldout)
     if held is None:
         return docs.withColumn("_held", F.lit(False))
     flagged = docs.join(F.broadcast(held.withColumn("_held", F.lit(True))), "concept_id", "left")
@@ -106,10 +107,11 @@ def flag_heldout(spark: SparkSession, docs: DataFrame, cfg: Config) -> DataFrame
 
 
 def remove_heldout(
-    spark: SparkSession, docs: DataFrame, cfg: Config
+    spark: SparkSession, docs: DataFrame, heldout: str | None
 ) -> tuple[DataFrame, dict[str, int]]:
-    """Drop documents of held-out concepts; return (rest, held-out count per language)."""
-    held = heldout_concepts(spark, cfg.heldout_path())
+    """Drop documents of the held-out concepts at ``heldout`` (None: none); return (rest,
+    held-out count per language)."""
+    held = heldout_concepts(spark, heldout)
     if held is None:
         return docs, {}
     flagged = docs.join(F.broadcast(held.withColumn("_held", F.lit(True))), "concept_id", "left")

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.config import FeaturesConfig, TextConfig
 from pipeline.errors import InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.features.selection import count_by_reason, length_reason, remove_heldout
@@ -76,7 +76,11 @@ def tfidf_frames(
     spark: SparkSession,
     docs: DataFrame,
     vocabularies: dict[str, tuple[pa.Array, np.ndarray]],
-    cfg: Config,
+    *,
+    features: FeaturesConfig,
+    text: TextConfig,
+    heldout: str | None,
+    partitions: int,
 ) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
     """The TF-IDF rows and concepts of the documents ``docs`` under ``vocabularies``.
 
@@ -88,9 +92,15 @@ def tfidf_frames(
     vocabularies : dict of str to (pyarrow string array of shape (p_l,), ndarray of shape
         (p_l,))
         Each language's terms in ``term_index`` order and their IDF (float32).
-    cfg : Config
-        ``features`` (held-out concepts, length filter), ``text`` and
-        ``spark.shuffle_partitions``.
+    features : FeaturesConfig
+        The length filter.
+    text : TextConfig
+        The tokeniser's settings.
+    heldout : str or None
+        The held-out concepts' dataset (``features.heldout_concepts`` resolved,
+        :meth:`~pipeline.config.Config.heldout_path`), or None.
+    partitions : int
+        The rows' partitions (``spark.shuffle_partitions``).
 
     Returns
     -------
@@ -108,12 +118,12 @@ def tfidf_frames(
         When no training row is left.
     """
     shared = share_with_workers(spark, vocabularies)
-    docs, heldout_counts = remove_heldout(spark, docs, cfg)
+    docs, heldout_counts = remove_heldout(spark, docs, heldout)
     rows = docs.select("doc_id", "concept_id", "lang", "text").mapInArrow(
-        tfidf_fn(Tokenizer.from_config(cfg.text), shared), ROWS_SCHEMA
+        tfidf_fn(Tokenizer.from_config(text), shared), ROWS_SCHEMA
     )
     reason = F.coalesce(
-        length_reason(cfg), F.when(F.size("indices") == 0, F.lit("no_vocabulary_terms"))
+        length_reason(features), F.when(F.size("indices") == 0, F.lit("no_vocabulary_terms"))
     )
     rows = rows.withColumn("reason", reason).persist()
     counts = count_by_reason(rows, F.col("reason"))
@@ -131,7 +141,7 @@ def tfidf_frames(
     tfidf = (
         train.join(row_index, ["lang", "doc_id"])
         .join(concepts.select("concept_id", "concept_index"), "concept_id")
-        .repartitionByRange(cfg.spark.shuffle_partitions, "lang", "row")
+        .repartitionByRange(partitions, "lang", "row")
         .sortWithinPartitions("lang", "row")
         .cache()
     )

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline.config import Config
+from pipeline.config import FeaturesConfig, TextConfig
 from pipeline.errors import InputDataError
 from pipeline.features.selection import (
     TOKENIZED_SCHEMA,
@@ -47,17 +47,23 @@ _MARK = "\x00"
 _HELDOUT = "heldout"
 
 
-def _document_terms(spark: SparkSession, docs: DataFrame, cfg: Config) -> DataFrame:
+def _document_terms(
+    spark: SparkSession,
+    docs: DataFrame,
+    features: FeaturesConfig,
+    text: TextConfig,
+    heldout: str | None,
+) -> DataFrame:
     """One row per (language, term or marker) occurrence: every document contributes one
     marker term naming its fate (kept, a length-filter reason, or held out), and a
     training document its distinct terms as well."""
-    docs = flag_heldout(spark, docs, cfg)
+    docs = flag_heldout(spark, docs, heldout)
     tokenized = docs.select("doc_id", "concept_id", "lang", "text", "_held").mapInArrow(
-        distinct_terms_fn(Tokenizer.from_config(cfg.text), extra=("_held",)),
+        distinct_terms_fn(Tokenizer.from_config(text), extra=("_held",)),
         TOKENIZED_SCHEMA + ", _held boolean",
     )
     fate = F.when(F.col("_held"), F.lit(_HELDOUT)).otherwise(
-        F.coalesce(length_reason(cfg), F.lit("kept"))
+        F.coalesce(length_reason(features), F.lit("kept"))
     )
     terms = F.when(fate == "kept", F.col("terms")).otherwise(F.array().cast("array<string>"))
     return tokenized.select(
@@ -84,13 +90,30 @@ def _split_counts(
 
 
 def vocabulary_frame(
-    spark: SparkSession, docs: DataFrame, cfg: Config
+    spark: SparkSession,
+    docs: DataFrame,
+    *,
+    features: FeaturesConfig,
+    text: TextConfig,
+    heldout: str | None,
 ) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
     """The vocabulary of the documents ``docs`` (columns ``doc_id, concept_id, lang, text``).
 
     One pass over the documents: tokenisation and a single aggregation whose rows are the
     training documents' term frequencies and, as marker terms, every document's fate; only
     the aggregated counts are cached (the tokenised documents never are).
+
+    Parameters
+    ----------
+    spark : SparkSession
+    docs : DataFrame
+    features : FeaturesConfig
+        The length filter, ``min_df`` and ``max_vocabulary``.
+    text : TextConfig
+        The tokeniser's settings.
+    heldout : str or None
+        The held-out concepts' dataset (``features.heldout_concepts`` resolved,
+        :meth:`~pipeline.config.Config.heldout_path`), or None.
 
     Returns
     -------
@@ -108,7 +131,7 @@ def vocabulary_frame(
         When no training document is left after the filters.
     """
     counts = (
-        _document_terms(spark, docs, cfg)
+        _document_terms(spark, docs, features, text, heldout)
         .groupBy("lang", "term")
         .agg(F.count(F.lit(1)).alias("df"))
         .persist()
@@ -117,7 +140,7 @@ def vocabulary_frame(
     n_docs = {lang: c.get("kept", 0) for lang, c in counts_by_reason.items()}
     if not any(n_docs.values()):
         counts.unpersist()
-        f = cfg.features
+        f = features
         held = sum(heldout_counts.values())
         raise InputDataError(
             f"no training documents left after the filters ({counts_by_reason}; held out by "
@@ -134,7 +157,7 @@ def vocabulary_frame(
     n_docs_df = spark.createDataFrame(
         [(lang, n) for lang, n in n_docs.items() if n], "lang string, n_docs long"
     )
-    f = cfg.features
+    f = features
     order = Window.partitionBy("lang").orderBy(F.desc("df"), F.asc("term"))
     vocab = (
         df.filter(F.col("df") >= f.min_df)
@@ -184,15 +207,15 @@ def vocabulary_arrays(table: pa.Table) -> dict[str, dict[str, Any]]:
 
 
 def dropped_language_warnings(
-    cfg: Config, report: dict[str, Any], sizes: dict[str, int]
+    f: FeaturesConfig, report: dict[str, Any], sizes: dict[str, int]
 ) -> list[str]:
     """Languages of the documents that the filters leave without a vocabulary.
 
     Such a language disappears from vocabulary, tfidf and model. With
     ``features.on_dropped_language: error`` that is an :class:`InputDataError`; with
-    ``warn`` (default) one warning per language, kept in the report and manifest.
+    ``warn`` (default) one warning per language, kept in the report and manifest. ``f`` is
+    the ``features`` section.
     """
-    f = cfg.features
     by_reason = report["documents_by_reason"]
     langs = sorted(set(by_reason) | set(report["heldout_documents"]))
     out = []

@@ -253,7 +253,10 @@ def _fit_documents(spark: Any, docs: DataFrame, cfg: Config) -> dict[str, Any]:
     """Vocabulary, TF-IDF and training on the persisted documents ``docs``; the training
     service's summary (with the vocabulary's warnings). Unpersists what it cached."""
     t0 = time.perf_counter()
-    vocab, counts, report = vocabulary_frame(spark, docs, cfg)
+    heldout = cfg.heldout_path()
+    vocab, counts, report = vocabulary_frame(
+        spark, docs, features=cfg.features, text=cfg.text, heldout=heldout
+    )
     frames: list[DataFrame] = [docs, counts]
     try:
         vocab = vocab.select("lang", "term", "term_index", "df", "idf").cache()
@@ -261,10 +264,18 @@ def _fit_documents(spark: Any, docs: DataFrame, cfg: Config) -> dict[str, Any]:
         arrays = vocabulary_arrays(vocab.toArrow())
         counts.unpersist()
         sizes = {lang: len(v["terms"]) for lang, v in arrays.items()}
-        warnings_ = dropped_language_warnings(cfg, report, sizes)
+        warnings_ = dropped_language_warnings(cfg.features, report, sizes)
         log.info("Cr5.fit: vocabulary %s in %.1f s", sizes, time.perf_counter() - t0)
         vocabularies = {lang: (v["terms"], v["idf"]) for lang, v in arrays.items()}
-        tfidf, concepts, rows_report = tfidf_frames(spark, docs, vocabularies, cfg)
+        tfidf, concepts, rows_report = tfidf_frames(
+            spark,
+            docs,
+            vocabularies,
+            features=cfg.features,
+            text=cfg.text,
+            heldout=heldout,
+            partitions=cfg.spark.shuffle_partitions,
+        )
         frames += [tfidf, concepts]
         if cfg.train.backend == "local":
             data = training_data_from_frame(cfg, tfidf, rows_report, arrays, source=SOURCE)

@@ -50,7 +50,15 @@ def build_tfidf(spark: SparkSession, cfg: Config) -> tuple[DataFrame, DataFrame,
         )
     vocabularies = load_vocabularies(spark, cfg)
     docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
-    tfidf, concepts, report = tfidf_frames(spark, docs, vocabularies, cfg)
+    tfidf, concepts, report = tfidf_frames(
+        spark,
+        docs,
+        vocabularies,
+        features=cfg.features,
+        text=cfg.text,
+        heldout=cfg.heldout_path(),
+        partitions=cfg.spark.shuffle_partitions,
+    )
     report["vocabulary_manifest"] = vocab_path
     return tfidf, concepts, report
 

@@ -26,14 +26,16 @@ def build_vocabulary(
     """Return (vocabulary DataFrame, per-(lang, term) counts to unpersist, report) of the
     documents dataset (:func:`~pipeline.features.vocabulary.vocabulary_frame`)."""
     docs = read_dataset(spark, DOCUMENTS, cfg.paths.dataset("documents"))
-    return vocabulary_frame(spark, docs, cfg)
+    return vocabulary_frame(
+        spark, docs, features=cfg.features, text=cfg.text, heldout=cfg.heldout_path()
+    )
 
 
 def run(spark: SparkSession, cfg: Config) -> dict[str, Any]:
     vocab, counts, report = build_vocabulary(spark, cfg)
     vocab = vocab.repartition("lang").sortWithinPartitions("lang", "term_index").cache()
     sizes = {r["lang"]: r["count"] for r in vocab.groupBy("lang").count().orderBy("lang").collect()}
-    report["warnings"] = dropped_language_warnings(cfg, report, sizes)
+    report["warnings"] = dropped_language_warnings(cfg.features, report, sizes)
     report["vocabulary_size"] = sizes
     report["settings"] = {
         "min_df": cfg.features.min_df,
