@@ -152,7 +152,7 @@ def test_transitive_and_pairwise_row_selection(spark, sample_features):
     )
     from pipeline.training import select_training_rows
 
-    path, report = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
+    path, report = select_training_rows(spark, cfg.train, cfg.paths, cfg.paths.dataset("tfidf"))
     rows = read_dataset(spark, TFIDF, path).toArrow().to_pylist()
     by_lang: dict[str, set] = {}
     for r in rows:
@@ -174,7 +174,7 @@ def test_transitive_and_pairwise_row_selection(spark, sample_features):
         assert sorted(r["row"] for r in rows if r["lang"] == lang) == list(range(n))
 
     pw = cfg_for(sample_features, "train.setup=pairwise", "train.pair=[en, es]")
-    path, _ = select_training_rows(spark, pw, pw.paths.dataset("tfidf"))
+    path, _ = select_training_rows(spark, pw.train, pw.paths, pw.paths.dataset("tfidf"))
     langs = {r["lang"] for r in read_dataset(spark, TFIDF, path).select("lang").collect()}
     assert langs == {"en", "es"}
 

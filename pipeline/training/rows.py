@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.backends import make_backend
-from pipeline.config import Config, TextConfig
+from pipeline.config import Config, PathsConfig, TextConfig, TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.features.indexing import dense_index
 from pipeline.features.validation_rows import load_validation_set, validation_documents
@@ -250,12 +250,12 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     """Select the training rows (train.* keys), load them into the configured backend."""
     t = cfg.train
     t0 = time.perf_counter()
-    rows_path, selection = select_training_rows(spark, cfg, cfg.paths.dataset("tfidf"))
+    rows_path, selection = select_training_rows(spark, t, cfg.paths, cfg.paths.dataset("tfidf"))
     plan_options, solver_options = _memory_plan(spark, cfg, rows_path)
     backend = make_backend(
         t.backend, spark, rows_path, dtype=t.dtype, **(t.backend_options() | plan_options)
     )
-    vocab = _vocabulary_maps(spark, cfg, list(backend.languages))
+    vocab = _vocabulary_maps(spark, cfg.paths.dataset("vocabulary"), list(backend.languages))
     source = RowSource.of(spark, cfg, rows_path)
     # the methods these rows train: train.method, and the evaluation's comparison methods
     specs = [s for s in map(find_method, (t.method, *cfg.evaluate.methods)) if s is not None]
@@ -371,31 +371,32 @@ def check_methods_memory(spark: SparkSession, cfg: Config, methods: Sequence[str
 
 
 def select_training_rows(
-    spark: SparkSession, cfg: Config, tfidf_path: str
+    spark: SparkSession, t: TrainConfig, paths: PathsConfig, tfidf_path: str
 ) -> tuple[str, dict[str, Any]]:
-    """Apply the training setup; return (path of the rows to train on, report)."""
+    """Apply the training setup of the train section ``t`` to the tfidf rows at
+    ``tfidf_path``; return (path of the rows to train on, report). A selection is written
+    under ``paths.root`` with ``paths``' write options."""
     manifest = read_manifest(spark, TFIDF, tfidf_path)["report"]
-    report, keep_all = _selection(cfg, manifest, tfidf_path)
+    report, keep_all = _selection(t, manifest, tfidf_path)
     if keep_all:
         return tfidf_path, report
     df = read_dataset(spark, TFIDF, tfidf_path)
-    selected, report = select_rows_frame(cfg, df, manifest, tfidf_path)
+    selected, report = select_rows_frame(t, df, manifest, tfidf_path)
     selected = selected.cache()
-    sub = _selection_manifest(cfg, selected, manifest, report, tfidf_path)
-    path = cfg.paths.root.rstrip("/") + "/train_rows"
-    write_dataset(
-        spark, selected, TFIDF, path, manifest={"report": sub}, **write_options(cfg.paths)
-    )
+    sub = _selection_manifest(paths.root, selected, manifest, report, tfidf_path)
+    path = paths.root.rstrip("/") + "/train_rows"
+    write_dataset(spark, selected, TFIDF, path, manifest={"report": sub}, **write_options(paths))
     selected.unpersist()
-    report["rows_path"] = to_manifest(path, cfg.paths.root)
+    report["rows_path"] = to_manifest(path, paths.root)
     return path, report
 
 
 def select_rows_frame(
-    cfg: Config, df: DataFrame, manifest: dict[str, Any], source: str
+    t: TrainConfig, df: DataFrame, manifest: dict[str, Any], source: str
 ) -> tuple[DataFrame | None, dict[str, Any]]:
-    """The training setup (``train.setup``, ``train.pair``, ``train.languages``) applied to
-    tfidf rows ``df`` whose report (sizes, languages) is ``manifest``.
+    """The training setup of the train section ``t`` (``train.setup``, ``train.pair``,
+    ``train.languages``) applied to tfidf rows ``df`` whose report (sizes, languages) is
+    ``manifest``.
 
     Returns
     -------
@@ -411,8 +412,7 @@ def select_rows_frame(
     ConfigError
         When a language of the setup has no rows (``source`` names the rows).
     """
-    t = cfg.train
-    report, keep_all = _selection(cfg, manifest, source)
+    report, keep_all = _selection(t, manifest, source)
     if keep_all:
         return None, report
     df = df.filter(F.col("lang").isin(report["languages"]))
@@ -421,10 +421,11 @@ def select_rows_frame(
     return _renumber_rows(df), report
 
 
-def _selection(cfg: Config, manifest: dict[str, Any], source: str) -> tuple[dict[str, Any], bool]:
+def _selection(
+    t: TrainConfig, manifest: dict[str, Any], source: str
+) -> tuple[dict[str, Any], bool]:
     """The selection's report, and whether it keeps every row of ``manifest``'s rows."""
-    t = cfg.train
-    wanted = _training_languages(cfg, list(manifest["languages"]), source)
+    wanted = _training_languages(t, list(manifest["languages"]), source)
     report: dict[str, Any] = {"setup": t.setup, "pair": list(t.pair), "languages": wanted}
     return report, t.setup == "joint" and set(wanted) == set(manifest["languages"])
 
@@ -468,11 +469,11 @@ def training_data_from_frame(
             f"{t.backend!r} (the spark backend reads a tfidf dataset)"
         )
     t0 = time.perf_counter()
-    selected, selection = select_rows_frame(cfg, tfidf, report, source)
+    selected, selection = select_rows_frame(t, tfidf, report, source)
     sizes = report
     if selected is not None:
         tfidf = selected.cache()
-        sizes = _selection_manifest(cfg, tfidf, report, selection, source)
+        sizes = _selection_manifest(cfg.paths.root, tfidf, report, selection, source)
     layout = TfidfLayout(sizes, selection["languages"], source)
     solver_options = _frame_memory_plan(tfidf.sparkSession, cfg, sizes)
     try:
@@ -491,9 +492,8 @@ def training_data_from_frame(
     )
 
 
-def _training_languages(cfg: Config, available: list[str], tfidf_path: str) -> list[str]:
+def _training_languages(t: TrainConfig, available: list[str], tfidf_path: str) -> list[str]:
     """The languages of the training rows; ConfigError when one is not in the dataset."""
-    t = cfg.train
     wanted = list(t.languages) or available
     if t.setup == "pairwise":
         wanted = list(t.pair)
@@ -537,9 +537,10 @@ def _renumber_rows(df: DataFrame) -> DataFrame:
 
 
 def _selection_manifest(
-    cfg: Config, df: DataFrame, manifest: dict[str, Any], report: dict[str, Any], source: str
+    root: str, df: DataFrame, manifest: dict[str, Any], report: dict[str, Any], source: str
 ) -> dict[str, Any]:
-    """The ``train_rows`` dataset's report: sizes per language, the selection, the source."""
+    """The ``train_rows`` dataset's report: sizes per language, the selection, the source
+    (relative to ``paths.root``, ``root``)."""
     per_language = {}
     for r in (
         df.groupBy("lang")
@@ -558,14 +559,15 @@ def _selection_manifest(
         "nnz": sum(v["nnz"] for v in per_language.values()),
         "concepts": manifest["concepts"],  # K unchanged: concept_index stays valid
         "selection": report,
-        "source": to_manifest(source, cfg.paths.root),
+        "source": to_manifest(source, root),
     }
 
 
-def _vocabulary_maps(spark: SparkSession, cfg: Config, languages: list[str]) -> dict[str, dict]:
-    """Per language: ``terms``, ``idf`` (float32) and ``df`` (int64) in term_index order."""
+def _vocabulary_maps(spark: SparkSession, path: str, languages: list[str]) -> dict[str, dict]:
+    """Per language of the vocabulary dataset at ``path``: ``terms``, ``idf`` (float32) and
+    ``df`` (int64) in term_index order."""
     table = (
-        read_dataset(spark, VOCABULARY, cfg.paths.dataset("vocabulary"))
+        read_dataset(spark, VOCABULARY, path)
         .filter(F.col("lang").isin(languages))
         .orderBy("lang", "term_index")
         .toArrow()
