@@ -15,19 +15,19 @@ import hashlib
 import json
 from typing import Any
 
-from pipeline.config import Config
+from pipeline.config import PathsConfig
 
 __all__ = ["model_record", "stage_outputs", "write_outputs"]
 
 
-def stage_outputs(spark: Any, cfg: Config, stage: str) -> dict[str, Any]:
-    """The datasets (and model) ``stage`` produced, from their manifests."""
+def stage_outputs(spark: Any, paths: PathsConfig, stage: str) -> dict[str, Any]:
+    """The datasets (and model) ``stage`` produced under ``paths``, from their manifests."""
     from pipeline.io.datasets import read_manifest
     from pipeline.io.schemas import written_by
 
     datasets = {}
     for name, spec in written_by(stage).items():
-        path = cfg.paths.dataset(name)
+        path = paths.dataset(name)
         manifest = read_manifest(spark, spec, path)
         kept = ("rows", "created_utc", "write_token", "delta_version", "format")
         datasets[name] = {"path": path} | {
@@ -35,9 +35,9 @@ def stage_outputs(spark: Any, cfg: Config, stage: str) -> dict[str, Any]:
         }
     out: dict[str, Any] = {"datasets": datasets}
     if stage in ("train", "embed"):  # the model trained, or the one embedded with
-        out["model"] = model_record(cfg.paths.dataset("model"))
+        out["model"] = model_record(paths.dataset("model"))
     if stage == "index":  # a driver-local directory with a manifest of its own
-        out["datasets"]["index"] = index_record(cfg.paths.index)
+        out["datasets"]["index"] = index_record(paths.index)
     return out
 
 

@@ -165,7 +165,7 @@ def run_stages(
             reports[name] = report
             print(summarize(name, report), flush=True)
             if outputs_json:
-                outputs[name] = stage_outputs(spark, cfg, name)
+                outputs[name] = stage_outputs(spark, cfg.paths, name)
                 write_outputs(outputs_json, outputs)
     except BaseException as exc:
         failures.annotate(exc, stage=current, completed=list(reports), driver_memory=heap)
