@@ -85,7 +85,7 @@ def test_local_heap_rule():
 
 def test_a_roomy_machine_fuses_and_keeps_every_language():
     cfg = _cfg()
-    plan = plan_train(WIKI_1M, cfg, _local(24))
+    plan = plan_train(WIKI_1M, cfg.train, _local(24))
     assert plan.fused == ["en", "it", "vi", "da"] and plan.resident == plan.fused
     opts = plan.backend_options(WIKI_1M, cfg.train)
     assert opts["solve_in_task_max_nnz"] == WIKI_1M.nnz["en"]
@@ -99,14 +99,17 @@ def test_a_roomy_machine_fuses_and_keeps_every_language():
 
 def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer():
     cfg = _cfg()
-    roomy, tight = plan_train(WIKI_1M, cfg, _local(24)), plan_train(WIKI_1M, cfg, _local(12))
+    roomy, tight = (
+        plan_train(WIKI_1M, cfg.train, _local(24)),
+        plan_train(WIKI_1M, cfg.train, _local(12)),
+    )
     assert len(tight.resident) < len(roomy.resident)
     assert sum(tight.worker.values()) <= tight.worker_available
     each = {g: (WIKI_1M.nnz[g], WIKI_1M.docs[g]) for g in tight.fused}
     budget = tight.backend_options(WIKI_1M, cfg.train)["resident_memory_mb"] * MiB
     assert kept_languages(each, budget, 4) == set(tight.resident)
     # a machine whose workers cannot read English fuses only the smaller languages
-    small = plan_train(WIKI_1M, cfg, _local(10))
+    small = plan_train(WIKI_1M, cfg.train, _local(10))
     assert "en" not in small.fused and small.fused
     assert small.driver["CG vectors"] > 0  # English's CG runs on the driver
     # ... and says so, with what English needs and what would fuse it
@@ -118,7 +121,9 @@ def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer():
     assert roomy.unfused_warning(WIKI_1M, cfg.train) is None
     # a fused limit the user set is the user's choice: no warning
     chosen = _cfg("train.solve_in_task_max_nnz=30000000")
-    assert plan_train(WIKI_1M, chosen, _local(24)).unfused_warning(WIKI_1M, chosen.train) is None
+    assert (
+        plan_train(WIKI_1M, chosen.train, _local(24)).unfused_warning(WIKI_1M, chosen.train) is None
+    )
 
 
 #: The 2M-document corpus of bench/ (bench/results/chain_2M_text.json's train log).
@@ -150,18 +155,18 @@ def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused():
     cfg = _cfg("train.r=300")
     mem = _local_for(WIKI_2M, cfg)
     assert memory.default_basis(WIKI_2M, cfg.train) == 400
-    default = plan_train(WIKI_2M, _with_basis(cfg, 400), mem)
+    default = plan_train(WIKI_2M, _with_basis(cfg, 400).train, mem)
     assert default.unfused(WIKI_2M) == ["en"] and default.max_basis is None
-    plan = plan_train(WIKI_2M, cfg, mem)
+    plan = plan_train(WIKI_2M, cfg.train, mem)
     assert plan.unfused(WIKI_2M) == [] and plan.max_basis is not None
     assert plan.solver_options() == {"max_basis": plan.max_basis}
     assert "basis narrowed to" in plan.describe()
     # the widest such cap: one block wider leaves English unfused again
     assert 350 <= plan.max_basis < 400
     if plan.max_basis < 400:
-        wider = plan_train(WIKI_2M, _with_basis(cfg, plan.max_basis + 25), mem)
+        wider = plan_train(WIKI_2M, _with_basis(cfg, plan.max_basis + 25).train, mem)
         assert wider.unfused(WIKI_2M) == ["en"]
-    same = plan_train(WIKI_2M, _with_basis(cfg, plan.max_basis), mem)
+    same = plan_train(WIKI_2M, _with_basis(cfg, plan.max_basis).train, mem)
     assert (same.fused, same.resident, same.driver) == (plan.fused, plan.resident, plan.driver)
     assert plan.unfused_warning(WIKI_2M, cfg.train) is None
     # a cap the user set is kept, and the warning says the plan could have narrowed it
@@ -169,7 +174,7 @@ def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused():
     assert "leave train.max_basis unset" in warning
     # where the default basis fuses every language, nothing changes
     r100 = _cfg()
-    assert plan_train(WIKI_2M, r100, _local_for(WIKI_2M, r100)).solver_options() == {}
+    assert plan_train(WIKI_2M, r100.train, _local_for(WIKI_2M, r100)).solver_options() == {}
 
 
 def test_a_narrower_basis_lets_a_cluster_driver_fit():
@@ -183,18 +188,18 @@ def test_a_narrower_basis_lets_a_cluster_driver_fit():
     driver = (need[350] + need[400]) // 2
     cluster = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=driver)
     with pytest.raises(MemoryPlanError, match="driver's Python"):
-        plan_train(WIKI_2M, _with_basis(cfg, 400), cluster)
-    plan = plan_train(WIKI_2M, cfg, cluster)
+        plan_train(WIKI_2M, _with_basis(cfg, 400).train, cluster)
+    plan = plan_train(WIKI_2M, cfg.train, cluster)
     assert plan.max_basis is not None and sum(plan.driver.values()) <= driver
     # below the smallest basis's need the error is the default basis's paragraph
     small = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=need[350] // 2)
     with pytest.raises(MemoryPlanError, match="driver's Python"):
-        plan_train(WIKI_2M, cfg, small)
+        plan_train(WIKI_2M, cfg.train, small)
 
 
 def test_too_little_memory_stops_with_the_settings_that_fit():
     with pytest.raises(MemoryPlanError) as err:
-        plan_train(WIKI_1M, _cfg(), _local(6))
+        plan_train(WIKI_1M, _cfg().train, _local(6))
     text = str(err.value)
     assert "988,284 documents" in text and "driver's Python" in text
     assert "Fix:" in text and "\n" not in text
@@ -202,13 +207,13 @@ def test_too_little_memory_stops_with_the_settings_that_fit():
 
 def test_explicit_settings_are_kept_and_checked():
     cfg = _cfg("train.solve_in_task_max_nnz=30000000", "train.resident_memory_mb=0")
-    plan = plan_train(WIKI_1M, cfg, _local(24))
+    plan = plan_train(WIKI_1M, cfg.train, _local(24))
     assert plan.fused == ["vi", "da"] and plan.resident == []
     assert plan.backend_options(WIKI_1M, cfg.train) == {}
     # a worker too small for the fused language it was told to read
     cluster = SparkMemory(False, 4, 8 * GiB, worker_python=256 * MiB, driver_python=20 * GiB)
     with pytest.raises(MemoryPlanError, match="spark.executor.pyspark.memory"):
-        plan_train(WIKI_1M, cfg, cluster)
+        plan_train(WIKI_1M, cfg.train, cluster)
 
 
 def test_cluster_workers_get_their_share_of_the_executor_settings():
@@ -225,7 +230,7 @@ def test_cluster_workers_get_their_share_of_the_executor_settings():
     assert mem.worker_python == (6 * GiB - memory.OVERHEAD_MIN) // 4
     mem = spark_memory({**conf, "spark.executor.pyspark.memory": "6g"}, 99, machine)
     assert mem.worker_python == 1.5 * GiB
-    plan = plan_train(WIKI_1M, _cfg(), mem)
+    plan = plan_train(WIKI_1M, _cfg().train, mem)
     # 1.5 GB a worker: only the languages a worker can read whole beside its CG vectors
     reads = {g: FILL_BYTES_PER_NNZ * n + 662 * MiB for g, n in WIKI_1M.nnz.items()}
     assert plan.fused == [g for g in ("en", "it", "vi", "da") if reads[g] <= 1.5 * GiB]
@@ -398,20 +403,22 @@ def test_classic_driver_need_reproduces_its_calibration(method, peak_mib):
 
 def test_a_classic_method_that_cannot_fit_stops_with_its_paragraph():
     # CCA at 1M: 26 p x r float64 arrays over 800k terms at r = 100 is ~15.5 GiB
-    fits = plan_train(WIKI_1M, _cfg("train.method=cca"), _local(32, heap=4 * GiB))
+    fits = plan_train(WIKI_1M, _cfg("train.method=cca").train, _local(32, heap=4 * GiB))
     assert fits.driver["cca state"] > 15 * GiB
     with pytest.raises(MemoryPlanError) as err:
-        plan_train(WIKI_1M, _cfg("train.method=cca"), _local(24, heap=4 * GiB))
+        plan_train(WIKI_1M, _cfg("train.method=cca").train, _local(24, heap=4 * GiB))
     text = str(err.value)
     assert text.startswith("train (cca, spark backend)") and "cca state" in text
     assert "train.r" not in text and "Fix:" in text  # r = 100: no smaller-r advice
     # on the local backend the advice to move X to the executors only when X is what is
     # missing; here the arrays are
     with pytest.raises(MemoryPlanError) as err:
-        plan_train(WIKI_1M, _cfg("train.method=cca", "train.backend=local"), _local(16, 4 * GiB))
+        plan_train(
+            WIKI_1M, _cfg("train.method=cca", "train.backend=local").train, _local(16, 4 * GiB)
+        )
     assert "train.backend=spark" not in str(err.value)
     # Cr5 and the neural methods are not planned this way
-    assert "cca state" not in plan_train(WIKI_1M, _cfg(), _local(24)).driver
+    assert "cca state" not in plan_train(WIKI_1M, _cfg().train, _local(24)).driver
 
 
 def test_evaluate_with_a_classic_method_that_cannot_fit_exits_2_before_spark(
@@ -458,7 +465,7 @@ def test_the_auto_heap_never_drops_below_the_spark_backend_s_jvm_need():
     assert local_heap(tight, python) == memory.HEAP_MIN  # the old rule: the floor of 2 GiB
     heap = local_heap(tight, python, need)
     assert heap >= need and heap % GiB == 0
-    plan = plan_train(WIKI_1M, _cfg(), SparkMemory.local_mode(tight, heap, 2))
+    plan = plan_train(WIKI_1M, _cfg().train, SparkMemory.local_mode(tight, heap, 2))
     assert plan.worker_available > 0  # the workers got what the JVM left
 
 

@@ -406,8 +406,9 @@ def _choose_fused(
     return fused, resident, budget
 
 
-def plan_train(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan:
-    """Settings of one train stage that fit ``mem``, or :class:`MemoryPlanError`.
+def plan_train(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan:
+    """Settings of one train stage (the train section ``t``) that fit ``mem``, or
+    :class:`MemoryPlanError`.
 
     In local mode the driver's Python and the workers share one budget: the driver is
     counted first and the workers split the rest. On a cluster each has its own.
@@ -420,7 +421,7 @@ def plan_train(sizes: TrainSizes, cfg: Config, mem: SparkMemory) -> TrainPlan:
     restarts (a few more iterations); an unfused language costs a Spark job per CG
     iteration, several times the fit (bench/README.md, "r = 300 at 2M documents").
     """
-    return _plan_fit(sizes, cfg.train, mem)
+    return _plan_fit(sizes, t, mem)
 
 
 def _plan_fit(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan:
@@ -523,7 +524,7 @@ def _check_driver(plan: TrainPlan, sizes: TrainSizes, t: TrainConfig, mem: Spark
 
 
 def plan_methods(
-    sizes: TrainSizes, cfg: Config, methods: Sequence[str], mem: SparkMemory
+    sizes: TrainSizes, t: TrainConfig, methods: Sequence[str], mem: SparkMemory
 ) -> dict[str, TrainPlan]:
     """The driver plan of each classic method among ``methods`` (the evaluate stage's
     comparison methods, fitted one after another in the driver on the model's training rows
@@ -533,7 +534,7 @@ def plan_methods(
         if driver_formula(method) != "state":
             continue
         try:
-            plans[method] = _plan_fit(sizes, dataclasses.replace(cfg.train, method=method), mem)
+            plans[method] = _plan_fit(sizes, dataclasses.replace(t, method=method), mem)
         except MemoryPlanError as exc:
             raise MemoryPlanError(
                 f"evaluate.methods: {exc} Or drop {method} from evaluate.methods."

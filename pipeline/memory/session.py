@@ -168,7 +168,7 @@ def preflight_train(cfg: Config, stages: Sequence[str]) -> TrainPlan | None:
     sizes = known_train_sizes(cfg, stages)
     if sizes is None:
         return None
-    return plan_train(sizes, cfg, _session_memory(cfg, stages))
+    return plan_train(sizes, cfg.train, _session_memory(cfg, stages))
 
 
 def preflight_evaluate(cfg: Config, stages: Sequence[str]) -> dict[str, TrainPlan] | None:
@@ -182,7 +182,7 @@ def preflight_evaluate(cfg: Config, stages: Sequence[str]) -> dict[str, TrainPla
     sizes = _tfidf_sizes(cfg, stages, "evaluate")
     if sizes is None:
         return None
-    return plan_methods(sizes, cfg, cfg.evaluate.methods, _session_memory(cfg, stages))
+    return plan_methods(sizes, cfg.train, cfg.evaluate.methods, _session_memory(cfg, stages))
 
 
 def preflight_embed(cfg: Config, stages: Sequence[str]) -> EmbedPlan | None:

@@ -313,7 +313,7 @@ def _frame_memory_plan(spark: SparkSession, cfg: Config, report: dict[str, Any])
         return {}
     sc = spark.sparkContext
     mem = spark_memory(dict(sc.getConf().getAll()), sc.defaultParallelism, Machine.detect())
-    plan = plan_train(sizes, cfg, mem)
+    plan = plan_train(sizes, cfg.train, mem)
     log.info("memory plan: %s", plan.describe())
     return plan.solver_options()
 
@@ -331,7 +331,7 @@ def _memory_plan(
         return {}, {}
     sc = spark.sparkContext
     conf = dict(sc.getConf().getAll())
-    plan = plan_train(sizes, cfg, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
+    plan = plan_train(sizes, cfg.train, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
     log.info("memory plan: %s", plan.describe())
     if plan.max_basis is not None:
         log.warning(
@@ -366,7 +366,7 @@ def check_methods_memory(spark: SparkSession, cfg: Config, methods: Sequence[str
         return
     sc = spark.sparkContext
     mem = spark_memory(dict(sc.getConf().getAll()), sc.defaultParallelism, Machine.detect())
-    for method, plan in plan_methods(sizes, cfg, methods, mem).items():
+    for method, plan in plan_methods(sizes, cfg.train, methods, mem).items():
         log.info("memory plan (%s): %s", method, plan.describe())
 
 
