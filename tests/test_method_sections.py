@@ -189,3 +189,12 @@ def test_a_method_registered_at_run_time_gets_its_section():
     assert "toy_sections" not in reference_markdown(["train"])
     with pytest.raises(ConfigError, match="unknown configuration key 'train.toy_sections'"):
         load_config([], ["train.toy_sections.width=5"])
+
+
+def test_a_method_named_like_a_train_key_is_refused():
+    # a section train.seed would hide the solver's key train.seed
+    clashing = dataclasses.replace(TOY, name="seed")
+    refused = r"section\(s\) train\.seed.*another name"
+    with registered(clashing), pytest.raises(ConfigError, match=refused):
+        load_config([])
+    load_config([])  # unregistered: loads again

@@ -340,6 +340,15 @@ class TrainConfig(Cr5Params, BackendParams):
         metadata={NESTED: True},
     )
 
+    def __post_init__(self) -> None:
+        clash = sorted(set(method_sections()) & {f.name for f in dataclasses.fields(self)})
+        if clash:  # a method registered under the name of one of the section's own keys
+            raise ConfigError(
+                f"method(s) {', '.join(clash)} would have the section(s) "
+                f"{', '.join('train.' + c for c in clash)}, already key(s) of train; "
+                "register the method under another name"
+            )
+
     @staticmethod
     def nested_sections() -> dict[str, type]:
         """The nested sections, name -> parameter class, read from the method registry
