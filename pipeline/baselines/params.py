@@ -61,9 +61,8 @@ def _gamma(default: float) -> Any:
 
 
 #: OPCA's default γ, also S2Net's start's: the value the evaluation's γ grid chose for OPCA
-#: on the DDTP sample and the full DDTP corpus (validation P@1 0.901 against 0.408 at 1e-3 on
-#: the sample, 0.668 against 0.140 on the full corpus; bench/README.md, "S2Net's start"),
-#: where CCA's choice was 1e-3 (the demo's table).
+#: on the DDTP sample and the full DDTP corpus, where CCA's choice was 1e-3 (bench/README.md,
+#: "S2Net's start"; docs/evaluation.md).
 OPCA_GAMMA = 1e-4
 
 

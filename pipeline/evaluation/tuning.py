@@ -36,6 +36,7 @@ from pipeline.evaluation.engines import open_engine
 from pipeline.evaluation.lambda_selection import select_lambda
 from pipeline.evaluation.protocol import Direction, directions_of, plan, validation_score
 from pipeline.io.datasets import read_dataset
+from pipeline.io.locations import same_location
 from pipeline.io.schemas import SPLITS
 from pipeline.io.storage import locate
 from pipeline.methods.registry import find_method, get_method
@@ -91,7 +92,7 @@ def method_gamma(t: TrainConfig, method: str) -> float | None:
 def _has_validation(cfg: Config) -> bool:
     """Whether the training rows leave out this run's splits (whose validation concepts
     then score the candidates)."""
-    return cfg.heldout_path() == cfg.paths.dataset("splits")
+    return same_location(cfg.heldout_path(), cfg.paths.dataset("splits"), cfg.paths.root)
 
 
 def tuning_plan(cfg: Config) -> TuningPlan:
