@@ -9,8 +9,9 @@ stage scores it), plus the trained model's *offset ratio* on the English validat
 documents: ‖mean embedding‖ / mean ‖embedding‖ (1: every embedding the same vector; a
 large common component makes cosine rank every query's candidates alike).
 
-A variant is ``beta[:margin[:center]]`` (β = 0: T-LASER; center 1: the centred mean norm,
-``train.ctlaser.center``). The variants run concurrently, one process each::
+A variant is ``beta[:margin[:center[:warmup]]]`` (β = 0: T-LASER; center 1: the centred
+mean norm, ``train.ctlaser.center``; warmup k: β rises linearly over the first k epochs,
+``train.ctlaser.warmup_epochs``). The variants run concurrently, one process each::
 
     OPENBLAS_NUM_THREADS=1 python bench/bench_ctlaser.py --epochs 2 \\
         --variants 0 0.5:1:0 0.5:1:1 0.5:1.5:1 --out bench/results/ctlaser_variants.json
@@ -38,7 +39,9 @@ from bench.machine import machine_info  # noqa: E402
 LANGS = ["en", "de", "fr", "es"]
 
 
-def train_variant(beta: float, margin: float, center: bool, epochs: int, corpus: Path) -> dict:
+def train_variant(
+    beta: float, margin: float, center: bool, warmup: int, epochs: int, corpus: Path
+) -> dict:
     """One variant, in this process; its record."""
     import pyarrow.parquet as pq
     import torch
@@ -69,6 +72,7 @@ def train_variant(beta: float, margin: float, center: bool, epochs: int, corpus:
         beta=beta,
         margin=margin,
         center=center,
+        warmup_epochs=warmup,
         validation=validation,
         distractors=2000,
     )
@@ -83,15 +87,17 @@ def train_variant(beta: float, margin: float, center: bool, epochs: int, corpus:
         "beta": beta,
         "margin": margin,
         "center": center,
+        "warmup_epochs": warmup,
         "history": res["history"],
         "offset_ratio": round(float(offset), 4),
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
 
-def parse(variant: str) -> tuple[float, float, bool]:
-    parts = variant.split(":") + ["1", "0"][len(variant.split(":")) - 1 :]
-    return float(parts[0]), float(parts[1]), parts[2] == "1"
+def parse(variant: str) -> tuple[float, float, bool, int]:
+    given = variant.split(":")
+    parts = given + ["1", "0", "0"][len(given) - 1 :]
+    return float(parts[0]), float(parts[1]), parts[2] == "1", int(parts[3])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         scores = " ".join(f"{h['validation_p_at_1']:.3f}" for h in r["history"])
         print(f"beta {r['beta']:<4} margin {r['margin']:<4} center {int(r['center'])}  "
+              f"warmup {r.get('warmup_epochs', 0)}  "
               f"validation P@1 by epoch {scores}  offset {r['offset_ratio']:.2f}")  # fmt: skip
     return 0
 

@@ -203,3 +203,101 @@ def test_torch_distributor_run_equals_a_single_process_run(spark, beta, center):
     # have zero gradient in exact arithmetic, and Adam turns their rounding noise into steps
     # of size lr that do not change the function. The embeddings (scale ~3) agree to 2e-3.
     np.testing.assert_allclose(emb[1], emb[0], rtol=0, atol=2e-3)
+
+
+def test_constraint_warm_up_schedules_beta_by_epoch():
+    """β rises linearly over warmup_epochs epochs: the first epoch's loss is T-LASER's, the
+    full β applies from epoch warmup_epochs on, and each epoch records its β."""
+    task = _task(beta=0.5)
+    task.warmup_epochs = 2
+    plain = _task(beta=0.0)
+    assert [task.begin_epoch(e)["beta"] for e in range(4)] == [0.0, 0.25, 0.5, 0.5]
+    assert plain.begin_epoch(0) == {}  # T-LASER records no β
+    torch.manual_seed(0)
+    model = task.build()
+    items = np.arange(task.n_items)
+    draws = task.draw(np.random.default_rng(0))
+    task.begin_epoch(0)
+    warm = float(task.loss(model, items, draws, items))
+    assert warm == pytest.approx(float(plain.loss(model, items, draws, items)), rel=1e-6)
+    task.begin_epoch(2)
+    full = float(task.loss(model, items, draws, items))
+    task.warmup_epochs = 0
+    task.begin_epoch(0)
+    assert full == pytest.approx(float(task.loss(model, items, draws, items)), rel=1e-6)
+    assert full > warm  # the constraint adds a positive term
+
+
+def _parallel_setup(spark, tmp_path, *sets: str):
+    """A two-language training-text set (3 documents each, concepts 0..2) and a parallel
+    corpus file: concepts p1, p2 in en and de (p2 twice in de), p3 in en only."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.config import load_config
+    from tests.conftest import REPO
+
+    en, de = _corpus(3)
+    training = {
+        lang: pa.table({"concept_index": np.arange(3, dtype=np.int64), "text": texts})
+        for lang, texts in (("en", en), ("de", de))
+    }
+    rows = [
+        ("en:p1", "p1", "en", "red house"), ("de:p1", "p1", "de", "rot haus"),
+        ("en:p2", "p2", "en", "old tree"), ("de:p2", "p2", "de", "alt baum"),
+        ("de:p2b", "p2", "de", "zzz"), ("en:p3", "p3", "en", "new river"),
+        ("fr:p1", "p1", "fr", "rouge maison"),
+    ]  # fmt: skip
+    cols = ["doc_id", "concept_id", "lang", "text"]
+    table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)})
+    table = table.append_column("title", pa.array(["t"] * len(rows)))
+    pq.write_table(table, tmp_path / "parallel.parquet")
+    cfg = load_config(
+        [REPO / "conf" / "local.yaml"],
+        [
+            "train.ctlaser.vocab_size=60",
+            "train.ctlaser.max_tokens=16",
+            f"train.ctlaser.parallel_corpus={tmp_path / 'parallel.parquet'}",
+            "train.method=ctlaser",
+            *sets,
+        ],
+    )
+    data = SimpleNamespace(
+        backend=SimpleNamespace(languages=["en", "de"]),
+        texts={"training": training, "validation": None},
+        rows=SimpleNamespace(spark=spark),
+    )
+    return cfg.train, data
+
+
+@pytest.mark.slow
+def test_a_parallel_corpus_adds_pairs_and_parallel_only_keeps_just_its_own(spark, tmp_path):
+    """The corpus's concepts in two training languages become pairs (one document per concept
+    and language, the first by doc_id; p3 and the French row train nothing); the training
+    rows' documents remain the distractor pool; parallel_only drops their pairs."""
+    from pipeline.errors import ConfigError
+    from pipeline.methods.tlaser import _encoder_task
+
+    t, data = _parallel_setup(spark, tmp_path)
+    task, proto = _encoder_task(t, data, t.params_of("ctlaser"))
+    assert [len(ids) for ids in task.ids] == [3 + 2, 3 + 2]
+    assert SubwordVocabulary(proto).sp.decode(task.ids[1][4].tolist()) == "alt baum"
+    # concepts: the rows' 0..2, then the corpus's p1, p2 at 3, 4 (p2's de: "alt baum")
+    assert task.concepts[0].tolist() == [0, 1, 2, 3, 4]
+    assert task.n_items == 5 and task.distractor_pool == [3, 3]
+    vocab_row = task.ids[1][4]  # the same vocabulary: it learns on the same texts
+    t2, data2 = _parallel_setup(spark, tmp_path, "train.ctlaser.parallel_only=true")
+    only, _ = _encoder_task(t2, data2, t2.params_of("ctlaser"))
+    assert only.n_items == 2
+    assert sorted(only.pairs[:, 1].tolist()) == [3, 4]  # the corpus's rows only
+    assert only.ids[1][4].tolist() == vocab_row.tolist()
+    t3, data3 = _parallel_setup(
+        spark, tmp_path, "train.ctlaser.parallel_max_concepts=1", "train.seed=3"
+    )
+    one, _ = _encoder_task(t3, data3, t3.params_of("ctlaser"))
+    assert one.n_items == 3 + 1 and [len(ids) for ids in one.ids] == [4, 4]
+    bad = t.with_params("ctlaser", parallel_only=True, parallel_corpus=None)
+    with pytest.raises(ConfigError, match="parallel_corpus"):
+        _encoder_task(bad, data, bad.params_of("ctlaser"))

@@ -199,3 +199,48 @@ def test_torch_distributor_run_equals_a_single_process_run(spark):
     # and the run differs from one with another seed (the comparison can fail)
     other = run_loop(task, dataclasses.replace(settings, seed=8))
     assert np.abs(other["weights"]["a"] - single["weights"]["a"]).max() > 1e-2
+
+
+def test_unseen_terms_export_zero_rows_and_seen_ones_the_network():
+    """A term no training row contains keeps its random start (no gradient reaches it);
+    with zero_unseen its exported row is zero, every other row is tanh(W + b)."""
+    base = tiny_task(n_concepts=10, p=30)  # terms 11..29 appear in no row
+    task = dataclasses.replace(base, zero_unseen=True)
+    torch.manual_seed(0)
+    model = task.build()
+    kept, zeroed = base.maps(model), task.maps(model)
+    for i, lang in enumerate(task.langs):
+        seen = np.asarray((task.rows[i] != 0).sum(axis=0)).ravel() > 0
+        assert seen.sum() == 11
+        np.testing.assert_array_equal(zeroed[lang][seen], kept[lang][seen])
+        assert not zeroed[lang][~seen].any()
+        assert np.abs(kept[lang][~seen]).sum() > 0
+
+
+def test_term_dropout_applies_in_training_only_and_is_seeded():
+    """Dropped weights are zero and kept ones scaled by 1/(1-p); eval embeds every term."""
+    task = dataclasses.replace(tiny_task(), term_dropout=0.5)
+    torch.manual_seed(0)
+    model = task.build()
+    rows = np.arange(12)
+    model.eval()
+    with torch.no_grad():
+        full = task._embed(torch, model, 0, rows)
+        np.testing.assert_allclose(
+            full.numpy(), task.rows[0][rows] @ tiny_task().maps(model)["a"], rtol=1e-5, atol=1e-6
+        )
+    model.train()
+    with torch.no_grad():
+        torch.manual_seed(7)
+        a = task._embed(torch, model, 0, rows)
+        torch.manual_seed(7)
+        b = task._embed(torch, model, 0, rows)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not torch.allclose(a, full)
+    # each row is Σ over its kept terms of 2·x_t·h_t: check against the mask torch drew
+    torch.manual_seed(7)
+    x = task.rows[0][rows]
+    keep = (torch.rand(x.data.shape) >= 0.5).numpy()
+    h = tiny_task().maps(model)["a"]
+    dropped = sp.csr_matrix((x.data * keep * 2.0, x.indices, x.indptr), shape=x.shape)
+    np.testing.assert_allclose(a.numpy(), dropped @ h, rtol=1e-5, atol=1e-6)

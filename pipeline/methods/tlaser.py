@@ -34,6 +34,23 @@ def _encoder_task(t: TrainConfig, data: Any, p: TlaserParams) -> tuple[Any, byte
     langs = list(data.backend.languages)
     train = data.texts["training"]
     texts = {lang: train[lang].column("text").to_pylist() for lang in langs}
+    concepts = {lang: train[lang].column("concept_index").to_numpy() for lang in langs}
+    pool = [len(texts[lang]) for lang in langs]
+    if p.parallel_only and not p.parallel_corpus:
+        raise ConfigError(
+            f"train.{t.method}.parallel_only is set but train.{t.method}.parallel_corpus is "
+            "not: name the parallel corpus to train on"
+        )
+    if p.parallel_only:
+        concepts = {
+            lang: _unpaired(len(texts[lang]), i, len(langs)) for i, lang in enumerate(langs)
+        }
+    if p.parallel_corpus:
+        extra = parallel_corpus(data, p, langs, t.seed)
+        offset = 1 + max((int(c.max()) for c in concepts.values() if c.size), default=-1)
+        for lang in langs:
+            texts[lang] = texts[lang] + extra[lang][0]
+            concepts[lang] = np.concatenate([concepts[lang], extra[lang][1] + offset])
     vocab = SubwordVocabulary.train([x for lang in langs for x in texts[lang]], langs, p.vocab_size)
     log.info(
         "neural: %d subword pieces learned on %d documents",
@@ -50,7 +67,12 @@ def _encoder_task(t: TrainConfig, data: Any, p: TlaserParams) -> tuple[Any, byte
     )
     constraint: dict[str, Any] = {}  # T-LASER: TLaserTask's β = 0
     if isinstance(p, CtlaserParams):
-        constraint = {"beta": p.beta, "margin": p.margin, "center": p.center}
+        constraint = {
+            "beta": p.beta,
+            "margin": p.margin,
+            "center": p.center,
+            "warmup_epochs": p.warmup_epochs,
+        }
     validation = None
     val = data.texts["validation"]
     if val is not None and val.num_rows:
@@ -63,14 +85,75 @@ def _encoder_task(t: TrainConfig, data: Any, p: TlaserParams) -> tuple[Any, byte
     task = TLaserTask(
         langs=langs,
         ids=[vocab.encode(texts[lang], sizes.max_tokens) for lang in langs],
-        concepts=[train[lang].column("concept_index").to_numpy() for lang in langs],
+        concepts=[concepts[lang] for lang in langs],
         tags=[vocab.tag(lang) for lang in langs],
         sizes=sizes,
         **constraint,
         validation=validation or None,
         distractors=p.validation_distractors,
+        distractor_pool=pool,
     )
     return task, vocab.proto
+
+
+def _unpaired(n: int, lang: int, n_langs: int) -> np.ndarray:
+    """Concept indices no other document has (negative, distinct across the ``n_langs``
+    languages): the documents stay in the task but form no parallel pairs."""
+    return -1 - (lang + np.arange(n, dtype=np.int64) * n_langs)
+
+
+def parallel_corpus(
+    data: Any, p: TlaserParams, langs: list[str], seed: int
+) -> dict[str, tuple[list[str], np.ndarray]]:
+    """The documents of ``p.parallel_corpus`` in ``langs``: per language the texts and their
+    concept indices (0-based, over the corpus's concepts that have two or more of the
+    languages, a seeded sample of ``p.parallel_max_concepts`` of them when set); one
+    document per concept and language (the first by doc_id)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    from pipeline.io.datasets import conform, read_table
+    from pipeline.io.schemas import DOCUMENTS
+
+    if data.rows is None:
+        raise ConfigError(
+            "train.<method>.parallel_corpus is read with the train stage's Spark session; "
+            "these rows were not read from a dataset"
+        )
+    spark = data.rows.spark
+    df = conform(read_table(spark, p.parallel_corpus), DOCUMENTS)
+    table = df.where(F.col("lang").isin(langs)).select("concept_id", "lang", "doc_id", "text")
+    table = table.toArrow().sort_by([(c, "ascending") for c in ("concept_id", "lang", "doc_id")])
+    key = pc.binary_join_element_wise(table.column("concept_id"), table.column("lang"), "\0")
+    key = key.to_numpy(zero_copy_only=False)
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    table = table.filter(pa.array(first))
+    ids, counts = np.unique(table.column("concept_id").to_numpy(zero_copy_only=False),
+                            return_counts=True)  # fmt: skip
+    keep = ids[counts >= 2]
+    if p.parallel_max_concepts and keep.size > p.parallel_max_concepts:
+        rng = np.random.default_rng(seed)
+        keep = np.sort(rng.choice(keep, p.parallel_max_concepts, replace=False))
+    if keep.size == 0:
+        raise ConfigError(
+            f"the parallel corpus {p.parallel_corpus} has no concept with documents in two of "
+            f"the training languages {langs}"
+        )
+    table = table.filter(pc.is_in(table.column("concept_id"), value_set=pa.array(keep)))
+    index = np.searchsorted(keep, table.column("concept_id").to_numpy(zero_copy_only=False))
+    out = {}
+    for lang in langs:
+        mask = pc.equal(table.column("lang"), lang).to_numpy(zero_copy_only=False)
+        out[lang] = (table.column("text").filter(mask).to_pylist(), index[mask].astype(np.int64))
+    log.info(
+        "neural: %d parallel concepts from %s (%s documents)",
+        keep.size,
+        p.parallel_corpus,
+        ", ".join(f"{lang} {len(out[lang][0])}" for lang in langs),
+    )
+    return out
 
 
 def fit_encoder(t: TrainConfig, data: Any, checkpoint: str | None, p: TlaserParams) -> FittedModel:

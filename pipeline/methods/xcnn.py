@@ -37,5 +37,7 @@ def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
         scale=p.scale,
         validation=data.validation,
         distractors=p.validation_distractors,
+        term_dropout=p.term_dropout,
+        zero_unseen=p.zero_unseen,
     )
     return fit_task(t, p, data, checkpoint, task)

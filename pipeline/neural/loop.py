@@ -78,6 +78,11 @@ class Task(Protocol):
     def build(self) -> Any:
         """A new ``torch.nn.Module`` (initialised from torch's seeded generator)."""
 
+    def begin_epoch(self, epoch: int) -> dict[str, Any]:
+        """Called before epoch ``epoch`` (0-based) trains, also after a resume: set what
+        varies by epoch (a loss weight's schedule); the entries returned are added to the
+        epoch's history record."""
+
     def draw(self, rng: np.random.Generator) -> Any:
         """The epoch's random draws for all items (e.g. one unrelated document per item)."""
 
@@ -229,6 +234,7 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
         )
     for epoch in range(start, s.epochs):
         t0 = time.perf_counter()
+        schedule = task.begin_epoch(epoch)
         rng = np.random.default_rng([s.seed, epoch])
         order = rng.permutation(task.n_items)
         draws = task.draw(rng)
@@ -257,6 +263,7 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
             "loss": mean_loss,
             "validation_p_at_1": score,
             "seconds": round(time.perf_counter() - t0, 3),
+            **schedule,
         }
         history.append(record)
         # the first epoch with the highest validation P@1; without validation, the last

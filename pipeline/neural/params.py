@@ -100,6 +100,21 @@ class XcnnParams(NeuralLoopParams):
         "the logistic loss (softplus(-s·cos⁺) + softplus(s·cos⁻)).",
         extra=legacy("xcnn_scale"),
     )
+    term_dropout: float = param(
+        0.0,
+        lo=0.0,
+        hi=1.0,
+        hi_open=True,
+        doc="Fraction of each training document's terms dropped at random in every step "
+        "(the rest scaled by 1/(1 - fraction)), so a pair cannot be matched on the few rare "
+        "terms only it contains; 0: none.",
+    )
+    zero_unseen: bool = param(
+        False,
+        doc="Export a zero row for every term no training document contains: its weights "
+        "never received a gradient, so its random initial row would only add noise to the "
+        "documents that use it (held-out ones); false: keep tanh(W_l[t] + b_l).",
+    )
 
 
 @dataclass(frozen=True)
@@ -125,6 +140,26 @@ class TlaserParams(NeuralLoopParams):
         lo=4,
         doc="Subword tokens kept per document (after the start tag).",
         extra=legacy("tlaser_max_tokens"),
+    )
+    parallel_corpus: str | None = param(
+        None,
+        doc="A documents dataset (columns doc_id, concept_id, lang, title, text; e.g. the "
+        "segment-level corpus scripts/build_parallel_corpus.py makes from Debian's "
+        "translations) whose documents in the training languages add parallel pairs (the "
+        "same concept_id in two languages) to the training rows' pairs, as the paper trains "
+        "on Europarl; its texts also train the subword vocabulary. Read from any store.",
+    )
+    parallel_only: bool = param(
+        False,
+        doc="Train on the parallel_corpus's pairs alone: the training rows' documents stay "
+        "as unrelated documents (cT-LASER's negatives) and validation distractors, but form "
+        "no pairs (the paper's setting: a sentence-level corpus, document-level tasks).",
+    )
+    parallel_max_concepts: int = param(
+        0,
+        lo=0,
+        doc="Keep a seeded sample of this many of the parallel_corpus's concepts (0: all), "
+        "to bound an epoch's time.",
     )
 
 
@@ -152,6 +187,14 @@ class CtlaserParams(TlaserParams):
         "instead of the paper's uncentred norm (false), which the network can inflate by "
         "adding one vector to every embedding (docs/neural.md).",
         extra=legacy("ctlaser_center"),
+    )
+    warmup_epochs: int = param(
+        0,
+        lo=0,
+        doc="Epochs over which the constraint's weight rises linearly from 0 to beta (epoch e, "
+        "counted from 0, trains with beta·min(1, e/warmup_epochs)), so the encoder learns "
+        "to translate before the constraint pulls translations together; 0: beta from the "
+        "first step (the paper's).",
     )
 
 

@@ -266,11 +266,18 @@ class TLaserTask:
     beta, margin : the cT-LASER constraint's weight and margin (β = 0: T-LASER)
     center : whether the constraint's mean norm is measured on batch-centred vectors
         (:func:`distance_constraint`)
+    warmup_epochs : int
+        The constraint's weight rises linearly over the first epochs: epoch e (0-based)
+        trains with β · min(1, e / warmup_epochs), so the first epoch is T-LASER's and the
+        full β applies from epoch ``warmup_epochs`` on; 0: β from the start (the paper's).
     validation : dict of str to (list of ndarray, ndarray) or None
         Per language, validation documents' ids and concept ids.
     distractors : int
         Training documents per language (a seeded sample) added to the validation
         candidates (:mod:`pipeline.neural.validation`).
+    distractor_pool : list of int or None
+        Per language, draw the distractors from the first that many documents only (the
+        training rows' documents, before a parallel corpus's segments); None: from all.
     """
 
     langs: list[str]
@@ -281,19 +288,31 @@ class TLaserTask:
     beta: float = 0.0
     margin: float = 1.0
     center: bool = False
+    warmup_epochs: int = 0
     validation: dict[str, tuple[list[np.ndarray], np.ndarray]] | None = None
     distractors: int = 0
+    distractor_pool: list[int] | None = None
     pairs: np.ndarray = field(init=False)
+    beta_now: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
         self.n_items = int(self.pairs.shape[0])
+        pool = self.distractor_pool or [len(ids) for ids in self.ids]
         self.distractor_rows = [
-            distractor_rows(len(ids), self.distractors, seed=i) for i, ids in enumerate(self.ids)
+            distractor_rows(n, self.distractors, seed=i) for i, n in enumerate(pool)
         ]
+        self.beta_now = self.beta
 
     def build(self) -> Any:
         return build_module(self.sizes)
+
+    def begin_epoch(self, epoch: int) -> dict[str, Any]:
+        """The constraint's weight for epoch ``epoch`` (the warm-up schedule); recorded in
+        the epoch's history for cT-LASER."""
+        ramp = 1.0 if self.warmup_epochs == 0 else min(1.0, epoch / self.warmup_epochs)
+        self.beta_now = self.beta * ramp
+        return {"beta": self.beta_now} if self.beta > 0 else {}
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """An unrelated document of language b for each pair: (n_items,) rows."""
@@ -340,13 +359,13 @@ class TLaserTask:
         inner = getattr(model, "module", model)
         ce = inner.translation_loss(emb, tgt_in, tgt_out, reduction="sum")
         loss = ce * (world / self._target_tokens(batch))
-        if self.beta > 0:
+        if self.beta_now > 0:
             n = len(items)
             en = model(self._src(torch, lb, draws[items]))
             # the slices are equal, so the slice's mean terms average to the batch's; only m
             # (and the centre), means over the whole batch, need the other processes' vectors
             m = _mean_norm(torch, torch.cat([emb, en]), self.center, total=3 * len(batch))
-            loss = loss + self.beta * distance_constraint(
+            loss = loss + self.beta_now * distance_constraint(
                 torch, emb[:n], emb[n:], en, self.margin, m=m
             )
         return loss

@@ -96,6 +96,12 @@ class XcnnTask:
     concepts : list of ndarray of shape (n_l,)
         Concept index of each row.
     dim, scale : the ``train.xcnn.*`` settings
+    term_dropout : float
+        Fraction of each training row's nonzeros dropped in every step (the rest scaled by
+        1 / (1 - fraction)); never at validation or export.
+    zero_unseen : bool
+        Export a zero row of H_l for every term no training row contains (its weights got
+        no gradient, so their random start is noise in the documents that use the term).
     validation : ValidationSet or None
         Held-out documents (:class:`pipeline.linalg.monitor.ValidationSet`) scored each epoch.
     distractors : int
@@ -110,9 +116,13 @@ class XcnnTask:
     scale: float
     validation: Any = None
     distractors: int = 0
+    term_dropout: float = 0.0
+    zero_unseen: bool = False
 
     def __post_init__(self) -> None:
         self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
+        # terms some training row contains, per language (the rest never train)
+        self.seen = [np.bincount(x.indices, minlength=x.shape[1]) > 0 for x in self.rows]
         self.n_items = int(self.pairs.shape[0])
         self.distractor_rows = [
             distractor_rows(x.shape[0], self.distractors, seed=i) for i, x in enumerate(self.rows)
@@ -121,6 +131,10 @@ class XcnnTask:
     def build(self) -> Any:
         torch = import_torch()
         return _module(torch, [x.shape[1] for x in self.rows], self.dim)
+
+    def begin_epoch(self, epoch: int) -> dict[str, Any]:
+        """Nothing varies by epoch."""
+        return {}
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """For each pair and side, a random row of that side's language about another
@@ -139,11 +153,16 @@ class XcnnTask:
 
     def _embed(self, torch: Any, model: Any, lang: int, rows: np.ndarray) -> Any:
         x = self.rows[lang][rows]
+        weights = torch.from_numpy(x.data.astype(np.float32))
+        if self.term_dropout > 0 and model.training:
+            # torch's generator, seeded by the loop: the same drops in a rerun
+            keep = torch.rand(weights.shape) >= self.term_dropout
+            weights = weights * keep / (1.0 - self.term_dropout)
         return model(
             lang,
             torch.from_numpy(x.indices.astype(np.int64)),
             torch.from_numpy(x.indptr[:-1].astype(np.int64)),
-            torch.from_numpy(x.data.astype(np.float32)),
+            weights,
         )
 
     def loss(
@@ -169,14 +188,18 @@ class XcnnTask:
         return torch.stack(losses).sum()
 
     def maps(self, model: Any) -> dict[str, np.ndarray]:
-        """H_l = tanh(W_l + b_l), float32 (p_l, d), per language."""
+        """H_l = tanh(W_l + b_l), float32 (p_l, d), per language; with ``zero_unseen``, the
+        rows of terms no training row contains are zero."""
         torch = import_torch()
         inner = getattr(model, "module", model)
+        out = {}
         with torch.no_grad():
-            return {
-                lang: torch.tanh(inner.w[i] + inner.b[i]).numpy().astype(np.float32)
-                for i, lang in enumerate(self.langs)
-            }
+            for i, lang in enumerate(self.langs):
+                h = torch.tanh(inner.w[i] + inner.b[i]).numpy().astype(np.float32)
+                if self.zero_unseen:
+                    h[~self.seen[i]] = 0.0
+                out[lang] = h
+        return out
 
     def score(self, model: Any) -> float | None:
         """Validation P@1 (cosine), the training-document distractors among the candidates."""
