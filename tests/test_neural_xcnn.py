@@ -244,3 +244,24 @@ def test_term_dropout_applies_in_training_only_and_is_seeded():
     h = tiny_task().maps(model)["a"]
     dropped = sp.csr_matrix((x.data * keep * 2.0, x.indices, x.indptr), shape=x.shape)
     np.testing.assert_allclose(a.numpy(), dropped @ h, rtol=1e-5, atol=1e-6)
+
+
+def test_the_loop_device_is_resolved_and_a_missing_gpu_is_a_clear_error(monkeypatch):
+    """auto runs on the GPU when PyTorch sees one (its local rank's), else on the CPU; cuda
+    without a GPU is refused, naming the key; the trained weights come back as numpy."""
+    from pipeline.errors import ConfigError
+    from pipeline.neural.loop import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device(torch, "auto").type == resolve_device(torch, "cpu").type == "cpu"
+    with pytest.raises(ConfigError, match="device=cuda"):
+        resolve_device(torch, "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert resolve_device(torch, "auto") == torch.device("cuda", 1)
+    assert resolve_device(torch, "cpu").type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    settings = LoopSettings(epochs=1, batch_size=8, lr=0.01, seed=0, device="auto")
+    out = run_loop(tiny_task(), settings)
+    assert all(isinstance(v, np.ndarray) for v in out["weights"].values())

@@ -22,7 +22,13 @@ from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.io.storage import is_local, scratch_root
 from pipeline.methods.fitted import FittedModel
-from pipeline.neural.loop import LoopSettings, distributed_entry, run_loop
+from pipeline.neural.loop import (
+    LoopSettings,
+    distributed_entry,
+    import_torch,
+    resolve_device,
+    run_loop,
+)
 from pipeline.neural.params import NeuralLoopParams
 
 __all__ = ["fit_task", "loop_settings", "train_task"]
@@ -58,17 +64,24 @@ def loop_settings(t: TrainConfig, p: NeuralLoopParams, checkpoint: str | None) -
         seed=t.seed,
         checkpoint_dir=checkpoint,
         threads=p.threads,
+        device=p.device,
     )
 
 
 def train_task(task: Any, settings: LoopSettings, processes: int) -> dict[str, Any]:
-    """Run the loop in this process (``processes == 1``) or through TorchDistributor."""
+    """Run the loop in this process (``processes == 1``) or through TorchDistributor (one
+    GPU per process when the loop's device resolves to cuda)."""
     if processes == 1:
         return run_loop(task, settings)
     from pyspark.ml.torch.distributor import TorchDistributor
 
-    log.info("neural: training in %d TorchDistributor processes (local mode)", processes)
-    distributor = TorchDistributor(num_processes=processes, local_mode=True, use_gpu=False)
+    use_gpu = resolve_device(import_torch(), settings.device).type == "cuda"
+    log.info(
+        "neural: training in %d TorchDistributor processes (local mode%s)",
+        processes,
+        ", one GPU each" if use_gpu else "",
+    )
+    distributor = TorchDistributor(num_processes=processes, local_mode=True, use_gpu=use_gpu)
     return distributor.run(distributed_entry, task, settings)
 
 

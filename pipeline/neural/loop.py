@@ -113,6 +113,29 @@ class LoopSettings:
     seed: int
     checkpoint_dir: str | None = None
     threads: int = 1
+    #: "cpu", "cuda" or "auto" (cuda when PyTorch sees a GPU).
+    device: str = "cpu"
+
+
+def resolve_device(torch: Any, device: str) -> Any:
+    """The ``torch.device`` that ``device`` ("auto", "cpu", "cuda") names here; "cuda"
+    without a GPU is a ConfigError."""
+    cuda = torch.cuda.is_available()
+    if device == "cuda" and not cuda:
+        raise ConfigError(
+            "train.<method>.device=cuda, but PyTorch sees no GPU here (a CPU-only build, or "
+            "no device visible); set device: auto or cpu"
+        )
+    if not (device == "cuda" or (device == "auto" and cuda)):
+        return torch.device("cpu")
+    # a TorchDistributor process sees its own GPU, or all of them: then its local rank's
+    count = torch.cuda.device_count()
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % max(count, 1))
+
+
+def model_device(model: Any) -> Any:
+    """The device of ``model``'s parameters (where a task puts its batches)."""
+    return next(model.parameters()).device
 
 
 def all_sum(x: Any) -> Any:
@@ -144,7 +167,9 @@ def average_gradients(torch: Any, model: Any, world: int) -> None:
     import torch.distributed as dist
 
     params = [p for p in model.parameters() if p.requires_grad]
-    used = torch.tensor([float(p.grad is not None) for p in params], dtype=torch.float32)
+    used = torch.tensor(
+        [float(p.grad is not None) for p in params], dtype=torch.float32, device=params[0].device
+    )
     flat = torch.cat(
         [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
         + [used]
@@ -210,15 +235,17 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
             f"{world} training processes (train.<method>.processes); raise it"
         )
     batch = shard * world
+    device = resolve_device(torch, s.device)
+    log.info("neural: training on %s", device)
     torch.manual_seed(s.seed)
-    model = task.build()
+    model = task.build().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=s.lr)
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"epoch": 0, "score": None, "state": None}
     start, resumed = 0, None
     ckpt = _latest_checkpoint(s.checkpoint_dir)
     if ckpt is not None:
-        payload = torch.load(ckpt, weights_only=True)
+        payload = torch.load(ckpt, weights_only=True, map_location=device)
         model.load_state_dict(payload["model"])
         opt.load_state_dict(payload["optimizer"])
         history, best = list(payload["history"]), dict(payload["best"])

@@ -17,6 +17,7 @@ configuration, which the Airflow DAG imports without PyTorch, embeds it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pipeline.params import legacy, param
 
@@ -82,6 +83,13 @@ class NeuralLoopParams(EpochValidationParams):
         lo=1,
         doc="PyTorch CPU threads per training process and per embedding worker.",
         extra=legacy("neural_threads"),
+    )
+    device: Literal["auto", "cpu", "cuda"] = param(
+        "auto",
+        doc="Where the training loop runs: cuda (a GPU; with processes > 1, one per process "
+        "through TorchDistributor's use_gpu), cpu, or auto (cuda when PyTorch sees a GPU, "
+        "else cpu). The trained weights are the same format either way; embedding runs on "
+        "the CPU.",
     )
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.neural.loop import all_sum, import_torch
+from pipeline.neural.loop import all_sum, import_torch, model_device
 from pipeline.neural.validation import distractor_rows, validation_p_at_1
 from pipeline.neural.xcnn import parallel_pairs
 
@@ -183,7 +183,7 @@ def build_module(sizes: EncoderSizes) -> Any:
             ``"mean"`` over the non-pad target tokens, or their ``"sum"``)."""
             y = self._embed_tokens(tgt_in)
             t = tgt_in.shape[1]
-            causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+            causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=y.device), diagonal=1)
             y = self.decoder(
                 y, emb[:, None, :], tgt_mask=causal, tgt_key_padding_mask=tgt_in == PAD,
                 tgt_is_causal=True,
@@ -241,10 +241,11 @@ def _mean_norm(torch: Any, e: Any, center: bool, total: int | None = None) -> An
 def encode_texts(torch: Any, model: Any, ids: list[np.ndarray], batch: int = 64) -> np.ndarray:
     """Embeddings (n, d) float32 of documents given as subword ids (the start tag is added)."""
     out = []
+    device = model_device(model)
     with torch.no_grad():
         for i in range(0, len(ids), batch):
             chunk = [np.concatenate([[BOS], x]) for x in ids[i : i + batch]]
-            out.append(model.encode(_pad(torch, chunk)).numpy())
+            out.append(model.encode(_pad(torch, chunk).to(device)).cpu().numpy())
     d = model.out.in_features
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, d), np.float32)
 
@@ -326,8 +327,9 @@ class TLaserTask:
             out[sel] = neg
         return out
 
-    def _src(self, torch: Any, lang: np.ndarray, rows: np.ndarray) -> Any:
-        return _pad(torch, [np.concatenate([[BOS], self.ids[li][r]]) for li, r in zip(lang, rows)])
+    def _src(self, torch: Any, lang: np.ndarray, rows: np.ndarray, device: Any) -> Any:
+        seqs = [np.concatenate([[BOS], self.ids[li][r]]) for li, r in zip(lang, rows)]
+        return _pad(torch, seqs).to(device)
 
     def _target_tokens(self, items: np.ndarray) -> int:
         """Target tokens (subwords + eos) of ``items``' two translation directions."""
@@ -348,20 +350,21 @@ class TLaserTask:
         p = self.pairs[items]
         la, ra, lb, rb = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
         # both directions in one batch: sources a then b, targets b then a
-        src = self._src(torch, np.concatenate([la, lb]), np.concatenate([ra, rb]))
+        device = model_device(model)
+        src = self._src(torch, np.concatenate([la, lb]), np.concatenate([ra, rb]), device)
         emb = model(src)
         tgt_lang, tgt_rows = np.concatenate([lb, la]), np.concatenate([rb, ra])
         targets = [self.ids[li][r] for li, r in zip(tgt_lang, tgt_rows)]
         tgt_in = _pad(
             torch, [np.concatenate([[self.tags[li]], t]) for li, t in zip(tgt_lang, targets)]
-        )
-        tgt_out = _pad(torch, [np.concatenate([t, [EOS]]) for t in targets])
+        ).to(device)
+        tgt_out = _pad(torch, [np.concatenate([t, [EOS]]) for t in targets]).to(device)
         inner = getattr(model, "module", model)
         ce = inner.translation_loss(emb, tgt_in, tgt_out, reduction="sum")
         loss = ce * (world / self._target_tokens(batch))
         if self.beta_now > 0:
             n = len(items)
-            en = model(self._src(torch, lb, draws[items]))
+            en = model(self._src(torch, lb, draws[items], device))
             # the slices are equal, so the slice's mean terms average to the batch's; only m
             # (and the centre), means over the whole batch, need the other processes' vectors
             m = _mean_norm(torch, torch.cat([emb, en]), self.center, total=3 * len(batch))
@@ -388,4 +391,4 @@ class TLaserTask:
         return validation_p_at_1(emb, concepts, extra)
 
     def export(self, model: Any) -> dict[str, np.ndarray]:
-        return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+        return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}

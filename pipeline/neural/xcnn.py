@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.neural.loop import import_torch
+from pipeline.neural.loop import import_torch, model_device
 from pipeline.neural.validation import distractor_rows
 
 __all__ = ["XcnnTask", "nce_loss", "parallel_pairs"]
@@ -153,15 +153,16 @@ class XcnnTask:
 
     def _embed(self, torch: Any, model: Any, lang: int, rows: np.ndarray) -> Any:
         x = self.rows[lang][rows]
-        weights = torch.from_numpy(x.data.astype(np.float32))
+        device = model_device(model)
+        weights = torch.from_numpy(x.data.astype(np.float32)).to(device)
         if self.term_dropout > 0 and model.training:
             # torch's generator, seeded by the loop: the same drops in a rerun
-            keep = torch.rand(weights.shape) >= self.term_dropout
+            keep = torch.rand(weights.shape, device=device) >= self.term_dropout
             weights = weights * keep / (1.0 - self.term_dropout)
         return model(
             lang,
-            torch.from_numpy(x.indices.astype(np.int64)),
-            torch.from_numpy(x.indptr[:-1].astype(np.int64)),
+            torch.from_numpy(x.indices.astype(np.int64)).to(device),
+            torch.from_numpy(x.indptr[:-1].astype(np.int64)).to(device),
             weights,
         )
 
@@ -195,7 +196,7 @@ class XcnnTask:
         out = {}
         with torch.no_grad():
             for i, lang in enumerate(self.langs):
-                h = torch.tanh(inner.w[i] + inner.b[i]).numpy().astype(np.float32)
+                h = torch.tanh(inner.w[i] + inner.b[i]).cpu().numpy().astype(np.float32)
                 if self.zero_unseen:
                     h[~self.seen[i]] = 0.0
                 out[lang] = h
