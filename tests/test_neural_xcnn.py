@@ -201,22 +201,6 @@ def test_torch_distributor_run_equals_a_single_process_run(spark):
     assert np.abs(other["weights"]["a"] - single["weights"]["a"]).max() > 1e-2
 
 
-def test_unseen_terms_export_zero_rows_and_seen_ones_the_network():
-    """A term no training row contains keeps its random start (no gradient reaches it);
-    with zero_unseen its exported row is zero, every other row is tanh(W + b)."""
-    base = tiny_task(n_concepts=10, p=30)  # terms 11..29 appear in no row
-    task = dataclasses.replace(base, zero_unseen=True)
-    torch.manual_seed(0)
-    model = task.build()
-    kept, zeroed = base.maps(model), task.maps(model)
-    for i, lang in enumerate(task.langs):
-        seen = np.asarray((task.rows[i] != 0).sum(axis=0)).ravel() > 0
-        assert seen.sum() == 11
-        np.testing.assert_array_equal(zeroed[lang][seen], kept[lang][seen])
-        assert not zeroed[lang][~seen].any()
-        assert np.abs(kept[lang][~seen]).sum() > 0
-
-
 def test_term_dropout_applies_in_training_only_and_is_seeded():
     """Dropped weights are zero and kept ones scaled by 1/(1-p); eval embeds every term."""
     task = dataclasses.replace(tiny_task(), term_dropout=0.5)

@@ -38,6 +38,5 @@ def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
         validation=data.validation,
         distractors=p.validation_distractors,
         term_dropout=p.term_dropout,
-        zero_unseen=p.zero_unseen,
     )
     return fit_task(t, p, data, checkpoint, task)

@@ -117,12 +117,6 @@ class XcnnParams(NeuralLoopParams):
         "(the rest scaled by 1/(1 - fraction)), so a pair cannot be matched on the few rare "
         "terms only it contains; 0: none.",
     )
-    zero_unseen: bool = param(
-        False,
-        doc="Export a zero row for every term no training document contains: its weights "
-        "never received a gradient, so its random initial row would only add noise to the "
-        "documents that use it (held-out ones); false: keep tanh(W_l[t] + b_l).",
-    )
 
 
 @dataclass(frozen=True)

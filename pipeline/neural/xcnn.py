@@ -99,9 +99,6 @@ class XcnnTask:
     term_dropout : float
         Fraction of each training row's nonzeros dropped in every step (the rest scaled by
         1 / (1 - fraction)); never at validation or export.
-    zero_unseen : bool
-        Export a zero row of H_l for every term no training row contains (its weights got
-        no gradient, so their random start is noise in the documents that use the term).
     validation : ValidationSet or None
         Held-out documents (:class:`pipeline.linalg.monitor.ValidationSet`) scored each epoch.
     distractors : int
@@ -117,12 +114,9 @@ class XcnnTask:
     validation: Any = None
     distractors: int = 0
     term_dropout: float = 0.0
-    zero_unseen: bool = False
 
     def __post_init__(self) -> None:
         self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
-        # terms some training row contains, per language (the rest never train)
-        self.seen = [np.bincount(x.indices, minlength=x.shape[1]) > 0 for x in self.rows]
         self.n_items = int(self.pairs.shape[0])
         self.distractor_rows = [
             distractor_rows(x.shape[0], self.distractors, seed=i) for i, x in enumerate(self.rows)
@@ -189,18 +183,14 @@ class XcnnTask:
         return torch.stack(losses).sum()
 
     def maps(self, model: Any) -> dict[str, np.ndarray]:
-        """H_l = tanh(W_l + b_l), float32 (p_l, d), per language; with ``zero_unseen``, the
-        rows of terms no training row contains are zero."""
+        """H_l = tanh(W_l + b_l), float32 (p_l, d), per language."""
         torch = import_torch()
         inner = getattr(model, "module", model)
-        out = {}
         with torch.no_grad():
-            for i, lang in enumerate(self.langs):
-                h = torch.tanh(inner.w[i] + inner.b[i]).cpu().numpy().astype(np.float32)
-                if self.zero_unseen:
-                    h[~self.seen[i]] = 0.0
-                out[lang] = h
-        return out
+            return {
+                lang: torch.tanh(inner.w[i] + inner.b[i]).cpu().numpy().astype(np.float32)
+                for i, lang in enumerate(self.langs)
+            }
 
     def score(self, model: Any) -> float | None:
         """Validation P@1 (cosine), the training-document distractors among the candidates."""
