@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.machine import machine_info  # noqa: E402
+from pipeline.neural.validation import distractor_rows  # noqa: E402
 
 LANGS = ["en", "de", "fr", "es"]
 
@@ -76,8 +78,10 @@ def train_variant(
     parallel_concepts: int = 0,
     parallel_only: bool = False,
     device: str = "cpu",
+    save: Path | None = None,
 ) -> dict:
-    """One variant, in this process; its record."""
+    """One variant, in this process; its record (and, with ``save``, its model directory
+    there, named after the variant: the pipeline's encoder model format)."""
     import pyarrow.parquet as pq
     import torch
 
@@ -131,6 +135,8 @@ def train_variant(
     model.eval()
     e = encode_texts(torch, model, validation["en"][0])
     offset = np.linalg.norm(e.mean(axis=0)) / np.linalg.norm(e, axis=1).mean()
+    if save is not None:
+        save_model(save, beta, sizes, res, vocab.proto)
     return {
         "beta": beta,
         "margin": margin,
@@ -145,6 +151,48 @@ def train_variant(
         "offset_ratio": round(float(offset), 4),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def save_model(where: Path, beta: float, sizes: Any, res: dict, proto: bytes) -> None:
+    """The trained weights as an encoder model directory (``load_model`` reads it)."""
+    from pipeline.model.format import save_encoder_model
+
+    meta = {
+        "method": "ctlaser" if beta > 0 else "tlaser",
+        "r": sizes.dim,
+        "lam": 0.0,
+        "languages": LANGS,
+        "encoder": {"sizes": sizes.to_dict(), "threads": 1},
+        "solver": {"history": {"epochs": res["history"], "chosen_epoch": res["chosen_epoch"]}},
+    }
+    save_encoder_model(where, meta, res["weights"], {"subwords.model": proto})
+
+
+def rescore(models: list[Path], corpus: Path) -> dict[str, float]:
+    """Each saved model's validation P@1 recomputed here (on the CPU, through ``load_model``
+    and the embedding API): a model trained on another machine scores what it scored there."""
+    import pyarrow.parquet as pq
+
+    from pipeline.model.loading import load_model
+    from pipeline.neural.validation import validation_p_at_1
+
+    t = pq.read_table(corpus).to_pandas()
+    concepts = np.array(sorted(t.concept_id.unique()))
+    held = set(np.random.default_rng(0).choice(concepts, 300, replace=False))
+    train, val = t[~t.concept_id.isin(held)], t[t.concept_id.isin(held)]
+    out = {}
+    for path in models:
+        model = load_model(path)
+        emb, conc, extra = {}, {}, {}
+        for i, lang in enumerate(LANGS):
+            rows = val[val.lang == lang]
+            emb[lang] = np.asarray(model.embed(list(rows.text), lang), dtype=np.float32)
+            conc[lang] = rows.concept_id.to_numpy()
+            docs = list(train[train.lang == lang].text)
+            pick = distractor_rows(len(docs), 2000, seed=i)
+            extra[lang] = np.asarray(model.embed([docs[r] for r in pick], lang), np.float32)
+        out[path.name] = validation_p_at_1(emb, conc, extra)
+    return out
 
 
 def parse(variant: str) -> tuple[float, float, bool, int]:
@@ -163,8 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel-concepts", type=int, default=0, help="sample size (0: all)")
     ap.add_argument("--parallel-only", action="store_true", help="train on its pairs alone")
     ap.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--save", type=Path, help="write each variant's model directory here")
+    ap.add_argument(
+        "--rescore", type=Path, nargs="+", help="saved model directories: recompute their "
+        "validation P@1 on this machine and print it (nothing is trained)"
+    )  # fmt: skip
     ap.add_argument("--one", help=argparse.SUPPRESS)  # a single variant, in a child process
     args = ap.parse_args(argv)
+    if args.rescore:
+        for name, score in rescore(args.rescore, args.corpus).items():
+            print(f"{name}  validation P@1 {score:.4f}")
+        return 0
     if args.parallel_only and not args.parallel:
         ap.error("--parallel-only needs --parallel")
     options = ["--corpus", str(args.corpus), "--device", args.device]
@@ -172,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         options += ["--parallel", str(args.parallel)]
         options += ["--parallel-concepts", str(args.parallel_concepts)]
         options += ["--parallel-only"] if args.parallel_only else []
+    if args.save:
+        options += ["--save", str(args.save)]
     if args.one:
         record = train_variant(
             *parse(args.one),
@@ -181,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             args.parallel_concepts,
             args.parallel_only,
             args.device,
+            args.save / args.one.replace(":", "_") if args.save else None,
         )
         print(json.dumps(record))
         return 0
