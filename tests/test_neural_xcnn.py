@@ -249,3 +249,22 @@ def test_the_loop_device_is_resolved_and_a_missing_gpu_is_a_clear_error(monkeypa
     settings = LoopSettings(epochs=1, batch_size=8, lr=0.01, seed=0, device="auto")
     out = run_loop(tiny_task(), settings)
     assert all(isinstance(v, np.ndarray) for v in out["weights"].values())
+
+
+def test_weight_decay_shrinks_unused_weights_by_lr_times_decay_per_step():
+    """AdamW's decoupled decay: a term no training row contains gets a zero gradient, so
+    after k steps its weights are the initial ones times (1 - lr·decay)^k exactly; decay 0
+    is Adam (those weights do not move)."""
+    task = tiny_task(n_concepts=10, p=30)  # terms 11..29 appear in no row
+    task.export = lambda model: {
+        k: v.detach().numpy().copy() for k, v in model.state_dict().items()
+    }
+    lr, decay, epochs = 0.01, 0.5, 3
+    steps = epochs * (task.n_items // 4)
+    torch.manual_seed(1)
+    start = task.build().w[0].detach().numpy()
+    for wd in (0.0, decay):
+        settings = LoopSettings(epochs=epochs, batch_size=4, lr=lr, seed=1, weight_decay=wd)
+        w = run_loop(task, settings)["weights"]["w.0"]
+        np.testing.assert_allclose(w[11:], start[11:] * (1 - lr * wd) ** steps, rtol=1e-5)
+        assert not np.allclose(w[:11], start[:11])  # the used terms trained

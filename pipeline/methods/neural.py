@@ -61,6 +61,7 @@ def loop_settings(t: TrainConfig, p: NeuralLoopParams, checkpoint: str | None) -
         epochs=p.epochs,
         batch_size=p.batch_size,
         lr=p.lr,
+        weight_decay=p.weight_decay,
         seed=t.seed,
         checkpoint_dir=checkpoint,
         threads=p.threads,

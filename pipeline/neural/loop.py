@@ -115,6 +115,8 @@ class LoopSettings:
     threads: int = 1
     #: "cpu", "cuda" or "auto" (cuda when PyTorch sees a GPU).
     device: str = "cpu"
+    #: AdamW's decoupled weight decay (0: Adam's steps exactly).
+    weight_decay: float = 0.0
 
 
 def resolve_device(torch: Any, device: str) -> Any:
@@ -239,7 +241,9 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
     log.info("neural: training on %s", device)
     torch.manual_seed(s.seed)
     model = task.build().to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=s.lr)
+    # AdamW with no decay takes Adam's steps; its decay shrinks every weight by lr·decay
+    # per step, whether the step's batch used it or not
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"epoch": 0, "score": None, "state": None}
     start, resumed = 0, None

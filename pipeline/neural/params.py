@@ -71,6 +71,12 @@ class NeuralLoopParams(EpochValidationParams):
     lr: float = param(
         1e-3, lo=0.0, lo_open=True, doc="Adam learning rate.", extra=legacy("neural_lr")
     )
+    weight_decay: float = param(
+        0.0,
+        lo=0.0,
+        doc="Decoupled weight decay (AdamW): every step shrinks every weight by lr times this, "
+        "a ridge-like pull towards zero against memorising the training pairs; 0: Adam.",
+    )
     processes: int = param(
         2,
         lo=1,
