@@ -135,15 +135,9 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
     "gnucash-common", "hexchat-common", "inkscape", "pidgin-data", "vlc-l10n",
 )  # fmt: skip
 
-SCHEMA = pa.schema(
-    [
-        pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("concept_id", pa.string(), nullable=False),
-        pa.field("lang", pa.string(), nullable=False),
-        pa.field("title", pa.string(), nullable=False),
-        pa.field("text", pa.string(), nullable=False),
-    ]
-)
+# the document contract, as the DDTP sample's builder writes it
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_ddtp_sample import SCHEMA  # noqa: E402
 
 MO_PATH_RE = re.compile(r"(?:^|/)(?P<dir>[^/]+)/LC_MESSAGES/(?P<domain>[^/]+)\.mo$")
 CONTEXT_SEP = "\x04"
