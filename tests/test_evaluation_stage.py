@@ -580,7 +580,9 @@ def test_xcnn_is_trained_through_the_distributor_and_evaluated_beside_cr5(spark,
     root, cfg, _ = chain
     cfg = dataclasses.replace(
         cfg,
-        train=cfg.train.with_params("xcnn", epochs=4, processes=2, dim=16, batch_size=32, lr=0.05),
+        train=cfg.train.with_params(
+            "xcnn", epochs=4, processes=2, dim=16, batch_size=32, lr=0.05, center=True
+        ),
     )
     e = EvaluateConfig(
         engine="local", pairs=["de-en"], methods=["xcnn"], report_dir=str(root / "reports-xcnn")
@@ -594,6 +596,8 @@ def test_xcnn_is_trained_through_the_distributor_and_evaluated_beside_cr5(spark,
     scores = [h["validation_p_at_1"] for h in history["epochs"]]
     assert history["chosen_epoch"] == 1 + int(np.argmax(scores))
     assert model.dim == 16
+    # centred: each language's mean training embedding is stored and subtracted
+    assert all(model._map(lang).offset.shape == (16,) for lang in model.languages)
     rows = [r for r in report["results"] if r["method"] == "xcnn" and r["measure"] == "cosine"]
     assert len(rows) == 2
     cr5 = {r["query_lang"]: r for r in report["results"] if r["method"] == "cr5"}

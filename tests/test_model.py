@@ -161,3 +161,32 @@ def test_selection_model_with_bad_index_fails_clearly(tmp_path):
     (tmp_path / "u" / "model.json").write_text(json.dumps(meta))
     with pytest.raises(ModelError, match="SHA-256"):
         Cr5Model.load(tmp_path / "u").embed(["cat"], "en")
+
+
+def test_an_offset_is_stored_checked_and_subtracted_from_texts_with_known_terms(tmp_path):
+    """A language's offset round-trips, is subtracted from every embedding of a text with a
+    known term (a text without one stays the zero vector), and a wrong shape is refused."""
+    from pipeline.model.batches import embed_arrays
+
+    maps = make_model(tmp_path / "plain")
+    offset = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    maps["en"].offset = offset
+    save_model(tmp_path / "m", maps, {"r": 3, "lam": 1.0, "preprocessing": {"text": {}}})
+    _, loaded = load_model_files(tmp_path / "m")
+    np.testing.assert_array_equal(loaded["en"].offset, offset)
+    assert loaded["de"].offset is None
+    texts = ["Cat cat DOG!", "unknown words only", "the house"]
+    plain = Cr5Model.load(tmp_path / "plain").embed(texts, "en")
+    model = Cr5Model.load(tmp_path / "m")
+    got = model.embed(texts, "en")
+    np.testing.assert_allclose(got[[0, 2]], plain[[0, 2]] - offset, rtol=1e-6)
+    assert not got[1].any()
+    np.testing.assert_array_equal(
+        model.embed(["katze"], "de"), Cr5Model.load(tmp_path / "plain").embed(["katze"], "de")
+    )
+    # the batch path the embed stage, the evaluation and Spark ML use gives the same rows
+    vectors, _, _ = embed_arrays(model, pa.array(texts), pa.array(["en"] * 3), normalize=False)
+    np.testing.assert_allclose(np.asarray(vectors), got, rtol=1e-6)
+    maps["en"].offset = np.zeros(4, dtype=np.float32)
+    with pytest.raises(ModelError, match="offset has shape"):
+        save_model(tmp_path / "bad", maps, {"r": 3, "lam": 1.0, "preprocessing": {"text": {}}})

@@ -268,3 +268,33 @@ def test_weight_decay_shrinks_unused_weights_by_lr_times_decay_per_step():
         w = run_loop(task, settings)["weights"]["w.0"]
         np.testing.assert_allclose(w[11:], start[11:] * (1 - lr * wd) ** steps, rtol=1e-5)
         assert not np.allclose(w[:11], start[:11])  # the used terms trained
+
+
+def test_centred_validation_ranks_on_embeddings_less_the_mean_training_embedding():
+    """mean_embeddings is the mean of x @ H over the rows with a term (a dense computation);
+    with center the per-epoch score is the P@1 of the embeddings less that mean, validation
+    rows and distractors alike."""
+    from pipeline.linalg.monitor import ValidationSet
+    from pipeline.neural.validation import validation_p_at_1
+    from pipeline.neural.xcnn import mean_embeddings
+
+    base = tiny_task()
+    val = ValidationSet(
+        rows={"a": base.rows[0][:8], "b": base.rows[1][-8:]},
+        concepts={"a": base.concepts[0][:8], "b": base.concepts[1][-8:]},
+    )
+    task = dataclasses.replace(base, validation=val, distractors=6, center=True)
+    torch.manual_seed(0)
+    model = task.build()
+    maps = {k: v.astype(np.float64) for k, v in task.maps(model).items()}
+    rows = dict(zip(task.langs, task.rows))
+    shift = mean_embeddings(rows, maps)
+    for lang, x in rows.items():
+        dense = x.toarray() @ maps[lang]
+        np.testing.assert_allclose(shift[lang], dense.mean(axis=0), rtol=1e-5)  # float32 rows
+    emb = {lang: x.toarray() @ maps[lang] - shift[lang] for lang, x in val.rows.items()}
+    extra = {
+        lang: task.rows[i][task.distractor_rows[i]].toarray() @ maps[lang] - shift[lang]
+        for i, lang in enumerate(task.langs)
+    }
+    assert task.score(model) == pytest.approx(validation_p_at_1(emb, val.concepts, extra))

@@ -47,6 +47,9 @@ class FittedModel:
         One record per fit of ``train.path_factors``.
     folding_in : dict or None
         The topic models' embedding settings (the maps are topic-word matrices), else None.
+    offsets : dict of str to ndarray of shape (r,)
+        Per language, the vector subtracted from its embeddings
+        (:attr:`pipeline.model.format.LanguageMap.offset`); empty for most methods.
 
     The method's similarity is its spec's (:attr:`~pipeline.methods.spec.MethodSpec.similarity`).
     """
@@ -61,6 +64,7 @@ class FittedModel:
     path_from: float | None = None
     path_fits: list[dict[str, Any]] = field(default_factory=list)
     folding_in: dict[str, Any] | None = None
+    offsets: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_baseline(

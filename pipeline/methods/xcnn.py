@@ -4,6 +4,7 @@ the validation concepts when they are held out."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ __all__ = ["fit"]
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
     """XCNN on the TF-IDF rows of ``data`` in the driver (the local backend's matrices);
     ``data.validation`` scores each epoch."""
-    from pipeline.neural.xcnn import XcnnTask
+    from pipeline.neural.xcnn import XcnnTask, mean_embeddings
 
     backend = data.backend
     if not hasattr(backend, "matrix"):
@@ -38,5 +39,13 @@ def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
         validation=data.validation,
         distractors=p.validation_distractors,
         term_dropout=p.term_dropout,
+        center=p.center,
     )
-    return fit_task(t, p, data, checkpoint, task)
+    fitted = fit_task(t, p, data, checkpoint, task)
+    if not p.center:
+        return fitted
+    rows = dict(zip(langs, task.rows))
+    offsets = mean_embeddings(rows, fitted.components)
+    return dataclasses.replace(
+        fitted, offsets={lang: v.astype(np.float32) for lang, v in offsets.items()}
+    )

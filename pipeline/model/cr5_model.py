@@ -178,12 +178,14 @@ class Cr5Model(EncodeMixin):
             )
             return theta.astype(np.float32), np.diff(x.indptr).astype(np.int64)
         x = self.tfidf(texts, lang)
-        phi = self._map(lang).phi
-        if sp.issparse(phi):
-            vectors = sp.csr_matrix(x @ phi, dtype=np.float32)
-        else:
-            vectors = np.asarray(x @ phi, dtype=np.float32)
-        return vectors, np.diff(x.indptr).astype(np.int64)
+        lm = self._map(lang)
+        counts = np.diff(x.indptr).astype(np.int64)
+        if sp.issparse(lm.phi):
+            return sp.csr_matrix(x @ lm.phi, dtype=np.float32), counts
+        vectors = np.asarray(x @ lm.phi, dtype=np.float32)
+        if lm.offset is not None:  # a text with no known term stays the zero vector
+            vectors[counts > 0] -= lm.offset
+        return vectors, counts
 
     def embed(self, texts: Sequence[str | None], lang: str) -> np.ndarray:
         """Embed texts in language ``lang``: ndarray of float32, shape (n_texts, r).

@@ -9,6 +9,8 @@ Layout::
                                        the topic-word matrix for "topic_word")
       languages/<lang>/phi_index.npy   int64, shape (p_l,)               (phi_format "selection")
       languages/<lang>/mean.npy        μ_l, float32, shape (p_l,) (global mean, block l)
+      languages/<lang>/offset.npy      float32, shape (r,), subtracted from the language's
+                                       embeddings (optional; XCNN's mean training embedding)
       languages/<lang>/vocabulary.parquet   term, term_index, df, idf (term_index order)
       shared/<name>.npy                model-wide arrays, float64 (optional, listed in
                                        ``shared_arrays`` of model.json); Cr5 models keep
@@ -88,6 +90,10 @@ class LanguageMap:
         or a scipy.sparse csr_matrix of float32, shape (p_l, r), with exactly one 1 per row
         (a selection map, ``phi_format`` "selection")
     mean : ndarray of float32, shape (p_l,) or None
+    offset : ndarray of float32, shape (r,) or None
+        Subtracted from every embedding of the language that has a known term (``x @ phi -
+        offset``): the language's mean training embedding for a method whose embeddings
+        share a language-specific common vector (XCNN), which cosine would otherwise rank on.
     """
 
     terms: pa.Array
@@ -95,6 +101,7 @@ class LanguageMap:
     df: np.ndarray
     phi: np.ndarray | sp.csr_matrix
     mean: np.ndarray | None = None
+    offset: np.ndarray | None = None
 
     @property
     def is_selection(self) -> bool:
@@ -119,6 +126,13 @@ class LanguageMap:
             problems.append(f"phi has {self.phi.shape[1]} columns, the model says r={r}")
         if self.mean is not None and self.mean.shape != (p,):
             problems.append(f"mean has shape {self.mean.shape}, expected ({p},)")
+        if self.offset is not None and (
+            self.is_selection or self.offset.shape != (self.phi.shape[1],)
+        ):
+            problems.append(
+                f"offset has shape {self.offset.shape}, expected ({self.phi.shape[1]},) and a "
+                "dense map"
+            )
         if self.phi.dtype != np.float32:
             problems.append(f"phi has dtype {self.phi.dtype}, expected float32")
         if problems:
@@ -215,6 +229,8 @@ def save_model(
                 np.save(d / "phi.npy", np.ascontiguousarray(lm.phi, dtype=np.float32))
             if lm.mean is not None:
                 np.save(d / "mean.npy", np.asarray(lm.mean, dtype=np.float32))
+            if lm.offset is not None:
+                np.save(d / "offset.npy", np.asarray(lm.offset, dtype=np.float32))
             table = pa.table(
                 {
                     "term": lm.terms,
@@ -389,6 +405,11 @@ def load_model_files(
             mean = (
                 np.load(d / "mean.npy", allow_pickle=False) if (d / "mean.npy").exists() else None
             )
+            offset = (
+                np.load(d / "offset.npy", allow_pickle=False)
+                if (d / "offset.npy").exists()
+                else None
+            )
             vocab = pq.read_table(d / "vocabulary.parquet")
         except (OSError, ValueError) as exc:
             raise _damaged(
@@ -402,6 +423,7 @@ def load_model_files(
             df=vocab.column("df").to_numpy().astype(np.int64),
             phi=phi,
             mean=mean,
+            offset=offset,
         )
         lm.validate(lang, int(meta["r"]))
         if meta.get("phi_format") == "topic_word":

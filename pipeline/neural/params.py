@@ -123,6 +123,13 @@ class XcnnParams(NeuralLoopParams):
         "(the rest scaled by 1/(1 - fraction)), so a pair cannot be matched on the few rare "
         "terms only it contains; 0: none.",
     )
+    center: bool = param(
+        False,
+        doc="Subtract each language's mean training embedding from its embeddings (stored "
+        "in the model, languages/<lang>/offset.npy, and applied wherever it embeds; the "
+        "epoch is chosen on centred embeddings too): XCNN's embeddings of one language "
+        "share a common vector that cosine otherwise ranks on.",
+    )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from pipeline.neural.loop import import_torch, model_device
 from pipeline.neural.validation import distractor_rows
 
-__all__ = ["XcnnTask", "nce_loss", "parallel_pairs"]
+__all__ = ["XcnnTask", "mean_embeddings", "nce_loss", "parallel_pairs"]
 
 
 def parallel_pairs(concepts: dict[str, np.ndarray], langs: list[str]) -> np.ndarray:
@@ -49,6 +49,24 @@ def parallel_pairs(concepts: dict[str, np.ndarray], langs: list[str]) -> np.ndar
                 block[:, 0], block[:, 1], block[:, 2], block[:, 3] = a, ia, b, ib
                 out.append(block)
     return np.concatenate(out) if out else np.zeros((0, 4), dtype=np.int64)
+
+
+def mean_embeddings(
+    rows: dict[str, sp.csr_matrix], maps: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Per language, the mean embedding x @ H_l of its rows that have a term: float64 (d,).
+
+    XCNN's embeddings of one language share a common vector (the bias b_l and the frequent
+    terms put it there; the loss, whose negatives are of the positive's language, never
+    pushes it away); subtracting it leaves what tells the documents apart, which cosine
+    otherwise ranks below it.
+    """
+    out = {}
+    for lang, x in rows.items():
+        used = x[np.diff(x.indptr) > 0]
+        mean_row = np.asarray(used.mean(axis=0), dtype=np.float64).ravel()
+        out[lang] = mean_row @ np.asarray(maps[lang], dtype=np.float64)
+    return out
 
 
 def nce_loss(torch: Any, q: Any, p: Any, n: Any, scale: float) -> Any:
@@ -99,6 +117,9 @@ class XcnnTask:
     term_dropout : float
         Fraction of each training row's nonzeros dropped in every step (the rest scaled by
         1 / (1 - fraction)); never at validation or export.
+    center : bool
+        Score the validation with each language's mean training embedding subtracted (what
+        the exported model does with ``train.xcnn.center``, :func:`mean_embeddings`).
     validation : ValidationSet or None
         Held-out documents (:class:`pipeline.linalg.monitor.ValidationSet`) scored each epoch.
     distractors : int
@@ -114,6 +135,7 @@ class XcnnTask:
     validation: Any = None
     distractors: int = 0
     term_dropout: float = 0.0
+    center: bool = False
 
     def __post_init__(self) -> None:
         self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
@@ -197,9 +219,17 @@ class XcnnTask:
         if self.validation is None:
             return None
         maps = {k: v.astype(np.float64) for k, v in self.maps(model).items()}
-        emb = {lang: np.asarray(x @ maps[lang]) for lang, x in self.validation.rows.items()}
+        shift = mean_embeddings(dict(zip(self.langs, self.rows)), maps) if self.center else {}
+
+        def embed(lang: str, x: sp.csr_matrix) -> np.ndarray:
+            e = np.asarray(x @ maps[lang])
+            if lang in shift:
+                e[np.diff(x.indptr) > 0] -= shift[lang]
+            return e
+
+        emb = {lang: embed(lang, x) for lang, x in self.validation.rows.items()}
         extra = {
-            lang: np.asarray(self.rows[i][self.distractor_rows[i]] @ maps[lang])
+            lang: embed(lang, self.rows[i][self.distractor_rows[i]])
             for i, lang in enumerate(self.langs)
             if lang in emb and self.distractor_rows[i].size
         }

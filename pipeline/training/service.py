@@ -272,6 +272,7 @@ def _language_maps(
             df=v["df"],
             phi=phi.astype(np.float32) if sp.issparse(phi) else np.asarray(phi, dtype=np.float32),
             mean=fitted.means.get(lang),
+            offset=fitted.offsets.get(lang),
         )
     return maps
 
