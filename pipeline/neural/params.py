@@ -123,8 +123,15 @@ class XcnnParams(NeuralLoopParams):
         "(the rest scaled by 1/(1 - fraction)), so a pair cannot be matched on the few rare "
         "terms only it contains; 0: none.",
     )
+    weight_decay: float = param(
+        1.0,
+        lo=0.0,
+        doc="Decoupled weight decay (AdamW): every step shrinks every weight by lr times this, "
+        "a ridge-like pull towards zero against memorising the training pairs (XCNN's "
+        "default: with center, what made it generalise; bench/README.md); 0: Adam.",
+    )
     center: bool = param(
-        False,
+        True,
         doc="Subtract each language's mean training embedding from its embeddings (stored "
         "in the model, languages/<lang>/offset.npy, and applied wherever it embeds; the "
         "epoch is chosen on centred embeddings too): XCNN's embeddings of one language "
