@@ -271,12 +271,11 @@ def test_weight_decay_shrinks_unused_weights_by_lr_times_decay_per_step():
 
 
 def test_centred_validation_ranks_on_embeddings_less_the_mean_training_embedding():
-    """mean_embeddings is the mean of x @ H over the rows with a term (a dense computation);
+    """The offsets are the mean of x @ H over the rows with a term (a dense computation);
     with center the per-epoch score is the P@1 of the embeddings less that mean, validation
     rows and distractors alike."""
     from pipeline.linalg.monitor import ValidationSet
     from pipeline.neural.validation import validation_p_at_1
-    from pipeline.neural.xcnn import mean_embeddings
 
     base = tiny_task()
     val = ValidationSet(
@@ -288,7 +287,7 @@ def test_centred_validation_ranks_on_embeddings_less_the_mean_training_embedding
     model = task.build()
     maps = {k: v.astype(np.float64) for k, v in task.maps(model).items()}
     rows = dict(zip(task.langs, task.rows))
-    shift = mean_embeddings(rows, maps)
+    shift = task.offsets(maps)
     for lang, x in rows.items():
         dense = x.toarray() @ maps[lang]
         np.testing.assert_allclose(shift[lang], dense.mean(axis=0), rtol=1e-5)  # float32 rows

@@ -20,7 +20,7 @@ __all__ = ["fit"]
 def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
     """XCNN on the TF-IDF rows of ``data`` in the driver (the local backend's matrices);
     ``data.validation`` scores each epoch."""
-    from pipeline.neural.xcnn import XcnnTask, mean_embeddings
+    from pipeline.neural.xcnn import XcnnTask
 
     backend = data.backend
     if not hasattr(backend, "matrix"):
@@ -44,8 +44,7 @@ def fit(t: TrainConfig, data: Any, checkpoint: str | None) -> FittedModel:
     fitted = fit_task(t, p, data, checkpoint, task)
     if not p.center:
         return fitted
-    rows = dict(zip(langs, task.rows))
-    offsets = mean_embeddings(rows, fitted.components)
+    offsets = task.offsets(fitted.components)
     return dataclasses.replace(
         fitted, offsets={lang: v.astype(np.float32) for lang, v in offsets.items()}
     )

@@ -17,7 +17,7 @@ configuration, which the Airflow DAG imports without PyTorch, embeds it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pipeline.params import legacy, param
 
@@ -31,6 +31,17 @@ __all__ = [
     "TlaserParams",
     "XcnnParams",
 ]
+
+
+def _weight_decay(default: float) -> Any:
+    """The declaration of the loop's weight decay with a method's own default."""
+    return param(
+        default,
+        lo=0.0,
+        doc="Decoupled weight decay (AdamW): every step shrinks every weight by lr times this, "
+        "a ridge-like pull towards zero against memorising the training pairs (XCNN's "
+        "default 1, with center, is what made it generalise: bench/README.md); 0: Adam.",
+    )
 
 
 @dataclass(frozen=True)
@@ -71,12 +82,7 @@ class NeuralLoopParams(EpochValidationParams):
     lr: float = param(
         1e-3, lo=0.0, lo_open=True, doc="Adam learning rate.", extra=legacy("neural_lr")
     )
-    weight_decay: float = param(
-        0.0,
-        lo=0.0,
-        doc="Decoupled weight decay (AdamW): every step shrinks every weight by lr times this, "
-        "a ridge-like pull towards zero against memorising the training pairs; 0: Adam.",
-    )
+    weight_decay: float = _weight_decay(0.0)
     processes: int = param(
         2,
         lo=1,
@@ -123,13 +129,7 @@ class XcnnParams(NeuralLoopParams):
         "(the rest scaled by 1/(1 - fraction)), so a pair cannot be matched on the few rare "
         "terms only it contains; 0: none.",
     )
-    weight_decay: float = param(
-        1.0,
-        lo=0.0,
-        doc="Decoupled weight decay (AdamW): every step shrinks every weight by lr times this, "
-        "a ridge-like pull towards zero against memorising the training pairs (XCNN's "
-        "default: with center, what made it generalise; bench/README.md); 0: Adam.",
-    )
+    weight_decay: float = _weight_decay(1.0)  # with center, what made XCNN generalise
     center: bool = param(
         True,
         doc="Subtract each language's mean training embedding from its embeddings (stored "

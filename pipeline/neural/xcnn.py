@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from pipeline.neural.loop import import_torch, model_device
 from pipeline.neural.validation import distractor_rows
 
-__all__ = ["XcnnTask", "mean_embeddings", "nce_loss", "parallel_pairs"]
+__all__ = ["XcnnTask", "nce_loss", "parallel_pairs"]
 
 
 def parallel_pairs(concepts: dict[str, np.ndarray], langs: list[str]) -> np.ndarray:
@@ -49,24 +49,6 @@ def parallel_pairs(concepts: dict[str, np.ndarray], langs: list[str]) -> np.ndar
                 block[:, 0], block[:, 1], block[:, 2], block[:, 3] = a, ia, b, ib
                 out.append(block)
     return np.concatenate(out) if out else np.zeros((0, 4), dtype=np.int64)
-
-
-def mean_embeddings(
-    rows: dict[str, sp.csr_matrix], maps: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """Per language, the mean embedding x @ H_l of its rows that have a term: float64 (d,).
-
-    XCNN's embeddings of one language share a common vector (the bias b_l and the frequent
-    terms put it there; the loss, whose negatives are of the positive's language, never
-    pushes it away); subtracting it leaves what tells the documents apart, which cosine
-    otherwise ranks below it.
-    """
-    out = {}
-    for lang, x in rows.items():
-        used = x[np.diff(x.indptr) > 0]
-        mean_row = np.asarray(used.mean(axis=0), dtype=np.float64).ravel()
-        out[lang] = mean_row @ np.asarray(maps[lang], dtype=np.float64)
-    return out
 
 
 def nce_loss(torch: Any, q: Any, p: Any, n: Any, scale: float) -> Any:
@@ -119,7 +101,7 @@ class XcnnTask:
         1 / (1 - fraction)); never at validation or export.
     center : bool
         Score the validation with each language's mean training embedding subtracted (what
-        the exported model does with ``train.xcnn.center``, :func:`mean_embeddings`).
+        the exported model does with ``train.xcnn.center``, :meth:`offsets`).
     validation : ValidationSet or None
         Held-out documents (:class:`pipeline.linalg.monitor.ValidationSet`) scored each epoch.
     distractors : int
@@ -139,6 +121,11 @@ class XcnnTask:
 
     def __post_init__(self) -> None:
         self.pairs = parallel_pairs(dict(zip(self.langs, self.concepts)), self.langs)
+        # per language, the mean of the training rows that have a term (for offsets)
+        self.mean_rows = [
+            np.asarray(x[np.diff(x.indptr) > 0].mean(axis=0), dtype=np.float64).ravel()
+            for x in self.rows
+        ]
         self.n_items = int(self.pairs.shape[0])
         self.distractor_rows = [
             distractor_rows(x.shape[0], self.distractors, seed=i) for i, x in enumerate(self.rows)
@@ -151,6 +138,20 @@ class XcnnTask:
     def begin_epoch(self, epoch: int) -> dict[str, Any]:
         """Nothing varies by epoch."""
         return {}
+
+    def offsets(self, maps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Per language, the mean embedding x @ H_l of its training rows that have a term:
+        float64 (d,), for the maps ``maps``.
+
+        XCNN's embeddings of one language share a common vector (the bias b_l and the
+        frequent terms put it there; the loss, whose negatives are of the positive's
+        language, never pushes it away); subtracting it leaves what tells the documents
+        apart, which cosine otherwise ranks below it.
+        """
+        return {
+            lang: self.mean_rows[i] @ np.asarray(maps[lang], dtype=np.float64)
+            for i, lang in enumerate(self.langs)
+        }
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """For each pair and side, a random row of that side's language about another
@@ -219,7 +220,7 @@ class XcnnTask:
         if self.validation is None:
             return None
         maps = {k: v.astype(np.float64) for k, v in self.maps(model).items()}
-        shift = mean_embeddings(dict(zip(self.langs, self.rows)), maps) if self.center else {}
+        shift = self.offsets(maps) if self.center else {}
 
         def embed(lang: str, x: sp.csr_matrix) -> np.ndarray:
             e = np.asarray(x @ maps[lang])
