@@ -49,22 +49,14 @@ LANGS = ["en", "de", "fr", "es"]
 
 def parallel_texts(path: Path, n: int, seed: int = 0) -> dict[str, tuple[list, np.ndarray]]:
     """Per language of LANGS, the parallel corpus's texts and 0-based concept indices (its
-    concepts in two or more of LANGS; a seeded sample of ``n`` of them when n > 0)."""
+    concepts in two or more of LANGS; a seeded sample of ``n`` of them when n > 0), as the
+    train stage selects them (:func:`pipeline.neural.parallel.parallel_documents`)."""
     import pyarrow.parquet as pq
 
-    t = pq.read_table(path, columns=["concept_id", "lang", "text"]).to_pandas()
-    t = t[t.lang.isin(LANGS)].drop_duplicates(["concept_id", "lang"])
-    counts = t.concept_id.value_counts()
-    keep = np.sort(counts.index[counts >= 2].to_numpy())
-    if 0 < n < keep.size:
-        keep = np.sort(np.random.default_rng(seed).choice(keep, n, replace=False))
-    t = t[t.concept_id.isin(set(keep))]
-    index = {c: i for i, c in enumerate(keep)}
-    out = {}
-    for lang in LANGS:
-        rows = t[t.lang == lang]
-        out[lang] = (list(rows.text), np.array([index[c] for c in rows.concept_id], dtype=np.int64))
-    return out
+    from pipeline.neural.parallel import parallel_documents
+
+    table = pq.read_table(path, columns=["concept_id", "lang", "doc_id", "text"])
+    return parallel_documents(table, LANGS, n, seed)
 
 
 def train_variant(

@@ -109,47 +109,29 @@ def parallel_corpus(
     concept indices (0-based, over the corpus's concepts that have two or more of the
     languages, a seeded sample of ``p.parallel_max_concepts`` of them when set); one
     document per concept and language (the first by doc_id)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     from pipeline.io.datasets import conform, read_table
     from pipeline.io.schemas import DOCUMENTS
+    from pipeline.neural.parallel import parallel_documents
 
     if data.rows is None:
         raise ConfigError(
             "train.<method>.parallel_corpus is read with the train stage's Spark session; "
             "these rows were not read from a dataset"
         )
-    spark = data.rows.spark
-    df = conform(read_table(spark, p.parallel_corpus), DOCUMENTS)
+    df = conform(read_table(data.rows.spark, p.parallel_corpus), DOCUMENTS)
     table = df.where(F.col("lang").isin(langs)).select("concept_id", "lang", "doc_id", "text")
-    table = table.toArrow().sort_by([(c, "ascending") for c in ("concept_id", "lang", "doc_id")])
-    key = pc.binary_join_element_wise(table.column("concept_id"), table.column("lang"), "\0")
-    key = key.to_numpy(zero_copy_only=False)
-    first = np.ones(len(key), dtype=bool)
-    first[1:] = key[1:] != key[:-1]
-    table = table.filter(pa.array(first))
-    ids, counts = np.unique(table.column("concept_id").to_numpy(zero_copy_only=False),
-                            return_counts=True)  # fmt: skip
-    keep = ids[counts >= 2]
-    if p.parallel_max_concepts and keep.size > p.parallel_max_concepts:
-        rng = np.random.default_rng(seed)
-        keep = np.sort(rng.choice(keep, p.parallel_max_concepts, replace=False))
-    if keep.size == 0:
+    out = parallel_documents(table.toArrow(), langs, p.parallel_max_concepts, seed)
+    n_concepts = np.unique(np.concatenate([out[lang][1] for lang in langs])).size
+    if n_concepts == 0:
         raise ConfigError(
             f"the parallel corpus {p.parallel_corpus} has no concept with documents in two of "
             f"the training languages {langs}"
         )
-    table = table.filter(pc.is_in(table.column("concept_id"), value_set=pa.array(keep)))
-    index = np.searchsorted(keep, table.column("concept_id").to_numpy(zero_copy_only=False))
-    out = {}
-    for lang in langs:
-        mask = pc.equal(table.column("lang"), lang).to_numpy(zero_copy_only=False)
-        out[lang] = (table.column("text").filter(mask).to_pylist(), index[mask].astype(np.int64))
     log.info(
         "neural: %d parallel concepts from %s (%s documents)",
-        keep.size,
+        n_concepts,
         p.parallel_corpus,
         ", ".join(f"{lang} {len(out[lang][0])}" for lang in langs),
     )
