@@ -11,7 +11,13 @@ import pytest
 import scipy.sparse as sp
 
 from pipeline.backends.local import LocalCorpusBackend
-from pipeline.linalg.backend import TermLayout, map_languages
+from pipeline.linalg.backend import (
+    TermLayout,
+    map_languages,
+    pass_delta,
+    passes_by_phase,
+    phase_of,
+)
 from pipeline.linalg.operator import CallableOperator, DenseOperator
 from tests.problems import PROBLEMS
 
@@ -150,3 +156,47 @@ def test_map_languages_keeps_order_pools_and_waits_for_every_language():
         map_languages(langs, failing)
     assert sorted(done) == ["de", "fr"]
     assert map_languages(langs, str.upper, max_workers=1) == {"en": "EN", "de": "DE", "fr": "FR"}
+
+
+def test_phase_of_drops_language_and_iteration_numbers():
+    assert phase_of("cr5/eig12/cg[en]") == "cr5/eig/cg"
+    assert phase_of("cr5/start1/Ct[da]") == "cr5/start/Ct"
+    assert phase_of("cr5/precond[vi]") == "cr5/precond"
+    assert phase_of("cr5/mean") == "cr5/mean"  # the method's own digit stays
+
+
+def test_passes_are_counted_by_the_phase_each_thread_described():
+    """Two threads label their passes differently at the same time: each pass goes to its own
+    thread's phase, and the phases add up to the totals."""
+    problem = PROBLEMS[sorted(PROBLEMS)[0]]
+    be = LocalCorpusBackend(problem.corpus(), problem.n_concepts, dtype="float64")
+    lang = be.languages[0]
+    v = np.ones((be.n_terms(lang), 3))
+    barrier = threading.Barrier(2)
+
+    def run(stage: str, n: int) -> None:
+        be.describe(stage)
+        barrier.wait()
+        for it in range(n):
+            be.describe(stage, it)
+            be.gram(lang, v)
+
+    threads = [
+        threading.Thread(target=run, args=("cr5/eig4/cg[a]", 5)),
+        threading.Thread(target=run, args=("cr5/w/cg[b]", 2)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    be.gram(lang, v)  # the main thread has described nothing
+    counts = be.pass_counts
+    assert counts["phase_passes"] == {"cr5/eig/cg": 5, "cr5/w/cg": 2, "unlabelled": 1}
+    assert counts["phase_column_passes"] == {"cr5/eig/cg": 15, "cr5/w/cg": 6, "unlabelled": 3}
+    assert sum(counts["phase_passes"].values()) == counts["passes"]["gram"] == 8
+    delta = pass_delta(counts, be.pass_counts | {})
+    assert delta["phase_passes"] == {}  # no pass in between: no phase
+    assert list(passes_by_phase(counts)) == ["cr5/eig/cg", "cr5/w/cg", "unlabelled"]
+    clone = pickle.loads(pickle.dumps(be))  # the thread-local label is not pickled
+    clone.gram(lang, v)
+    assert clone.pass_counts["phase_passes"]["unlabelled"] == 2

@@ -345,7 +345,7 @@ class SparkCorpusBackend(CorpusBackend):
         """Number of cached row blocks of ``lang``."""
         return self._rdd(lang).getNumPartitions()
 
-    def describe(self, stage: str, iteration: int | None = None) -> None:
+    def _describe(self, stage: str, iteration: int | None) -> None:
         """Set the Spark job description of the calling thread (see :func:`job_description`)."""
         if self._sc is not None:
             self._sc.setJobDescription(job_description(stage, iteration))

@@ -12,13 +12,16 @@ broadcast the (float32) block, each cached row partition computes its contributi
 tree-aggregated. Methods must be thread-safe: the solver drives different languages from
 different threads at the same time (on Spark: concurrent jobs).
 
-The public methods validate shapes once and count passes (``pass_counts``); subclasses implement
+The public methods validate shapes once and count passes (``pass_counts``), in total and by the
+phase that :meth:`CorpusBackend.describe` last named on the calling thread (where a fit's passes
+go: preconditioner, w solve, warm start, eigensolver products and CG); subclasses implement
 the underscore hooks. Results are always float64 (the solvers' small dense algebra is float64);
 the dtype *inside* a pass is the backend's ``dtype`` option.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -34,7 +37,30 @@ from pipeline.linalg.operator import BlockOperator, as_block
 if TYPE_CHECKING:
     from pipeline.linalg.block_cg import BlockCGResult
 
-__all__ = ["PASS_DTYPES", "CorpusBackend", "TermLayout", "map_languages", "working_dtype"]
+__all__ = [
+    "PASS_DTYPES",
+    "CorpusBackend",
+    "TermLayout",
+    "map_languages",
+    "pass_delta",
+    "passes_by_phase",
+    "phase_of",
+    "working_dtype",
+]
+
+#: a stage label's language ("[en]")
+_LANGUAGE = re.compile(r"\[[^\]]*\]")
+#: an iteration number ending a label segment ("eig12", "start1")
+_ITERATION = re.compile(r"(?<=[A-Za-z])\d+$")
+
+
+def phase_of(stage: str) -> str:
+    """The phase of a :meth:`CorpusBackend.describe` stage label: the label without its
+    language and the iteration numbers of its segments after the first
+    (``"cr5/eig12/cg[en]"`` -> ``"cr5/eig/cg"``), so the passes of every iteration and
+    language of one kind of work add up under one key."""
+    head, *rest = _LANGUAGE.sub("", stage).split("/")
+    return "/".join([head, *(_ITERATION.sub("", seg) for seg in rest)])
 
 
 class CorpusBackend(ABC):
@@ -55,16 +81,21 @@ class CorpusBackend(ABC):
         self._lock = threading.Lock()
         self._passes: Counter[str] = Counter()
         self._column_passes: Counter[str] = Counter()
+        self._phase_passes: Counter[str] = Counter()
+        self._phase_column_passes: Counter[str] = Counter()
+        self._thread = threading.local()
 
-    # --- pickling: locks are process-local --------------------------------------------------
+    # --- pickling: locks and thread-local labels are process-local ---------------------------
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_lock", None)
+        state.pop("_thread", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._thread = threading.local()
 
     # --- sizes ---------------------------------------------------------------------------------
     @property
@@ -209,29 +240,49 @@ class CorpusBackend(ABC):
         """
         return None
 
-    def describe(self, stage: str, iteration: int | None = None) -> None:  # noqa: B027
-        """Label the work that follows (the Spark backend sets the job description).
+    def describe(self, stage: str, iteration: int | None = None) -> None:
+        """Label the work that follows, from the thread that will run its passes: they are
+        counted under :func:`phase_of` ``stage`` (:attr:`pass_counts`), and the Spark backend
+        also makes the label its job description (:meth:`_describe`)."""
+        self._thread.phase = phase_of(stage)
+        self._describe(stage, iteration)
 
-        Called from the thread that will run the passes. Default: no-op.
-        """
+    def _describe(self, stage: str, iteration: int | None) -> None:  # noqa: B027
+        """Hook of :meth:`describe` (default: nothing more than the phase)."""
 
     # --- accounting ------------------------------------------------------------------------------
     def _count(self, method: str, n_columns: int, n_passes: int = 1) -> None:
+        phase = getattr(self._thread, "phase", "unlabelled")
         with self._lock:
             self._passes[method] += n_passes
             self._column_passes[method] += n_columns
+            self._phase_passes[phase] += n_passes
+            self._phase_column_passes[phase] += n_columns
 
     @property
     def pass_counts(self) -> dict[str, dict[str, int]]:
-        """Number of passes over X and of column-passes (sum of block widths) per method."""
+        """Passes over X and column-passes (sum of block widths) per method (``passes``,
+        ``column_passes``) and per phase (``phase_passes``, ``phase_column_passes``: the
+        :func:`phase_of` the stage that :meth:`describe` last named on the counting thread,
+        ``"unlabelled"`` before any)."""
         with self._lock:
-            return {"passes": dict(self._passes), "column_passes": dict(self._column_passes)}
+            return {
+                "passes": dict(self._passes),
+                "column_passes": dict(self._column_passes),
+                "phase_passes": dict(self._phase_passes),
+                "phase_column_passes": dict(self._phase_column_passes),
+            }
 
     def reset_counts(self) -> None:
         """Zero the pass counters."""
         with self._lock:
-            self._passes.clear()
-            self._column_passes.clear()
+            for counter in (
+                self._passes,
+                self._column_passes,
+                self._phase_passes,
+                self._phase_column_passes,
+            ):
+                counter.clear()
 
     # --- hooks -----------------------------------------------------------------------------------
     @abstractmethod
@@ -292,11 +343,16 @@ class TermLayout:
 
 
 def pass_delta(before: dict, after: dict) -> dict:
-    """Difference of two :attr:`CorpusBackend.pass_counts` snapshots (``after - before``)."""
-    return {
-        kind: {m: after[kind].get(m, 0) - before[kind].get(m, 0) for m in after[kind]}
-        for kind in ("passes", "column_passes")
-    }
+    """Difference of two :attr:`CorpusBackend.pass_counts` snapshots (``after - before``);
+    a phase with no pass in between is left out."""
+    out = {}
+    for kind, counts in after.items():
+        old = before.get(kind, {})
+        delta = {m: n - old.get(m, 0) for m, n in counts.items()}
+        out[kind] = (
+            delta if kind in ("passes", "column_passes") else {m: n for m, n in delta.items() if n}
+        )
+    return out
 
 
 _T = TypeVar("_T")
@@ -343,3 +399,12 @@ def _language_pool(workers: int, thread_name: str) -> ThreadPoolExecutor:
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_name)
         pools[thread_name, workers] = pool
     return pool
+
+
+def passes_by_phase(counts: dict) -> dict[str, dict[str, int]]:
+    """``{phase: {"passes": n, "column_passes": c}}`` of a :attr:`CorpusBackend.pass_counts`
+    snapshot or :func:`pass_delta`, most column-passes first (where a fit's work went)."""
+    passes = counts.get("phase_passes", {})
+    columns = counts.get("phase_column_passes", {})
+    phases = sorted(passes, key=lambda ph: (-columns.get(ph, 0), -passes[ph], ph))
+    return {ph: {"passes": passes[ph], "column_passes": columns.get(ph, 0)} for ph in phases}

@@ -51,7 +51,13 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import BreakdownError
-from pipeline.linalg.backend import CorpusBackend, TermLayout, map_languages, pass_delta
+from pipeline.linalg.backend import (
+    CorpusBackend,
+    TermLayout,
+    map_languages,
+    pass_delta,
+    passes_by_phase,
+)
 from pipeline.linalg.block_lanczos import (
     LanczosState,
     block_lanczos,
@@ -687,11 +693,16 @@ class _Cr5Fit:
             "timings": {key: round(v, 4) for key, v in timings.items()},
         }
         logger.info(
-            "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X",
+            "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X; "
+            "by phase (passes/column-passes): %s",
             timings["total"],
             eig.n_iter,
             eig.converged,
             sum(history["passes"]["passes"].values()),
+            ", ".join(
+                f"{ph} {n['passes']}/{n['column_passes']}"
+                for ph, n in passes_by_phase(history["passes"]).items()
+            ),
         )
         return history
 

@@ -27,7 +27,7 @@ from pipeline.config import Config, FeaturesConfig, PathsConfig, TextConfig, Tra
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.io.locations import to_manifest
 from pipeline.io.storage import locate
-from pipeline.linalg.backend import pass_delta
+from pipeline.linalg.backend import pass_delta, passes_by_phase
 from pipeline.linalg.params import EXECUTION, STOPPING, Cr5Params
 from pipeline.methods.fitted import FittedModel
 from pipeline.methods.registry import get_method
@@ -156,6 +156,7 @@ def fit_and_save(
         "stopping": training["stopping"],
         "fit_seconds": round(fit_seconds, 2),
         "passes_over_x": passes["passes"],
+        "passes_by_phase": passes_by_phase(passes),
         "warnings": warnings_,
     }
 
