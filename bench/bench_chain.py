@@ -727,8 +727,18 @@ def plot(paths: list[Path], out: Path) -> None:
 
 #: Code behaviours the cost model distinguishes (runs recorded before a feature lack it):
 #: ``ct_language_rows``: each language's Cᵀ result is its concepts' rows (K_l x b), not K x b;
-#: ``phi_float32``: Φ is computed from the float32 images without p x r float64 copies.
-SOLVER_FEATURES = ("ct_language_rows", "phi_float32", "resident_workers", "fused_tasks")
+#: ``phi_float32``: Φ is computed from the float32 images without p x r float64 copies;
+#: ``basis_float32``: the Lanczos basis is kept in the passes' dtype (float32), not float64;
+#: ``images_only_result``: the eigensolver returns no K x r Ritz vectors (Φ needs only their
+#: images).
+SOLVER_FEATURES = (
+    "ct_language_rows",
+    "phi_float32",
+    "resident_workers",
+    "fused_tasks",
+    "basis_float32",
+    "images_only_result",
+)
 
 
 def _commit() -> str | None:

@@ -55,6 +55,11 @@ CONFIGS: list[tuple[str, dict]] = [
     ("stop_rule=validation", {"stop_rule": "validation"}),
     ("paper tolerances, wide block", {"cg_rtol": 0.01, "block_size": "wide"}),
     ("cg_dtype=float64", {"cg_dtype": "float64"}),
+    # the thick-restart size (the 2M r = 300 run's memory plan narrowed it to 375)
+    ("max_basis=375", {"max_basis": 375}),
+    ("max_basis=500", {"max_basis": 500}),
+    ("max_basis=600", {"max_basis": 600}),
+    ("max_basis=800", {"max_basis": 800}),
 ]
 
 
@@ -63,6 +68,7 @@ def fit_once(
 ) -> dict | None:
     """One fit with the defaults changed by ``overrides``; its record (None: skipped)."""
     from pipeline.linalg import solve_cr5
+    from pipeline.linalg.backend import passes_by_phase
 
     kw = {"lam": args.lam, "r": args.r, "seed": 0, **overrides}
     if kw.get("block_size") == "wide":
@@ -80,6 +86,7 @@ def fit_once(
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     ret = retrieval(res.components, corpus.test)
     h = res.history
+
     return {
         "label": label,
         "overrides": {k: v for k, v in kw.items() if k not in ("validation",)},
@@ -89,6 +96,11 @@ def fit_once(
         "eigensolver_iterations": h["eigensolver"]["n_iter"],
         "stopped_by": h["stopping"]["stopped_by"],
         "column_passes": int(sum(h["passes"]["column_passes"].values())),
+        "passes": int(sum(h["passes"]["passes"].values())),
+        "passes_by_phase": passes_by_phase(h["passes"]),
+        "max_basis": h["max_basis"],
+        "restarts": h["eigensolver"]["n_restarts"],
+        "timings": h["timings"],
         "P@1_mean": round(float(np.mean([v["p@1"] for v in ret.values()])), 4),
         "P@1": {k: v["p@1"] for k, v in ret.items()},
     }
@@ -166,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
             f"b {row['block_size']:4d}  it {row['eigensolver_iterations']:3d}  "
             f"col-passes {row['column_passes']:7d}  P@1 {row['P@1_mean']:.4f}  worst dir vs "
             f"defaults {row.get('worst_direction_vs_defaults', 0.0):+.3f}  ({row['stopped_by']})",
+            flush=True,
+        )
+        print(
+            "    passes by phase (passes/column-passes): "
+            + ", ".join(
+                f"{ph} {n['passes']}/{n['column_passes']}"
+                for ph, n in row["passes_by_phase"].items()
+            )
+            + f"; max_basis {row['max_basis']}, {row['restarts']} restarts",
             flush=True,
         )
     if args.out:

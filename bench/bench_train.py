@@ -641,7 +641,7 @@ def fit_grid(
 
 
 #: the fields of a fit record that may differ between repeated runs of the same fit
-TIMINGS = ("wall_s", "cpu_s")
+TIMINGS = ("wall_s", "cpu_s", "timings")
 
 
 def median_walls(reps: list[list[dict]]) -> list[dict]:

@@ -117,6 +117,11 @@ class Sizes:
     precond_rank: int = 0
     #: Φ from the float32 images (8 p r at its peak; 24 p r before ``phi_float32``)
     phi_float32: bool = True
+    #: the Lanczos basis in the passes' dtype, float32 (``basis_float32``; before, float64)
+    basis_float32: bool = True
+    #: the eigensolver's result without the K x r Ritz vectors (``images_only_result``;
+    #: before, K x r float64 beside the basis and the images at the end of the fit)
+    images_only_result: bool = True
     #: Fused languages resident in the Python workers (``resident_workers``): a worker reads
     #: a language's blocks once, then its tasks multiply one CSR matrix; before, every task
     #: of every fused job re-read (read·z_l) and multiplied block by block.
@@ -469,9 +474,9 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     two moments of the last eigensolver iteration, on top of
 
     * base: the Python driver without data (DRIVER_BASE_MB, measured);
-    * basis: the Lanczos buffer, K x m_cap float64, allocated once (every page is touched
-      from the first block on: rows are m_cap x 8 bytes, the written part of each row
-      spans its pages), so it does not grow with the iterations;
+    * basis: the Lanczos buffer, K x m_cap float32 (float64 before ``basis_float32``),
+      allocated once (every page is touched from the first block on: the written part of
+      each row spans its pages), so it does not grow with the iterations;
     * local backend: X (float32 values + int32 indices, int64 row pointers and concept ids).
 
     Moment 1, Â⁻¹ applied: the images kept before it (float32 p x min((I-1)b, m_cap)) and
@@ -484,7 +489,8 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     float64; K rows before ``ct_language_rows``) and their K x b sum.
     """
     k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
-    common = {"base": DRIVER_BASE_MB * MB, "basis": float(basis_bytes(k, cap))}
+    item = 4 if s.basis_float32 else 8
+    common = {"base": DRIVER_BASE_MB * MB, "basis": float(basis_bytes(k, cap, item))}
     if s.precond_rank:
         common["precond"] = float(precond_bytes(p, s.precond_rank))
     if backend == "local":
@@ -503,13 +509,16 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
         "solve": 8.0 * p * b,
         "ct_results": float(ct_results_bytes(k + rows, b)),
     }
-    # Moment 3, Φ (cr5.py "Φ*ᵀ = Â⁻¹ C P"): the images buffer, the eigenvectors' images
+    # Moment 3, Φ (cr5.py "Φ*ᵀ = Â⁻¹ C P"; before ``images_only_result`` also the K x r
+    # float64 Ritz vectors the eigensolver returned): the images buffer, the eigenvectors' images
     # (float32 p x r) and Φᵀ (float32; before phi_float32 also Φ*ᵀ and Φᵀ in float64 and the
     # float32 components): the peak when the block is narrow (b << r).
     three = {
         "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
         "phi": float(phi_bytes(p, s.r)) if s.phi_float32 else 24.0 * p * s.r,
     }
+    if not s.images_only_result:  # the Ritz vectors, K x (r + oversampling) float64
+        three["ritz_vectors"] = 8.0 * k * s.r
     peak = max(one, two, three, key=lambda d: sum(d.values()))
     parts = common | peak
     return (
@@ -571,6 +580,8 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         max_basis=solver.get("max_basis"),
         ct_language_rows="ct_language_rows" in run.get("solver_features", []),
         phi_float32="phi_float32" in run.get("solver_features", []),
+        basis_float32="basis_float32" in run.get("solver_features", []),
+        images_only_result="images_only_result" in run.get("solver_features", []),
         resident="resident_workers" in run.get("solver_features", []),
         tasks_per_language="fused_tasks" in run.get("solver_features", []),
         **_overridden_sizes(run.get("overrides", [])),

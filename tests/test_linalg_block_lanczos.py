@@ -351,3 +351,52 @@ def test_orthonormal_columns_keeps_an_orthonormal_block_and_fixes_a_nearly_ortho
     fixed = orthonormal_columns(off)
     np.testing.assert_allclose(fixed.T @ fixed, np.eye(12), atol=1e-14)
     assert np.rad2deg(sla.subspace_angles(fixed, off).max()) < 1e-9
+
+
+@pytest.mark.parametrize("kind", ["decaying", "clustered"])
+def test_float32_basis_matches_eigh_to_float32_rounding(kind):
+    """A float32 basis (Cr5's, with float32 passes) with restarts: the eigenpairs of a dense
+    eigh to float32's reach, the residual estimates still the true residuals, the basis
+    stored as float32."""
+    a = _psd(kind)
+    r = 6
+    seen = []
+    res = block_lanczos(
+        DenseOperator(a),
+        r,
+        block_size=8,
+        rtol=1e-4,
+        maxiter=300,
+        seed=1,
+        max_basis=36,
+        basis_dtype=np.float32,
+        monitor=lambda st, *_: seen.append(st.basis.dtype) and False,
+    )
+    want, vecs = np.linalg.eigh(a)
+    want, vecs = want[::-1][:r], vecs[:, ::-1][:, :r]
+    assert res.converged and res.n_restarts > 0
+    assert set(seen) == {np.dtype(np.float32)}
+    assert res.eigenvectors.dtype == np.float32
+    # eigenvalue errors are second order in the vectors' (rtol 1e-4): 1e-6 relative is a
+    # bound with room; the vectors are float32-orthonormal
+    np.testing.assert_allclose(res.eigenvalues, want, rtol=1e-6)
+    y = res.eigenvectors.astype(np.float64)
+    np.testing.assert_allclose(y.T @ y, np.eye(r), atol=1e-5)
+    true = _true_relative_residuals(a, res)
+    assert true.max() <= 1e-4 + 1e-5  # the estimate that stopped it, up to float32 rounding
+    assert np.rad2deg(sla.subspace_angles(y, vecs).max()) < 0.05
+
+
+def test_vectors_false_returns_no_ritz_vectors_but_their_images():
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((40, 90)) * (0.9 ** np.arange(90))
+    op = _Factored(g, g.copy())
+    kw = {"block_size": 6, "rtol": 1e-9, "maxiter": 200, "seed": 0, "track_images": True}
+    full = block_lanczos(op, 5, **kw)
+    bare = block_lanczos(op, 5, vectors=False, **kw)
+    assert bare.eigenvectors is None and bare.leading_block is None
+    np.testing.assert_array_equal(bare.images, full.images)
+    np.testing.assert_array_equal(bare.eigenvalues, full.eigenvalues)
+    # a leading block asked for is still returned
+    lead = block_lanczos(op, 5, vectors=False, n_vectors=7, **kw)
+    assert lead.eigenvectors is None and lead.leading_block.shape == (90, 7)

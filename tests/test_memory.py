@@ -147,12 +147,27 @@ def _with_basis(cfg, m: int):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_basis=m))
 
 
-def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused():
-    """r = 300 at 2M on this 24 GB machine: the default basis (max(r, b) + 4b = 400 columns,
-    2.8 GB) leaves the workers too little to read English, which would then cost a Spark job
-    per CG iteration; the plan narrows the basis to the widest cap that fuses it, and that
-    plan is the one the cap itself gives."""
+def test_a_float32_basis_fuses_every_language_at_r300_on_2m():
+    """r = 300 at 2M on this 24 GB machine: the default 400-column basis in float32 (the
+    passes' dtype, 1.4 GB) leaves the workers room to read English: no narrowing. In float64
+    (2.8 GB) it did not, and the 2M run narrowed the basis to 375 columns."""
     cfg = _cfg("train.r=300")
+    mem = _local_for(WIKI_2M, cfg)
+    plan = plan_train(WIKI_2M, cfg.train, mem)
+    assert plan.unfused(WIKI_2M) == [] and plan.max_basis is None
+    assert plan.driver["basis"] == 4 * WIKI_2M.concepts * 400
+    f64 = _cfg("train.r=300", "train.dtype=float64")
+    assert plan_train(WIKI_2M, f64.train, mem).max_basis is not None  # narrowed
+    wide = plan_train(WIKI_2M, _with_basis(f64, 400).train, mem)
+    assert wide.driver["basis"] == 2 * plan.driver["basis"]
+
+
+def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused():
+    """r = 300 at 2M on this 24 GB machine with float64 passes: the default basis
+    (max(r, b) + 4b = 400 columns, 2.8 GB) leaves the workers too little to read English,
+    which would then cost a Spark job per CG iteration; the plan narrows the basis to the
+    widest cap that fuses it, and that plan is the one the cap itself gives."""
+    cfg = _cfg("train.r=300", "train.dtype=float64")
     mem = _local_for(WIKI_2M, cfg)
     assert memory.default_basis(WIKI_2M, cfg.train) == 400
     default = plan_train(WIKI_2M, _with_basis(cfg, 400).train, mem)
@@ -460,7 +475,7 @@ def test_the_auto_heap_never_drops_below_the_spark_backend_s_jvm_need():
     need = memory.train_jvm_need(WIKI_1M, t)
     assert need == int(1.5 * (8 * WIKI_1M.z + 8 * WIKI_1M.n)) + GiB
     assert memory.train_jvm_need(WIKI_1M, _cfg("train.backend=local").train) is None
-    tight = Machine(memory=int(12 / 0.85 * GiB), cores=2)  # 12 GiB usable
+    tight = Machine(memory=int(11 / 0.85 * GiB), cores=2)  # 11 GiB usable
     python = memory.train_python_need(WIKI_1M, t, 2)
     assert local_heap(tight, python) == memory.HEAP_MIN  # the old rule: the floor of 2 GiB
     heap = local_heap(tight, python, need)

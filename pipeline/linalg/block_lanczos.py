@@ -8,7 +8,14 @@ exactly (not only its block-tridiagonal part); it is symmetrised, ``T = (H + H岬
 makes the method robust to an operator that is symmetric only up to the inner solves'
 tolerance. Rank-deficient blocks (invariant subspaces, null space of A) are completed with
 seeded random directions. With ``max_basis`` set, the basis is thick-restarted from the
-leading Ritz vectors (Krylov鈥揝chur style), bounding memory to ``n 路 max_basis`` doubles.
+leading Ritz vectors (Krylov鈥揝chur style), bounding memory to ``n 路 max_basis`` numbers.
+
+Basis precision. The basis may be kept in float32 (``basis_dtype``; Cr5 keeps it in its
+passes' dtype): half the driver's largest array. Every product with it is computed in
+float64 row step by row step (:mod:`~pipeline.linalg.dense`), so the projections,
+the Rayleigh quotient and the residual estimates are those of the stored basis itself,
+whose columns are orthonormal to float32's rounding (~1e-7): far below any tolerance the
+solver is run at with float32 passes, whose own products carry errors of that size.
 
 Wide starts. A start block wider than b (a 位 path starts from the previous 位's r Ritz
 vectors) is applied b columns at a time, in order, and every residual direction of every
@@ -62,6 +69,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 @dataclass
@@ -144,8 +153,9 @@ class LanczosResult:
     ----------
     eigenvalues : ndarray of shape (r,)
         Descending Ritz values.
-    eigenvectors : ndarray of shape (n, r)
-        Orthonormal Ritz vectors.
+    eigenvectors : ndarray of shape (n, r) or None
+        Orthonormal Ritz vectors, in the basis dtype; None when not wanted
+        (``vectors=False``: a caller that needs only their images spares an n x r array).
     n_iter : int
         Operator applications (each on one block).
     converged : bool
@@ -167,7 +177,7 @@ class LanczosResult:
     """
 
     eigenvalues: np.ndarray
-    eigenvectors: np.ndarray
+    eigenvectors: np.ndarray | None
     n_iter: int
     converged: bool
     ritz_values: np.ndarray
@@ -332,6 +342,8 @@ def block_lanczos(
     n_vectors: int | None = None,
     monitor: Callable[[LanczosState, np.ndarray, np.ndarray], bool] | None = None,
     name: str = "lanczos",
+    basis_dtype: np.dtype | type = np.float64,
+    vectors: bool = True,
 ) -> LanczosResult:
     """Leading ``r`` eigenpairs of a symmetric positive semi-definite operator.
 
@@ -378,6 +390,11 @@ def block_lanczos(
         ``stopped_by`` is then ``"monitor"``).
     name : str
         Label for log lines.
+    basis_dtype : {float64, float32}
+        Storage of the basis (module docstring, "Basis precision").
+    vectors : bool
+        Return the Ritz vectors (``eigenvectors``); False: None, unless ``n_vectors`` asks
+        for a leading block.
 
     Returns
     -------
@@ -391,7 +408,17 @@ def block_lanczos(
     b, state = _checked_start(
         a, r, block_size, seed, max_basis, state, checkpoint_every, track_images
     )
-    run = _LanczosRun(a, r, b, state, rtol=rtol, maxiter=maxiter, max_basis=max_basis, name=name)
+    run = _LanczosRun(
+        a,
+        r,
+        b,
+        state,
+        rtol=rtol,
+        maxiter=maxiter,
+        max_basis=max_basis,
+        name=name,
+        basis_dtype=np.dtype(basis_dtype),
+    )
     converged, stopped = run.iterate(
         track_images=track_images,
         checkpoint=checkpoint,
@@ -399,7 +426,7 @@ def block_lanczos(
         callback=callback,
         monitor=monitor,
     )
-    return run.result(n_vectors, converged=converged, stopped=stopped)
+    return run.result(n_vectors, converged=converged, stopped=stopped, vectors=vectors)
 
 
 def _checked_start(
@@ -459,7 +486,10 @@ class _LanczosRun:
         maxiter: int,
         max_basis: int | None,
         name: str,
+        basis_dtype: np.dtype = _FLOAT64,
     ) -> None:
+        if basis_dtype not in (np.float32, np.float64):
+            raise ValueError(f"basis_dtype must be float32 or float64; got {basis_dtype}")
         self.a, self.r, self.b, self.state = a, r, b, state
         self.rtol, self.maxiter, self.max_basis, self.name = rtol, maxiter, max_basis, name
         self.rng = np.random.default_rng()
@@ -467,7 +497,7 @@ class _LanczosRun:
         # The basis lives in one preallocated buffer (state.basis is a view of its first
         # columns): appending a block or restarting copies no more than the block, so the
         # driver's peak is one K x max_basis array, not two while np.hstack builds the next.
-        self.buf = _BasisBuffer(state.basis, max_basis)
+        self.buf = _BasisBuffer(state.basis, max_basis, basis_dtype)
         state.basis = self.buf.view()
         self.clock = ProgressClock(maxiter, rtol, start_iteration=state.n_iter)
 
@@ -606,9 +636,12 @@ class _LanczosRun:
         room = max(max_basis - waiting - 2 * b, (max_basis - 2 * b) // 2)
         return max(self.r, min(room, max_basis // 2))
 
-    def result(self, n_vectors: int | None, *, converged: bool, stopped: bool) -> LanczosResult:
+    def result(
+        self, n_vectors: int | None, *, converged: bool, stopped: bool, vectors: bool = True
+    ) -> LanczosResult:
         """The Ritz pairs of the final (possibly just restarted) basis; warns when neither
-        the residual rule nor the monitor ended the run."""
+        the residual rule nor the monitor ended the run. ``vectors=False`` without
+        ``n_vectors``: no Ritz vectors (only values and images)."""
         state, r, rtol = self.state, self.r, self.rtol
         if state.n_applied == 0:  # maxiter == 0 on a fresh start
             raise ValueError("maxiter must be >= 1 for a fresh start")
@@ -623,13 +656,17 @@ class _LanczosRun:
             )
         rr = min(r, state.n_applied)
         nv = min(max(rr, n_vectors or 0), state.n_applied)
-        leading = tall_matmul(state.basis[:, : state.n_applied], s[:, :nv])
+        leading = None
+        if vectors or n_vectors is not None:
+            # in the basis dtype: a float32 basis's Ritz vectors need no n x r float64 copy
+            leading = np.empty((state.basis.shape[0], nv), dtype=state.basis.dtype)
+            tall_matmul(state.basis[:, : state.n_applied], s[:, :nv], out=leading)
         lead_images = ritz_images(state, s[:, :nv]) if state.images else None
         n_lead = None if n_vectors is None else min(n_vectors, nv)
         return LanczosResult(
             eigenvalues=theta[:rr].copy(),
-            eigenvectors=leading[:, :rr],
-            leading_block=None if n_lead is None else leading[:, :n_lead],
+            eigenvectors=leading[:, :rr] if vectors and leading is not None else None,
+            leading_block=None if n_lead is None or leading is None else leading[:, :n_lead],
             leading_images=None
             if n_lead is None or lead_images is None
             else lead_images[:, :n_lead],
@@ -649,7 +686,7 @@ def ritz_images(state: LanczosState, coef: np.ndarray) -> np.ndarray:
 
 
 class _BasisBuffer:
-    """A K x capacity float64 buffer whose first columns are the Lanczos basis.
+    """A K x capacity buffer (float64 or float32) whose first columns are the Lanczos basis.
 
     Capacity: ``max_basis`` when bounded (the basis never exceeds it), else grown by
     doubling. :meth:`append` writes a block in place; :meth:`restart` overwrites the applied
@@ -657,10 +694,12 @@ class _BasisBuffer:
     of V), so a thick restart needs no second K x m array either.
     """
 
-    def __init__(self, basis: np.ndarray, max_basis: int | None) -> None:
+    def __init__(
+        self, basis: np.ndarray, max_basis: int | None, dtype: np.dtype = _FLOAT64
+    ) -> None:
         n, m = basis.shape
         cap = max(m, min(n, max_basis)) if max_basis is not None else max(m, 2 * m)
-        self.data = np.empty((n, cap), dtype=np.float64)
+        self.data = np.empty((n, cap), dtype=dtype)
         self.data[:, :m] = basis
         self.m = m
 
@@ -670,7 +709,9 @@ class _BasisBuffer:
     def append(self, block: np.ndarray) -> np.ndarray:
         k = block.shape[1]
         if self.m + k > self.data.shape[1]:  # unbounded basis: grow (amortised doubling)
-            grown = np.empty((self.data.shape[0], max(2 * self.data.shape[1], self.m + k)))
+            grown = np.empty(
+                (self.data.shape[0], max(2 * self.data.shape[1], self.m + k)), self.data.dtype
+            )
             grown[:, : self.m] = self.data[:, : self.m]
             self.data = grown
         self.data[:, self.m : self.m + k] = block

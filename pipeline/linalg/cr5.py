@@ -580,6 +580,12 @@ class _Cr5Fit:
             n_vectors=max(p.r + p.oversampling, b) if keep_start else None,
             monitor=self._on_ritz,
             name="cr5/eigensolver",
+            # the basis in the passes' dtype (float32 by default): half the driver's largest
+            # array, and the passes' own rounding is of the same size (docs/scaling.md)
+            basis_dtype=self.backend.dtype,
+            # Φ*ᵀ comes from the tracked images: the K x r Ritz vectors would only be the
+            # driver's peak at the end of the fit
+            vectors=not p.reuse_solves,
         )
         self.ainv.wait()
         if self.store:

@@ -86,13 +86,14 @@ def default_max_basis(r: int, b: int) -> int:
     """Thick-restart size when none is given: ``max(r, b) + 4 b`` columns.
 
     Bounds the eigensolver's driver memory independently of its iteration count: the basis
-    is ``K x max_basis`` float64 and the tracked images ``p x max_basis`` float32. Four
-    blocks beyond the wanted space leave the usual warm-started solves (a few iterations)
-    unrestarted; longer ones restart from the leading ``max(r, min(max_basis // 2, room))``
-    Ritz vectors (Krylov-Schur), ``room = max(max_basis - waiting - 2 b, (max_basis - 2 b)
-    // 2)`` (``waiting``: the columns not yet applied, b, or more after a λ path's wide
-    start, which the restart cuts to as many as the Ritz vectors kept), which keeps their
-    convergence and leaves room for two blocks before the next restart.
+    is ``K x max_basis`` (in the passes' dtype, float32 by default) and the tracked images
+    ``p x max_basis`` float32. Four blocks beyond the wanted space leave the usual
+    warm-started solves (a few iterations) unrestarted; longer ones restart from the
+    leading ``max(r, min(max_basis // 2, room))`` Ritz vectors (Krylov-Schur),
+    ``room = max(max_basis - waiting - 2 b, (max_basis - 2 b) // 2)`` (``waiting``: the
+    columns not yet applied, b, or more after a λ path's wide start, which the restart cuts
+    to as many as the Ritz vectors kept), which keeps their convergence and leaves room for
+    two blocks before the next restart.
     """
     return max(r, b) + 4 * b
 
@@ -191,8 +192,9 @@ class Cr5Params:
     max_basis: int | None = param(
         None,
         lo=3,
-        doc="Eigensolver thick-restart size: the driver keeps a K x max_basis float64 basis and "
-        "p x max_basis float32 images, whatever the iteration count. None: max(r, b) + 4b "
+        doc="Eigensolver thick-restart size: the driver keeps a K x max_basis basis (in "
+        "train.dtype, float32 by default) and p x max_basis float32 images, whatever the "
+        "iteration count. None: max(r, b) + 4b "
         "(b the block width), narrowed by the train stage's memory plan (down to "
         "max(r, b) + 2b) when that fuses a language the default leaves to one Spark job per "
         "CG iteration or lets the driver fit.",

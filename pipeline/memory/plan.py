@@ -200,6 +200,7 @@ def _driver_shape(
         block=b,
         basis=m,
         cg_item=4 if (t.cg_dtype or t.dtype) == "float32" else 8,
+        basis_item=4 if t.dtype == "float32" else 8,
         precond_rank=t.precond_rank,
         unfused_terms=sum(sizes.terms[lang] for lang in unfused) if unfused else None,
     )
@@ -215,7 +216,8 @@ def fit_driver_need(sizes: TrainSizes, t: TrainConfig, unfused: Sequence[str] = 
 
 
 def train_driver_need(sizes: TrainSizes, t: TrainConfig, unfused: Sequence[str] = ()) -> dict:
-    """The driver Python's peak of a Cr5 fit, by part (bytes): the basis (K x m float64), the
+    """The driver Python's peak of a Cr5 fit, by part (bytes): the basis (K x m in the passes'
+    dtype), the
     kept images (p x m float32), the larger of applying Â⁻¹ (p x b arrays) and forming Φ
     (p x r, twice), the preconditioners, the Cᵀ results; X itself on the local backend, and
     on Spark the CG vectors of unfused languages (their CG runs on the driver)
@@ -414,7 +416,7 @@ def plan_train(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan
     counted first and the workers split the rest. On a cluster each has its own.
 
     A Cr5 fit whose ``train.max_basis`` is left to the plan (None) and whose default basis
-    (``max(r, b) + 4b`` columns, K x m float64 in the driver) leaves a language unfused or
+    (``max(r, b) + 4b`` columns, K x m in the driver) leaves a language unfused or
     the driver short gets the widest narrower basis, down to the eigensolver's smallest
     ``max(r, b) + 2b`` in steps of b, that fuses every language and fits; failing that, the
     one that fits with the fewest unfused nonzeros. A narrower basis costs more thick

@@ -69,6 +69,8 @@ class DriverShape:
         The eigensolver's block width b and basis columns m (``solver``).
     cg_item : int
         Bytes per element of the CG vectors (``solver``).
+    basis_item : int
+        Bytes per element of the eigensolver's basis (``solver``: the passes' dtype).
     precond_rank : int
         ``train.precond_rank`` (``solver``).
     local : bool
@@ -87,6 +89,7 @@ class DriverShape:
     block: int = 0
     basis: int = 0
     cg_item: int = 8
+    basis_item: int = 8
     precond_rank: int = 0
     local: bool = False
     unfused_terms: int | None = None
@@ -95,9 +98,10 @@ class DriverShape:
 # --- the parts (bytes) -----------------------------------------------------------------------
 
 
-def basis_bytes(concepts: int, columns: int) -> int:
-    """The eigensolver's basis buffer: K x m float64, allocated once."""
-    return 8 * concepts * columns
+def basis_bytes(concepts: int, columns: int, item: int = 8) -> int:
+    """The eigensolver's basis buffer: K x m, ``item`` bytes a number (Cr5: its passes'
+    dtype, float32 by default), allocated once."""
+    return item * concepts * columns
 
 
 def images_bytes(terms: int, columns: int) -> int:
@@ -141,13 +145,14 @@ def cg_bytes(terms: int, block: int, item: int) -> int:
 
 
 def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
-    """``solver``: Cr5's eigensolver, by part: the basis (K x m float64), the kept images
+    """``solver``: Cr5's eigensolver, by part: the basis (K x m, float32 or float64 as the
+    passes), the kept images
     (p x m float32), the larger of applying Â⁻¹ (p x b arrays) and forming Φ (p x r), the
     preconditioners, the Cᵀ results; X itself on the local backend, and the CG vectors of
     the languages whose CG runs on the driver (all of them on the local backend)."""
     parts = {
         "base": DRIVER_PYTHON_BASE,
-        "basis": basis_bytes(s.concepts, s.basis),
+        "basis": basis_bytes(s.concepts, s.basis, s.basis_item),
         "images": images_bytes(s.terms, s.basis),
         "solve or Φ": max(solve_bytes(s.terms, s.block), phi_bytes(s.terms, s.r)),
         "preconditioners": precond_bytes(s.terms, s.precond_rank),
