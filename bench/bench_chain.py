@@ -559,6 +559,9 @@ def run_chain(
                 # what bench/cost_model.py needs: block width, basis, CG iterations and
                 # seconds per solve and language, timings of the fit's phases
                 "solver": solver_summary(hist),
+                # the stopping rule's record: the objective, σ and (stop_rule validation) the
+                # validation P@1 of every eigensolver iteration
+                "stopping": hist.get("stopping"),
             }
         elif name == "embed":
             rep = _manifest(root, "embeddings")
