@@ -47,8 +47,8 @@ from pipeline.methods.driver_memory import (  # noqa: E402
     cg_bytes,
     ct_results_bytes,
     images_bytes,
-    phi_bytes,
     precond_bytes,
+    ritz_images_bytes,
     solve_bytes,
     x_bytes,
 )
@@ -509,14 +509,18 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
         "solve": 8.0 * p * b,
         "ct_results": float(ct_results_bytes(k + rows, b)),
     }
-    # Moment 3, Φ (cr5.py "Φ*ᵀ = Â⁻¹ C P"; before ``images_only_result`` also the K x r
-    # float64 Ritz vectors the eigensolver returned): the images buffer, the eigenvectors' images
-    # (float32 p x r) and Φᵀ (float32; before phi_float32 also Φ*ᵀ and Φᵀ in float64 and the
-    # float32 components): the peak when the block is narrow (b << r).
+    # Moment 3, the eigensolver's result (block_lanczos.py result(); before
+    # ``images_only_result`` also the K x r float64 Ritz vectors): the basis, the images
+    # buffer and the Ritz vectors' images (float32 p x r). The peak when b << r.
     three = {
         "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
-        "phi": float(phi_bytes(p, s.r)) if s.phi_float32 else 24.0 * p * s.r,
+        # Φ's own step comes after the basis and the images are freed (Φᵀ over Φ*ᵀ since
+        # ``phi_in_place``; 8 p r before, beside the images until they were freed); before
+        # phi_float32 its float64 copies (24 p r) were the larger
+        "ritz_images": float(ritz_images_bytes(p, s.r)) if s.phi_float32 else 24.0 * p * s.r,
     }
+    if s.phi_float32 and not s.images_only_result:
+        three["ritz_images"] = 8.0 * p * s.r  # the older Φ step (Φ*ᵀ and Φᵀ, float32)
     if not s.images_only_result:  # the Ritz vectors, K x (r + oversampling) float64
         three["ritz_vectors"] = 8.0 * k * s.r
     peak = max(one, two, three, key=lambda d: sum(d.values()))

@@ -225,3 +225,20 @@ def test_p_at_1_with_a_transform_equals_p_at_1_of_the_transformed_map():
     assert mapped == direct and per_mapped == per_direct
     # without the map the scores are those of Φ* itself, which differ here
     assert val.p_at_1(split(phi_star_t))[1] != per_direct
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_orthonormal_rows_in_place_equals_the_copy(dtype):
+    """Φᵀ written over Φ*ᵀ (the fit's Φ step, one p x r array) equals the copying form,
+    for a Φ*ᵀ taller than the row chunks of pipeline/linalg/dense.py."""
+    from pipeline.linalg.monitor import orthonormal_rows
+
+    rng = np.random.default_rng(3)
+    phi_star_t = (rng.standard_normal((20_000, 7)) * np.arange(1, 8)).astype(dtype)
+    want, lam, q = orthonormal_rows(phi_star_t.copy())
+    buf = phi_star_t.copy()
+    got, lam2, q2 = orthonormal_rows(buf, in_place=True)
+    assert got is buf
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(lam2, lam)
+    np.testing.assert_array_equal(q2, q)

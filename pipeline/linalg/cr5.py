@@ -484,7 +484,7 @@ class _Cr5Fit:
             self._bind(checkpoint)
         self._woodbury()
         eig, resumed_from = self._eigensolver(keep_start)
-        phi_t, lam_g, q, eigenvalues, returned_iteration = self._phi(eig)
+        phi_t, lam_g, q, eigenvalues, returned_iteration = self._phi(eig, keep_start)
         history = self._history(eig, resumed_from, returned_iteration)
         parts = self.layout.split(phi_t)
         return Cr5Result(
@@ -643,8 +643,11 @@ class _Cr5Fit:
             self.callback("eigensolver", it, {"ritz_values": ritz, "residuals": res})
 
     # --- Φ*ᵀ = Â⁻¹ C P, then orthonormal rows (Eq. 15) -------------------------------------------
-    def _phi(self, eig: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-        """``(Φᵀ, Λ, Q, eigenvalues, iteration)`` of the returned iteration's solution."""
+    def _phi(
+        self, eig: Any, keep_start: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """``(Φᵀ, Λ, Q, eigenvalues, iteration)`` of the returned iteration's solution;
+        Φᵀ is written over Φ*ᵀ unless a λ path's start (``keep_start``) shares it."""
         p = self.p
         t0 = time.perf_counter()
         self.ainv.stage = self.cmat.stage = "cr5/phi"
@@ -664,7 +667,9 @@ class _Cr5Fit:
             phi_star_t = eig.images
         else:
             phi_star_t = self.ainv.matmat(self.cmat.matmat(eig.eigenvectors))
-        phi_t, lam_g, q = orthonormal_rows(phi_star_t)
+        # in place (one p x r array, not two) unless a λ path's start may share the tracked
+        # images (eig.leading_images)
+        phi_t, lam_g, q = orthonormal_rows(phi_star_t, in_place=not keep_start)
         if not lam_g[-1] > 1e-12 * lam_g[0]:
             raise BreakdownError(
                 f"cr5: Φ*Φ*ᵀ (r={p.r}) is numerically singular (eigenvalues {lam_g[0]:.3e} .. "

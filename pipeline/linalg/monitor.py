@@ -71,7 +71,9 @@ def orthonormalising_map(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return q / np.sqrt(safe), lam, q
 
 
-def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def orthonormal_rows(
+    phi_star_t: np.ndarray, *, in_place: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eq. 15: ``Φ*Φ*ᵀ = QΛQᵀ``, ``Φᵀ = Φ*ᵀ Q Λ^{-1/2}``.
 
     Parameters
@@ -79,6 +81,10 @@ def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     phi_star_t : ndarray of shape (p, r)
         float32 or float64; the Gram is formed in float64 either way, Φᵀ comes in
         ``phi_star_t``'s dtype (float32 images need no p x r float64 copies).
+    in_place : bool
+        Write Φᵀ over ``phi_star_t`` (row step by row step: a row of Φᵀ needs only its row
+        of Φ*ᵀ), so the step holds one p x r array, not two (at 28 languages the two were
+        the driver's largest term).
 
     Returns
     -------
@@ -87,7 +93,8 @@ def orthonormal_rows(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     q : ndarray of shape (r, r)
     """
     t, lam, q = orthonormalising_map(phi_star_t)
-    return tall_matmul(phi_star_t, t.astype(phi_star_t.dtype)), lam, q
+    out = phi_star_t if in_place else None
+    return tall_matmul(phi_star_t, t.astype(phi_star_t.dtype), out=out), lam, q
 
 
 def neg_l1_scores(q: np.ndarray, c: np.ndarray, max_elements: int = 1 << 22) -> np.ndarray:

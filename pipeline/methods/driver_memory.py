@@ -33,6 +33,7 @@ __all__ = [
     "images_bytes",
     "phi_bytes",
     "precond_bytes",
+    "ritz_images_bytes",
     "solve_bytes",
     "solver_need",
     "state_need",
@@ -115,8 +116,16 @@ def solve_bytes(terms: int, block: int) -> int:
 
 
 def phi_bytes(terms: int, r: int) -> int:
-    """Forming Φ from the float32 images: 8 bytes per term and dimension at its peak."""
-    return 8 * terms * r
+    """Forming Φ from the float32 images: Φᵀ written over Φ*ᵀ, 4 bytes per term and
+    dimension (8 when a λ path's start keeps Φ*ᵀ: not counted here)."""
+    return 4 * terms * r
+
+
+def ritz_images_bytes(terms: int, r: int) -> int:
+    """The eigensolver's result: the Ritz vectors' images Φ*ᵀ, p x r float32, made while
+    the basis and the kept images are still alive (the end of the eigensolver; Φ's own
+    step comes after they are freed)."""
+    return 4 * terms * r
 
 
 def precond_bytes(terms: int, rank: int) -> int:
@@ -146,15 +155,16 @@ def cg_bytes(terms: int, block: int, item: int) -> int:
 
 def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
     """``solver``: Cr5's eigensolver, by part: the basis (K x m, float32 or float64 as the
-    passes), the kept images
-    (p x m float32), the larger of applying Â⁻¹ (p x b arrays) and forming Φ (p x r), the
+    passes), the kept images (p x m float32), the larger of applying Â⁻¹ (p x b arrays)
+    and the eigensolver's result (the Ritz vectors' images, p x r float32), the
     preconditioners, the Cᵀ results; X itself on the local backend, and the CG vectors of
     the languages whose CG runs on the driver (all of them on the local backend)."""
     parts = {
         "base": DRIVER_PYTHON_BASE,
         "basis": basis_bytes(s.concepts, s.basis, s.basis_item),
         "images": images_bytes(s.terms, s.basis),
-        "solve or Φ": max(solve_bytes(s.terms, s.block), phi_bytes(s.terms, s.r)),
+        # the Φ step (phi_bytes) comes after the basis and the images are freed: below this
+        "solve or Ritz images": max(solve_bytes(s.terms, s.block), ritz_images_bytes(s.terms, s.r)),
         "preconditioners": precond_bytes(s.terms, s.precond_rank),
         "Cᵀ results": ct_results_bytes(s.concepts + s.docs, s.block),
     }
