@@ -659,8 +659,9 @@ class _LanczosRun:
         leading = None
         if vectors or n_vectors is not None:
             # in the basis dtype: a float32 basis's Ritz vectors need no n x r float64 copy
-            leading = np.empty((state.basis.shape[0], nv), dtype=state.basis.dtype)
-            tall_matmul(state.basis[:, : state.n_applied], s[:, :nv], out=leading)
+            dtype = state.basis.dtype
+            leading = np.empty((state.basis.shape[0], nv), dtype=dtype)
+            tall_matmul(state.basis[:, : state.n_applied], s[:, :nv].astype(dtype), out=leading)
         lead_images = ritz_images(state, s[:, :nv]) if state.images else None
         n_lead = None if n_vectors is None else min(n_vectors, nv)
         return LanczosResult(
@@ -723,11 +724,15 @@ class _BasisBuffer:
         columns ``[m:]`` follow them (times ``waiting``, (unapplied x k), if given); return
         the new view."""
         keep = coef.shape[1]
+        dtype = self.data.dtype
         tail = self.data[:, m : self.m]
         # the waiting columns: b, or a λ path's wide start's residual directions
-        tail = tail.copy() if waiting is None else tall_matmul(tail, waiting)
-        # row chunks (on threads): row i of the product needs only row i of V
-        tall_matmul(self.data[:, :m], coef, out=self.data[:, :keep])
+        tail = tail.copy() if waiting is None else tall_matmul(tail, waiting.astype(dtype))
+        # row chunks (on threads): row i of the product needs only row i of V; in the
+        # basis dtype (a float32 basis: single-precision products, no float64 casts of V's
+        # rows; rotating by a float32 copy of the orthogonal coef perturbs the result by
+        # float32's rounding, as storing it does)
+        tall_matmul(self.data[:, :m], coef.astype(dtype), out=self.data[:, :keep])
         self.data[:, keep : keep + tail.shape[1]] = tail
         self.m = keep + tail.shape[1]
         return self.view()
