@@ -23,6 +23,7 @@ eigensolver solve, the rest of the fit); checking compares only the stage totals
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -823,8 +824,15 @@ def _print_constants(label: str, mc: Machine) -> None:
     print(f"machine constants ({label}): {vals}")
 
 
+#: The clusters the paper's settings are predicted on: (executors, cores per executor).
+PAPER_CLUSTERS = ((32, 4), (4, 4))
+
+
 def _paper(mc: Machine) -> None:
-    for name, s in paper_settings().items():
+    for (name, base), (executors, cores) in itertools.product(
+        paper_settings().items(), PAPER_CLUSTERS
+    ):
+        s = replace(base, executors=executors, cores=cores)
         pr = predict_spark(s, mc)
         d = driver_mb(s, "spark")
         e = executor_mb(s)
