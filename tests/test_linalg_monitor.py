@@ -242,3 +242,67 @@ def test_orthonormal_rows_in_place_equals_the_copy(dtype):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(lam2, lam)
     np.testing.assert_array_equal(q2, q)
+
+
+def test_image_projections_follow_appends_and_restarts():
+    """The validation rows' projections and the Gram, kept block by block, equal those of
+    the stacked images after appends and after a restart (a new list of blocks), and hold no
+    block the eigensolver has dropped."""
+    import gc
+    import weakref
+
+    import scipy.sparse as sp
+
+    from pipeline.linalg.image_projections import ImageProjections, map_from_gram
+
+    rng = np.random.default_rng(4)
+    sizes = {"en": 30, "de": 20}
+    rows = {lang: sp.random(5, p, density=0.3, random_state=1, format="csr") for lang, p in
+            sizes.items()}  # fmt: skip
+
+    def split(a):
+        return {"en": a[:30], "de": a[30:]}
+
+    proj = ImageProjections(rows, split)
+    blocks = [rng.standard_normal((50, 3)).astype(np.float32) for _ in range(3)]
+
+    def check(blocks):
+        stacked = np.hstack(blocks).astype(np.float64)
+        coef = rng.standard_normal((stacked.shape[1], 2))
+        np.testing.assert_allclose(proj.gram(coef), (stacked @ coef).T @ (stacked @ coef),
+                                   rtol=1e-10)  # fmt: skip
+        t = map_from_gram(proj.gram(coef))[0]
+        emb = proj.embeddings(coef, t)
+        for lang, x in rows.items():
+            np.testing.assert_allclose(emb[lang], x @ split(stacked)[lang] @ coef @ t,
+                                       rtol=1e-9, atol=1e-12)  # fmt: skip
+
+    proj.update(blocks[:2])
+    check(blocks[:2])
+    proj.update(blocks)  # one block appended
+    assert proj.n_columns == 9
+    check(blocks)
+    restarted = [rng.standard_normal((50, 4)).astype(np.float32)]
+    old = weakref.ref(blocks[0])
+    del blocks
+    proj.update(restarted)  # a restart: a new list
+    gc.collect()
+    assert old() is None  # the projections do not keep the dropped blocks alive
+    assert proj.n_columns == 4
+    check(restarted)
+
+
+def test_validation_rule_with_restarts_returns_the_best_iteration():
+    """With a basis small enough to restart often, the best iteration's Φ*ᵀ is made before
+    the restart that would replace its images: the returned model scores the best P@1."""
+    corpus, heldout, k = planted_corpus(seed=0)
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    common = dict(lam=1.0, r=10, oversampling=4, block_size=4, start_steps=0, seed=0)
+    tight = {**TIGHT, "eig_rtol": 1e-10, "eig_maxiter": 60}
+    res = solve_cr5(be, **common, **tight, max_basis=18, stop_rule="validation",
+                    stop_patience=3, validation=_validation(heldout))  # fmt: skip
+    stopping = res.history["stopping"]
+    assert res.history["eigensolver"]["n_restarts"] >= 2
+    scores = [rec["validation_p_at_1"] for rec in stopping["iterations"]]
+    assert stopping["returned_iteration"] == stopping["best_iteration"]
+    assert _p_at_1_by_hand(res.components, heldout) == pytest.approx(max(scores), abs=1e-12)

@@ -63,10 +63,9 @@ from pipeline.linalg.block_lanczos import (
     block_lanczos,
     initial_state,
     orthonormal_columns,
-    ritz_images,
 )
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
-from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_t_matmul
+from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_matmul_blocks, tall_t_matmul
 from pipeline.linalg.errors import SolverArgumentError, check_arguments, check_rank
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
 from pipeline.linalg.operator import BlockOperator
@@ -588,6 +587,9 @@ class _Cr5Fit:
             vectors=not p.reuse_solves,
         )
         self.ainv.wait()
+        best = self.monitor.best
+        if best is not None and best.iteration != eig.n_iter:
+            self.monitor.materialise()  # the final state's blocks are still alive here
         if self.store:
             self._save_state(state, due=True)
         self.timings["eigensolver"] = time.perf_counter() - t0
@@ -621,9 +623,21 @@ class _Cr5Fit:
     def _on_ritz(self, st: LanczosState, theta: np.ndarray, s: np.ndarray) -> bool:
         r = self.p.r
         rr = min(r, st.n_applied)
-        return self.monitor.observe(
-            st.n_iter, theta[:rr], (lambda: ritz_images(st, s[:, :r])) if rr == r else None
+        if rr < r or not st.images:
+            return self.monitor.observe(st.n_iter, theta[:rr], None)
+        # this iteration's blocks and coefficients: the monitor scores from their
+        # projections and makes Φ*ᵀ = hstack(blocks) @ coef only for a best iteration, when
+        # it must (before a restart replaces the blocks, or at the end)
+        blocks, coef = list(st.images), s[:, :r].copy()
+        stop = self.monitor.observe(
+            st.n_iter,
+            theta[:rr],
+            lambda: tall_matmul_blocks(blocks, coef),
+            projected=(blocks, coef),
         )
+        if self.basis_cap is not None and st.basis.shape[1] + self.b > self.basis_cap:
+            self.monitor.materialise()  # a thick restart follows this iteration
+        return stop
 
     def _label(self, iteration: int) -> None:
         self.ainv.stage = self.cmat.stage = f"cr5/eig{iteration}"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from pipeline.linalg.dense import tall_matmul, tall_t_matmul
 from pipeline.linalg.errors import SolverArgumentError
+from pipeline.linalg.image_projections import ImageProjections, map_from_gram
 from pipeline.ranking import pessimistic_ranks
 
 __all__ = [
@@ -64,11 +65,7 @@ def orthonormalising_map(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray
     lam : ndarray of shape (r,), descending (may contain values <= 0 if Φ* is singular)
     q : ndarray of shape (r, r)
     """
-    gram = tall_t_matmul(phi_star_t, phi_star_t, dtype=np.float64)
-    lam, q = np.linalg.eigh(0.5 * (gram + gram.T))
-    lam, q = lam[::-1], q[:, ::-1]
-    safe = np.where(lam > 0, lam, np.inf)
-    return q / np.sqrt(safe), lam, q
+    return map_from_gram(tall_t_matmul(phi_star_t, phi_star_t, dtype=np.float64))
 
 
 def orthonormal_rows(
@@ -261,10 +258,14 @@ class ValidationSet:
 
 @dataclass
 class _Best:
+    """The best iteration so far; ``images`` (its Φ*ᵀ) may wait in ``pending`` (a function
+    that makes it) until :meth:`IterationMonitor.materialise`."""
+
     iteration: int
     score: float
     eigenvalues: np.ndarray
-    images: np.ndarray
+    images: np.ndarray | None
+    pending: Callable[[], np.ndarray] | None = None
 
 
 class IterationMonitor:
@@ -319,14 +320,26 @@ class IterationMonitor:
         self.records: list[dict[str, Any]] = []
         self.best: _Best | None = None
         self.stopped_by: str | None = None
+        self._projections: ImageProjections | None = None
 
     def observe(
-        self, iteration: int, theta: np.ndarray, images: Callable[[], np.ndarray] | None
+        self,
+        iteration: int,
+        theta: np.ndarray,
+        images: Callable[[], np.ndarray] | None,
+        *,
+        projected: tuple[Sequence[np.ndarray], np.ndarray] | None = None,
     ) -> bool:
         """Record iteration ``iteration`` (top Ritz values ``theta``, descending); return True
         when the validation rule says stop. ``images()`` gives Φ*ᵀ (p, r) of the current Ritz
         vectors as a new array (float32 or float64: kept, not copied, as the best
-        iteration's); it is called only when a validation set is scored."""
+        iteration's); it is called only when a validation set is scored.
+
+        ``projected = (blocks, coef)``: Φ*ᵀ is ``hstack(blocks) @ coef`` (the eigensolver's
+        kept images and Ritz coefficients). The validation set is then scored from the
+        blocks' projections (:mod:`~pipeline.linalg.image_projections`), without forming
+        Φ*ᵀ, and a new best iteration keeps ``images`` to call later
+        (:meth:`materialise`, before the blocks change)."""
         t0 = time.perf_counter()
         theta = np.asarray(theta, dtype=np.float64)[: self.r]
         if theta.size < self.r or not np.all(np.isfinite(theta)):
@@ -337,7 +350,19 @@ class IterationMonitor:
         rec["relative_objective"] = objective / self.y_norm_sq if self.y_norm_sq else None
         sigma = np.sqrt(np.maximum(theta, 0.0))
         rec["sigma_1"], rec["sigma_r"] = float(sigma[0]), float(sigma[-1])
-        if self.validation is not None and images is not None:
+        if self.validation is not None and projected is not None:
+            blocks, coef = projected
+            if self._projections is None:
+                self._projections = ImageProjections(self.validation.rows, self.split)
+            self._projections.update(blocks)
+            transform = map_from_gram(self._projections.gram(coef))[0]
+            emb = self._projections.embeddings(coef, transform)
+            score, per = self.validation.p_at_1_of(emb)
+            rec["validation_p_at_1"] = score
+            rec["validation_per_direction"] = per
+            if self.best is None or score > self.best.score + self.min_delta:
+                self.best = _Best(int(iteration), score, theta.copy(), None, images)
+        elif self.validation is not None and images is not None:
             # Φ*ᵀ in the images' dtype (a fresh array: kept as it is if best); the
             # validation rows are embedded by Φ*ᵀ and then Eq. 15's r x r map, so Φᵀ itself
             # (p x r) is not formed every iteration
@@ -367,6 +392,13 @@ class IterationMonitor:
             self.stopped_by = "validation"
             return True
         return False
+
+    def materialise(self) -> None:
+        """Make the best iteration's Φ*ᵀ if it is still pending (the eigensolver calls this
+        before a thick restart replaces the images it was made from, and at its end)."""
+        best = self.best
+        if best is not None and best.images is None and best.pending is not None:
+            best.images, best.pending = best.pending(), None
 
     def to_history(self, eigensolver_stopped_by: str) -> dict:
         """``history["stopping"]``: the rule asked for, the rule that stopped (``validation``,

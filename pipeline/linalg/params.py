@@ -225,9 +225,10 @@ class Cr5Params:
         doc="What ends the eigensolver: residual (every Ritz pair within eig_rtol) or "
         "validation (P@1 of train.validation_concepts held-out concepts, scored after every "
         "iteration, has not improved for stop_patience iterations; the best iteration is "
-        "returned, and the residual rule still ends the run if met first; the driver keeps "
-        "that iteration's p x r float64 Φ*ᵀ). validation needs the split stage's concepts "
-        "(features.heldout_concepts: splits).",
+        "returned, and the residual rule still ends the run if met first; each iteration is "
+        "scored from the validation rows' products with the kept images, without forming "
+        "Φ*ᵀ, and the driver keeps the best iteration's p x r Φ*ᵀ in the pass dtype). "
+        "validation needs the split stage's concepts (features.heldout_concepts: splits).",
         extra=_role(STOPPING),
     )
     stop_patience: int = param(
