@@ -60,6 +60,10 @@ CONFIGS: list[tuple[str, dict]] = [
     ("max_basis=500", {"max_basis": 500}),
     ("max_basis=600", {"max_basis": 600}),
     ("max_basis=800", {"max_basis": 800}),
+    # wider blocks: fewer passes (Spark jobs) for more column-passes; a richer preconditioner
+    ("block_size=40", {"block_size": 40}),
+    ("block_size=50", {"block_size": 50}),
+    ("precond_rank=96", {"precond_rank": 96}),
 ]
 
 

@@ -89,7 +89,13 @@ def breakdown(run: dict[str, Any]) -> tuple[dict[str, dict[str, int]], bool]:
     report = train_report(run)
     px = report["passes_over_x"]
     if px.get("phase_passes"):
-        return passes_by_phase(px), True
+        # runs recorded before phase_of dropped the Spark backend's "/in-task"
+        merged: dict[str, dict[str, int]] = {}
+        for phase, n in passes_by_phase(px).items():
+            into = merged.setdefault(phase.removesuffix("/in-task"), dict.fromkeys(n, 0))
+            for key, value in n.items():
+                into[key] += value
+        return dict(sorted(merged.items(), key=lambda kv: -kv[1]["column_passes"])), True
     return rebuilt_phases(report), False
 
 
@@ -106,13 +112,13 @@ def print_breakdown(path: Path) -> None:
         f"iterations, b = {solver['block_size']}, basis {solver.get('max_basis')} "
         f"({'recorded' if recorded else 'rebuilt from the solve records'})"
     )
-    print(f"  {'phase':14s} {'passes':>7s} {'share':>6s} {'col-passes':>11s} {'share':>6s}")
+    print(f"  {'phase':16s} {'passes':>7s} {'share':>6s} {'col-passes':>11s} {'share':>6s}")
     for phase, n in phases.items():
         print(
-            f"  {phase:14s} {n['passes']:7,d} {n['passes'] / total:6.1%} "
+            f"  {phase:16s} {n['passes']:7,d} {n['passes'] / total:6.1%} "
             f"{n['column_passes']:11,d} {n['column_passes'] / max(total_cols, 1):6.1%}"
         )
-    print(f"  {'total':14s} {total:7,d} {'':6s} {total_cols:11,d}")
+    print(f"  {'total':16s} {total:7,d} {'':6s} {total_cols:11,d}")
     per_it = phases.get("cr5/eig/cg", {}).get("passes", 0) / max(
         1, report["eigensolver_iterations"] * len(solver["languages"])
     )

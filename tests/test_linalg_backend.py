@@ -163,6 +163,7 @@ def test_phase_of_drops_language_and_iteration_numbers():
     assert phase_of("cr5/start1/Ct[da]") == "cr5/start/Ct"
     assert phase_of("cr5/precond[vi]") == "cr5/precond"
     assert phase_of("cr5/mean") == "cr5/mean"  # the method's own digit stays
+    assert phase_of("cr5/eig3/cg[en]/in-task") == "cr5/eig/cg"  # a fused solve: the same CG
 
 
 def test_passes_are_counted_by_the_phase_each_thread_described():

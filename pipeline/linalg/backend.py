@@ -56,10 +56,11 @@ _ITERATION = re.compile(r"(?<=[A-Za-z])\d+$")
 
 def phase_of(stage: str) -> str:
     """The phase of a :meth:`CorpusBackend.describe` stage label: the label without its
-    language and the iteration numbers of its segments after the first
-    (``"cr5/eig12/cg[en]"`` -> ``"cr5/eig/cg"``), so the passes of every iteration and
-    language of one kind of work add up under one key."""
-    head, *rest = _LANGUAGE.sub("", stage).split("/")
+    language, the iteration numbers of its segments after the first and the Spark
+    backend's ``/in-task`` (a fused solve is the same CG) (``"cr5/eig12/cg[en]/in-task"``
+    -> ``"cr5/eig/cg"``), so the passes of every iteration and language of one kind of
+    work add up under one key."""
+    head, *rest = _LANGUAGE.sub("", stage).removesuffix("/in-task").split("/")
     return "/".join([head, *(_ITERATION.sub("", seg) for seg in rest)])
 
 
