@@ -590,6 +590,8 @@ class _Cr5Fit:
         best = self.monitor.best
         if best is not None and best.iteration != eig.n_iter:
             self.monitor.materialise()  # the final state's blocks are still alive here
+        elif best is not None:
+            best.pending = None  # eig.images is that iteration's Φ*ᵀ: free the blocks
         if self.store:
             self._save_state(state, due=True)
         self.timings["eigensolver"] = time.perf_counter() - t0
