@@ -58,18 +58,41 @@ def test_driver_memory_counts() -> None:
     one = 4.0 * p * b + 8 * cm.SOLVE_BLOCKS * p * b
     # Cᵀ: the K x b sum and each language's rows of its concepts (n = 400 documents)
     two = 4.0 * p * 2 * b + 8.0 * p * b + 8.0 * (k + 400) * b
-    want = cm.DRIVER_BASE_MB * cm.MB + 8.0 * k * cap + max(one, two)
+    want = cm.DRIVER_BASE_MB * cm.MB + 4.0 * k * cap + max(one, two)
     assert spark["total"] == pytest.approx(want / cm.MB)
     # runs recorded before ct_language_rows: every language's K x b result and the sum
     old = cm.driver_mb(dataclasses.replace(s, ct_language_rows=False), "spark")
     two_old = 4.0 * p * 2 * b + 8.0 * p * b + 8.0 * k * b * 3
-    want_old = cm.DRIVER_BASE_MB * cm.MB + 8.0 * k * cap + max(one, two_old)
+    want_old = cm.DRIVER_BASE_MB * cm.MB + 4.0 * k * cap + max(one, two_old)
     assert old["total"] == pytest.approx(want_old / cm.MB)
     local = cm.driver_mb(s, "local")
     x = 8.0 * 4_000_000 + 16.0 * 400
     one = 4.0 * p * b + 8 * cm.CG_BLOCKS * p * b + 4.0 * 400 * b
-    want = cm.DRIVER_BASE_MB * cm.MB + 8.0 * k * cap + x + max(one, two)
+    want = cm.DRIVER_BASE_MB * cm.MB + 4.0 * k * cap + x + max(one, two)
     assert local["total"] == pytest.approx(want / cm.MB)
+    # runs recorded before basis_float32: the basis in float64 (8 K m)
+    f64 = cm.driver_mb(dataclasses.replace(s, basis_float32=False), "spark")
+    assert f64["basis"] == pytest.approx(2 * spark["basis"])
+    assert f64["basis"] == pytest.approx(8.0 * k * cap / cm.MB)
+
+
+def test_driver_memory_counts_the_result_and_the_old_ritz_vectors() -> None:
+    """The eigensolver's result moment: the basis, the images and the p x r Ritz images;
+    runs recorded before images_only_result also held K x r float64 Ritz vectors and Φ's
+    step (8 p r) beside them: with a wide r that moment is the peak."""
+    s = dataclasses.replace(_sizes(), r=150, block=10, lanczos_iterations=6)
+    p, k, r = 4000, 5000, 150
+    cap = s.basis_cap()
+    images = 4.0 * p * min(6 * s.block, cap)
+    new = cm.driver_mb(s, "spark")
+    assert new["moment"] == 3.0
+    want = cm.DRIVER_BASE_MB * cm.MB + 4.0 * k * cap + images + 4.0 * p * r
+    assert new["total"] == pytest.approx(want / cm.MB)
+    old = cm.driver_mb(
+        dataclasses.replace(s, basis_float32=False, images_only_result=False), "spark"
+    )
+    want_old = cm.DRIVER_BASE_MB * cm.MB + 8.0 * k * cap + images + 8.0 * p * r + 8.0 * k * r
+    assert old["total"] == pytest.approx(want_old / cm.MB)
 
 
 def test_spark_phase_wall_is_work_over_cores_when_tasks_fill_them() -> None:
