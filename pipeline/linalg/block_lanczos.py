@@ -65,6 +65,7 @@ __all__ = [
     "block_lanczos",
     "initial_state",
     "orthonormal_columns",
+    "restart_due",
     "ritz_images",
 ]
 
@@ -543,7 +544,7 @@ class _LanczosRun:
             if monitor is not None:
                 stopped = bool(monitor(state, theta, s)) and not converged
             if not converged and not stopped:
-                if self.max_basis is not None and state.basis.shape[1] + b > self.max_basis:
+                if restart_due(state, b, self.max_basis):
                     keep = self._restart_size(self.max_basis)
                     _thick_restart(state, theta, s, keep=keep, buf=self.buf, b=b)
                     theta = s = rho = None
@@ -679,6 +680,12 @@ class _LanczosRun:
             images=None if lead_images is None else np.ascontiguousarray(lead_images[:, :rr]),
             stopped_by="residual" if converged else "monitor" if stopped else "maxiter",
         )
+
+
+def restart_due(state: LanczosState, b: int, max_basis: int | None) -> bool:
+    """Whether the iteration that just ended is followed by a thick restart (when neither
+    rule stopped it): the next block would not fit in ``max_basis`` columns."""
+    return max_basis is not None and state.basis.shape[1] + b > max_basis
 
 
 def ritz_images(state: LanczosState, coef: np.ndarray) -> np.ndarray:

@@ -63,6 +63,7 @@ from pipeline.linalg.block_lanczos import (
     block_lanczos,
     initial_state,
     orthonormal_columns,
+    restart_due,
 )
 from pipeline.linalg.checkpoint import CheckpointStore, array_digest
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_matmul_blocks, tall_t_matmul
@@ -587,11 +588,7 @@ class _Cr5Fit:
             vectors=not p.reuse_solves,
         )
         self.ainv.wait()
-        best = self.monitor.best
-        if best is not None and best.iteration != eig.n_iter:
-            self.monitor.materialise()  # the final state's blocks are still alive here
-        elif best is not None:
-            best.pending = None  # eig.images is that iteration's Φ*ᵀ: free the blocks
+        self.monitor.settle(eig.n_iter)  # the final state's blocks are still alive here
         if self.store:
             self._save_state(state, due=True)
         self.timings["eigensolver"] = time.perf_counter() - t0
@@ -637,8 +634,8 @@ class _Cr5Fit:
             lambda: tall_matmul_blocks(blocks, coef),
             projected=(blocks, coef),
         )
-        if self.basis_cap is not None and st.basis.shape[1] + self.b > self.basis_cap:
-            self.monitor.materialise()  # a thick restart follows this iteration
+        if restart_due(st, self.b, self.basis_cap):
+            self.monitor.materialise()  # the restart replaces the blocks
         return stop
 
     def _label(self, iteration: int) -> None:

@@ -400,6 +400,18 @@ class IterationMonitor:
         if best is not None and best.images is None and best.pending is not None:
             best.images, best.pending = best.pending(), None
 
+    def settle(self, last_iteration: int) -> None:
+        """At the eigensolver's end: make the best iteration's Φ*ᵀ if the run went past it,
+        else drop its pending maker (the result's images are that iteration's Φ*ᵀ), which
+        would otherwise keep the image blocks alive through Φ's step."""
+        best = self.best
+        if best is None:
+            return
+        if best.iteration != last_iteration:
+            self.materialise()
+        else:
+            best.pending = None
+
     def to_history(self, eigensolver_stopped_by: str) -> dict:
         """``history["stopping"]``: the rule asked for, the rule that stopped (``validation``,
         ``residual`` or ``maxiter``), per-iteration records, and (with a validation set) the

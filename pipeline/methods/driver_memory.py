@@ -31,7 +31,6 @@ __all__ = [
     "ct_results_bytes",
     "driver_need",
     "images_bytes",
-    "phi_bytes",
     "precond_bytes",
     "ritz_images_bytes",
     "solve_bytes",
@@ -115,16 +114,11 @@ def solve_bytes(terms: int, block: int) -> int:
     return 8 * SOLVE_ARRAYS * terms * block
 
 
-def phi_bytes(terms: int, r: int) -> int:
-    """Forming Φ from the float32 images: Φᵀ written over Φ*ᵀ, 4 bytes per term and
-    dimension (8 when a λ path's start keeps Φ*ᵀ: not counted here)."""
-    return 4 * terms * r
-
-
 def ritz_images_bytes(terms: int, r: int) -> int:
     """The eigensolver's result: the Ritz vectors' images Φ*ᵀ, p x r float32, made while
-    the basis and the kept images are still alive (the end of the eigensolver; Φ's own
-    step comes after they are freed)."""
+    the basis and the kept images are still alive (the end of the eigensolver). Φ's own
+    step comes after they are freed and writes Φᵀ over Φ*ᵀ: no larger than this (8 p r
+    when a λ path's start keeps Φ*ᵀ, not counted)."""
     return 4 * terms * r
 
 
@@ -163,7 +157,7 @@ def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
         "base": DRIVER_PYTHON_BASE,
         "basis": basis_bytes(s.concepts, s.basis, s.basis_item),
         "images": images_bytes(s.terms, s.basis),
-        # the Φ step (phi_bytes) comes after the basis and the images are freed: below this
+        # the Φ step comes after the basis and the images are freed: below this
         "solve or Ritz images": max(solve_bytes(s.terms, s.block), ritz_images_bytes(s.terms, s.r)),
         "preconditioners": precond_bytes(s.terms, s.precond_rank),
         "Cᵀ results": ct_results_bytes(s.concepts + s.docs, s.block),
