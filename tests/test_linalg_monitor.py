@@ -125,7 +125,7 @@ def test_monitor_patience_and_min_delta():
     scores = iter([0.2, 0.3, 0.3, 0.31, 0.29, 0.1])
 
     class FakeValidation(ValidationSet):
-        def p_at_1(self, phi_t, transform=None):
+        def p_at_1_of(self, embeddings, similarity="cosine", distractors=None):
             return next(scores), {}
 
     x = {"en": np.eye(2)[:1], "de": np.eye(2)[:1]}
@@ -140,7 +140,8 @@ def test_monitor_patience_and_min_delta():
         min_delta=0.015,
     )
     images = lambda: np.ones((4, 1))  # noqa: E731
-    stops = [mon.observe(i, np.array([1.0]), images) for i in range(1, 7)]
+    blocks, coef = [np.ones((4, 1))], np.ones((1, 1))
+    stops = [mon.observe(i, np.array([1.0]), images, projected=(blocks, coef)) for i in range(1, 7)]
     # best 0.3 at it 2; 0.3 and 0.31 do not beat it by more than 0.015; stop at it 4
     assert stops[:4] == [False, False, False, True]
     assert mon.best.iteration == 2 and mon.stopped_by == "validation"

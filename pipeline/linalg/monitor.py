@@ -331,14 +331,13 @@ class IterationMonitor:
         projected: tuple[Sequence[np.ndarray], np.ndarray] | None = None,
     ) -> bool:
         """Record iteration ``iteration`` (top Ritz values ``theta``, descending); return True
-        when the validation rule says stop. ``images()`` gives Φ*ᵀ (p, r) of the current Ritz
-        vectors as a new array (float32 or float64: kept, not copied, as the best
-        iteration's); it is called only when a validation set is scored.
+        when the validation rule says stop.
 
-        ``projected = (blocks, coef)``: Φ*ᵀ is ``hstack(blocks) @ coef`` (the eigensolver's
-        kept images and Ritz coefficients). The validation set is then scored from the
-        blocks' projections (:mod:`~pipeline.linalg.image_projections`), without forming
-        Φ*ᵀ, and a new best iteration keeps ``images`` to call later
+        ``projected = (blocks, coef)``: Φ*ᵀ of the current Ritz vectors is
+        ``hstack(blocks) @ coef`` (the eigensolver's kept images and Ritz coefficients). With
+        a validation set, the iteration is scored from the blocks' projections
+        (:mod:`~pipeline.linalg.image_projections`), without forming Φ*ᵀ; ``images()``
+        makes Φ*ᵀ (p, r) as a new array, and a new best iteration keeps it to call later
         (:meth:`materialise`, before the blocks change)."""
         t0 = time.perf_counter()
         theta = np.asarray(theta, dtype=np.float64)[: self.r]
@@ -362,17 +361,7 @@ class IterationMonitor:
             rec["validation_per_direction"] = per
             if self.best is None or score > self.best.score + self.min_delta:
                 self.best = _Best(int(iteration), score, theta.copy(), None, images)
-        elif self.validation is not None and images is not None:
-            # Φ*ᵀ in the images' dtype (a fresh array: kept as it is if best); the
-            # validation rows are embedded by Φ*ᵀ and then Eq. 15's r x r map, so Φᵀ itself
-            # (p x r) is not formed every iteration
-            phi_star_t = images()
-            transform = orthonormalising_map(phi_star_t)[0]
-            score, per = self.validation.p_at_1(self.split(phi_star_t), transform)
-            rec["validation_p_at_1"] = score
-            rec["validation_per_direction"] = per
-            if self.best is None or score > self.best.score + self.min_delta:
-                self.best = _Best(int(iteration), score, theta.copy(), phi_star_t)
+
         rec["seconds"] = round(time.perf_counter() - t0, 4)
         self.records.append(rec)
         if "validation_p_at_1" in rec:
