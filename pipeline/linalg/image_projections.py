@@ -12,10 +12,9 @@ and both come from per-block quantities: ``X_val,l B_l`` (validation rows x b) a
 Gram entries ``B_iᵀB_j``, computed once per block and reused while the block stays in the
 eigensolver's list. A thick restart replaces the list (its blocks are recomputed then).
 
-Why: forming Φ*ᵀ (2 p m r flops) and its Gram (2 p r²) every iteration, and the float64
-copies of the p_l x r maps the embedding took, cost ~340 GFLOP and ~2.3 GB of driver memory
-per iteration at 2M documents, r = 300 (p = 800k, m = 400); the new block's Gram column
-costs 2 p m b (16 GFLOP at b = 25) and a few MB.
+Why: forming Φ*ᵀ (2 p m r flops) and its Gram (2 p r²) every iteration, and float64 copies
+of the p_l x r maps to embed with, grow with p r; the new block's Gram column costs 2 p m b
+flops (b << r) and the projections a few validation rows x m numbers.
 """
 
 from __future__ import annotations
