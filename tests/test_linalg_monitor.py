@@ -23,9 +23,10 @@ def _validation(heldout) -> ValidationSet:
     return ValidationSet(heldout, {lang: np.arange(x.shape[0]) for lang, x in heldout.items()})
 
 
-def _p_at_1_by_hand(components, heldout) -> float:
+def _p_at_1_by_hand(components, heldout, distractors=None) -> float:
     """Mean P@1 over ordered language pairs, one query at a time (no shared code); a hit
-    needs the target strictly above every other candidate (ties count against it)."""
+    needs the target strictly above every other candidate (ties count against it), the
+    candidates being the held-out rows of the target language and its ``distractors``."""
     scores = []
     langs = sorted(heldout)
     for l1 in langs:
@@ -34,6 +35,9 @@ def _p_at_1_by_hand(components, heldout) -> float:
                 continue
             q = heldout[l1].toarray() @ components[l1].astype(np.float64)
             c = heldout[l2].toarray() @ components[l2].astype(np.float64)
+            if distractors is not None:
+                extra = distractors[l2].toarray() @ components[l2].astype(np.float64)
+                c = np.vstack([c, extra])
             hits = 0
             for i in range(q.shape[0]):
                 sims = [
@@ -83,6 +87,27 @@ def test_validation_score_matches_an_independent_computation():
     assert stopping["validation_documents"] == {lang: 40 for lang in sorted(heldout)}
 
 
+def test_validation_distractors_join_the_candidates():
+    """Training rows given as distractors are ranked with the validation rows: the monitor's
+    projected score equals the hand computation over the larger pool, and is lower."""
+    corpus, heldout, k = planted_corpus(seed=1)
+    distractors = {lang: x[::7] for lang, (x, _) in corpus.items()}
+    validation = ValidationSet(
+        heldout, {lang: np.arange(x.shape[0]) for lang, x in heldout.items()}, distractors
+    )
+    be = LocalCorpusBackend(corpus, k, dtype="float64")
+    res = solve_cr5(be, lam=1.0, r=8, **TIGHT, validation=validation)
+    stopping = res.history["stopping"]
+    score = stopping["iterations"][-1]["validation_p_at_1"]
+    assert score == pytest.approx(_p_at_1_by_hand(res.components, heldout, distractors), abs=1e-12)
+    assert score < _p_at_1_by_hand(res.components, heldout)
+    assert stopping["validation_distractors"] == {
+        lang: int(x.shape[0]) for lang, x in sorted(distractors.items())
+    }
+    with pytest.raises(ValueError, match="do not match"):
+        ValidationSet(heldout, validation.concepts, {"xx": distractors[sorted(corpus)[0]]})
+
+
 def test_validation_rule_stops_early_and_returns_the_best_iteration():
     corpus, heldout, k = planted_corpus(seed=0)
     be = LocalCorpusBackend(corpus, k, dtype="float64")
@@ -106,6 +131,32 @@ def test_validation_rule_stops_early_and_returns_the_best_iteration():
     # are orthonormal as always
     phi_t = np.vstack([res.components[lang] for lang in sorted(corpus)]).astype(np.float64)
     np.testing.assert_allclose(phi_t.T @ phi_t, np.eye(10), atol=1e-5)
+
+
+def test_auto_rule_is_validation_with_documents_and_residual_without():
+    corpus, heldout, k = planted_corpus(seed=0)
+    common = dict(lam=1.0, r=10, oversampling=4, block_size=4, start_steps=0, seed=0)
+    tight = {**TIGHT, "eig_rtol": 1e-10, "eig_maxiter": 60}
+
+    def fit(rule: str, validation: ValidationSet | None):
+        be = LocalCorpusBackend(corpus, k, dtype="float64")
+        return solve_cr5(be, **common, **tight, stop_rule=rule, stop_patience=2,
+                         validation=validation)  # fmt: skip
+
+    auto, chosen = fit("auto", _validation(heldout)), fit("validation", _validation(heldout))
+    stopping = auto.history["stopping"]
+    assert stopping["rule"] == "validation" and stopping["requested_rule"] == "auto"
+    assert stopping["stopped_by"] == "validation"
+    assert stopping["returned_iteration"] == chosen.history["stopping"]["returned_iteration"]
+    for lang in corpus:
+        np.testing.assert_array_equal(auto.components[lang], chosen.components[lang])
+    with pytest.warns(Warning, match="did not reach"):  # the residual rule's 60 iterations
+        auto, residual = fit("auto", None), fit("residual", None)
+    stopping = auto.history["stopping"]
+    assert stopping["rule"] == "residual" and stopping["requested_rule"] == "auto"
+    assert auto.history["eigensolver"]["n_iter"] == residual.history["eigensolver"]["n_iter"]
+    for lang in corpus:
+        np.testing.assert_array_equal(auto.components[lang], residual.components[lang])
 
 
 def test_residual_rule_records_validation_without_stopping_on_it():

@@ -317,6 +317,15 @@ class TrainConfig(Cr5Params, BackendParams):
         doc="stop_rule=validation: validation concepts (lowest split priority) whose documents "
         "are embedded and retrieved among each other after every eigensolver iteration.",
     )
+    validation_distractors: int = param(
+        0,
+        lo=0,
+        doc="stop_rule=validation: training documents per language (a seeded sample of "
+        "documents of no split concept) added to the candidates of the per-iteration "
+        "validation P@1, so that it ranks among a pool closer to the evaluation's; 0: "
+        "among the validation documents only, where P@1 can saturate long before the "
+        "evaluation's does.",
+    )
     tune: Literal["auto", "always", "never"] = param(
         "auto",
         doc="Whether the train stage chooses the parameter that tunes train.method (its "

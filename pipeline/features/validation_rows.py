@@ -12,6 +12,12 @@ and weighted with the training vocabulary and IDF through
 :func:`~pipeline.features.weighting.tfidf_matrix` (or counted by
 :func:`~pipeline.features.weighting.count_matrix`), the functions the embedding API uses, so
 a validation document gets exactly the input the trained model would give it.
+
+Cr5's iteration scoring can add ``train.validation_distractors`` training documents per
+language to the candidates (:func:`distractor_documents`): among a few hundred validation
+documents P@1 saturates long before it does among the evaluation's pool of every document,
+so a stop on it alone can come far too early (bench/README.md, "The stopping rule on
+retrieval").
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import logging
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from pipeline.config import TextConfig
@@ -32,7 +38,7 @@ from pipeline.io.schemas import DOCUMENTS
 from pipeline.linalg.monitor import ValidationSet
 from pipeline.text.tokenizer import Tokenizer
 
-__all__ = ["load_validation_set", "validation_documents"]
+__all__ = ["distractor_documents", "load_validation_set", "validation_documents"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +97,33 @@ def validation_documents(
     )
 
 
+def distractor_documents(
+    spark: SparkSession,
+    languages: list[str],
+    *,
+    heldout: str,
+    documents: str,
+    count: int,
+    seed: int = 0,
+) -> pa.Table:
+    """A seeded sample of ``count`` training documents per language (documents of no split
+    concept, in hash order of their doc_id): columns lang, doc_id, text, sorted by lang."""
+    held = read_table(spark, heldout).select("concept_id").distinct()
+    rank = F.row_number().over(
+        Window.partitionBy("lang").orderBy(F.xxhash64("doc_id", F.lit(seed)), "doc_id")
+    )
+    return (
+        read_dataset(spark, DOCUMENTS, documents)
+        .filter(F.col("lang").isin(languages))
+        .join(held, "concept_id", "left_anti")
+        .withColumn("_rank", rank)
+        .filter(F.col("_rank") <= count)
+        .orderBy("lang", "_rank")
+        .select("lang", "doc_id", "text")
+        .toArrow()
+    )
+
+
 def load_validation_set(
     spark: SparkSession,
     languages: list[str],
@@ -102,9 +135,11 @@ def load_validation_set(
     text: TextConfig,
     weighting: str = "tfidf",
     needed_by: str = "train.stop_rule=validation",
+    distractors: int = 0,
 ) -> ValidationSet:
     """Validation documents of the training languages as TF-IDF rows (``weighting="tfidf"``)
-    or term counts (``"counts"``).
+    or term counts (``"counts"``), with ``distractors`` training documents per language
+    (:func:`distractor_documents`) weighted alike as further candidates.
 
     ``vocabulary[lang]``: ``terms`` (pyarrow array, term_index order) and ``idf``;
     ``heldout``, ``documents``, ``validation_concepts``: which documents
@@ -134,7 +169,17 @@ def load_validation_set(
         weigh = count_matrix if weighting == "counts" else tfidf_matrix
         rows[lang] = weigh(sub.column("text").combine_chunks(), tokenizer, vocab)
         concepts[lang] = np.array(sub.column("concept_id").to_pylist(), dtype=str)
-    validation = ValidationSet(rows, concepts)
+    extra = {}
+    if distractors and path:
+        sample = distractor_documents(
+            spark, languages, heldout=path, documents=documents, count=distractors
+        )
+        for lang in rows:
+            sub = sample.filter(pc.equal(sample.column("lang"), lang))
+            vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
+            weigh = count_matrix if weighting == "counts" else tfidf_matrix
+            extra[lang] = weigh(sub.column("text").combine_chunks(), tokenizer, vocab)
+    validation = ValidationSet(rows, concepts, distractors=extra or None)
     if not validation.directions:
         raise InputDataError(
             f"{needed_by}: no validation concept of {path} has documents in "
@@ -142,9 +187,11 @@ def load_validation_set(
             f"{ {lang: int(x.shape[0]) for lang, x in rows.items()} }). {fix}"
         )
     log.info(
-        "validation stopping: %s documents of %d concepts, %d directions",
+        "validation stopping: %s documents of %d concepts, %d directions, %s training "
+        "documents as further candidates",
         {lang: int(x.shape[0]) for lang, x in rows.items()},
         len({c for v in concepts.values() for c in v}),
         len(validation.directions),
+        {lang: int(x.shape[0]) for lang, x in extra.items()},
     )
     return validation

@@ -13,10 +13,11 @@ the Ritz pairs the eigensolver has anyway:
   block per language): every ordered pair of languages, queries of one language against all
   validation documents of the other, cosine similarity in the space of the current Φ (Eq. 15).
 
-With ``stop_rule="validation"`` the monitor stops the eigensolver when validation P@1 has not
-improved by more than ``min_delta`` for ``patience`` iterations, and keeps the best
-iteration's Φ*ᵀ so that the solver returns it (the residual rule still ends the run if it is
-met first; :attr:`IterationMonitor.stopped_by` says which rule stopped).
+With ``stop_rule="validation"`` (or ``"auto"`` given a validation set) the monitor stops the
+eigensolver when validation P@1 has not improved by more than ``min_delta`` for ``patience``
+iterations, and keeps the best iteration's Φ*ᵀ so that the solver returns it (the residual
+rule still ends the run if it is met first; :attr:`IterationMonitor.stopped_by` says which
+rule stopped).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-STOP_RULES = ("residual", "validation")
+STOP_RULES = ("auto", "residual", "validation")
 
 
 def orthonormalising_map(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,10 +186,14 @@ class ValidationSet:
         TF-IDF rows (the training vocabulary and IDF, L2-normalised) per language.
     concepts : dict of str to ndarray of shape (m_l,)
         The concept of each row (any comparable ids; a concept at most once per language).
+    distractors : dict of str to csr_matrix of shape (k_l, p_l), optional
+        Rows of other concepts (training documents), further candidates of every direction
+        into language l, as the evaluation's pool holds every document.
     """
 
     rows: Mapping[str, sp.csr_matrix]
     concepts: Mapping[str, np.ndarray]
+    distractors: Mapping[str, sp.csr_matrix] | None = None
     _directions: list[Direction] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -205,6 +210,11 @@ class ValidationSet:
                 )
             if np.unique(c).size != c.size:
                 raise ValueError(f"validation language {lang!r}: a concept appears twice")
+        for lang, x in (self.distractors or {}).items():
+            if lang not in self.rows or x.shape[1] != self.rows[lang].shape[1]:
+                raise ValueError(
+                    f"distractor rows of {lang!r} do not match a validation language's terms"
+                )
         self._directions.extend(shared_concept_directions(self.concepts))
 
     @property
@@ -225,7 +235,8 @@ class ValidationSet:
         the validation rows instead of to the p_l x r' map (the monitor passes Φ*ᵀ and
         Eq. 15's r x r map: no p x r product per iteration). The candidates of a direction
         l1->l2 are all validation documents of l2, and ``distractor_rows[l2]`` (k, p_l2)
-        when given (rows of other concepts, e.g. training documents), embedded alike.
+        when given (rows of other concepts, e.g. training documents; default: the set's own
+        ``distractors``), embedded alike.
         """
         if not self._directions:
             raise ValueError("the validation set has no pair of languages sharing a concept")
@@ -239,10 +250,35 @@ class ValidationSet:
         emb = {lang: embed(lang, x) for lang, x in self.rows.items()}
         extra = {
             lang: embed(lang, x)
-            for lang, x in (distractor_rows or {}).items()
+            for lang, x in (
+                (self.distractors or {}) if distractor_rows is None else distractor_rows
+            ).items()
             if lang in emb and x.shape[0]
         }
         return self.p_at_1_of(emb, distractors=extra or None)
+
+    def scored_rows(self) -> dict[str, sp.csr_matrix]:
+        """Per language, the validation rows with the distractor rows below them: what the
+        monitor projects (:meth:`split_scored` parts the embeddings again)."""
+        extra = self.distractors or {}
+        return {
+            lang: sp.vstack([x, extra[lang]], format="csr") if lang in extra else x
+            for lang, x in self.rows.items()
+        }
+
+    def split_scored(
+        self, embeddings: Mapping[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+        """Embeddings of :meth:`scored_rows` parted into the validation rows' and the
+        distractors' (None without distractors)."""
+        val = {lang: e[: self.rows[lang].shape[0]] for lang, e in embeddings.items()}
+        if not self.distractors:
+            return val, None
+        return val, {
+            lang: e[self.rows[lang].shape[0] :]
+            for lang, e in embeddings.items()
+            if lang in self.distractors
+        }
 
     def p_at_1_of(
         self,
@@ -280,7 +316,9 @@ class IterationMonitor:
         Splits a stacked (p, r) array into per-language blocks (``TermLayout.split``).
     r : int
     validation : ValidationSet, optional
-    stop_rule : {"residual", "validation"}
+    stop_rule : {"auto", "residual", "validation"}
+        ``"auto"`` is ``"validation"`` when ``validation`` is given, else ``"residual"``;
+        :attr:`stop_rule` holds the rule it resolved to.
     patience : int
         Iterations without improvement before a validation stop.
     min_delta : float
@@ -302,6 +340,9 @@ class IterationMonitor:
             raise SolverArgumentError(
                 "stop_rule", f"stop_rule must be one of {STOP_RULES}; got {stop_rule!r}"
             )
+        self.requested_rule = stop_rule
+        if stop_rule == "auto":  # validation when there is something to validate on
+            stop_rule = "residual" if validation is None else "validation"
         if stop_rule == "validation" and validation is None:
             raise SolverArgumentError(
                 "stop_rule",
@@ -352,11 +393,11 @@ class IterationMonitor:
         if self.validation is not None and projected is not None:
             blocks, coef = projected
             if self._projections is None:
-                self._projections = ImageProjections(self.validation.rows, self.split)
+                self._projections = ImageProjections(self.validation.scored_rows(), self.split)
             self._projections.update(blocks)
             transform = map_from_gram(self._projections.gram(coef))[0]
-            emb = self._projections.embeddings(coef, transform)
-            score, per = self.validation.p_at_1_of(emb)
+            emb, extra = self.validation.split_scored(self._projections.embeddings(coef, transform))
+            score, per = self.validation.p_at_1_of(emb, distractors=extra)
             rec["validation_p_at_1"] = score
             rec["validation_per_direction"] = per
             if self.best is None or score > self.best.score + self.min_delta:
@@ -408,6 +449,7 @@ class IterationMonitor:
         stopped_by = "validation" if eigensolver_stopped_by == "monitor" else eigensolver_stopped_by
         out: dict[str, Any] = {
             "rule": self.stop_rule,
+            "requested_rule": self.requested_rule,
             "stopped_by": stopped_by,
             "patience": self.patience if self.stop_rule == "validation" else None,
             "iterations": self.records,
@@ -420,4 +462,8 @@ class IterationMonitor:
                 lang: int(x.shape[0]) for lang, x in sorted(self.validation.rows.items())
             }
             out["validation_directions"] = self.validation.directions
+            out["validation_distractors"] = {
+                lang: int(x.shape[0])
+                for lang, x in sorted((self.validation.distractors or {}).items())
+            }
         return out

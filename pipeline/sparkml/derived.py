@@ -75,6 +75,7 @@ LEFT_OUT: dict[str, str] = {
     "train.stop_patience": "validation stopping needs the split stage's validation concepts",
     "train.tune": "tuning on validation needs the split stage's concepts (the train stage)",
     "train.validation_concepts": "validation stopping needs the split stage's concepts",
+    "train.validation_distractors": "validation stopping needs the split stage's concepts",
     "features.heldout_concepts": "fit trains on the DataFrame it is given: filter it first",
 }
 

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 
 from pipeline.backends import make_backend
 from pipeline.config import Config, PathsConfig, TextConfig, TrainConfig
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputDataError
 from pipeline.features.indexing import dense_index
 from pipeline.features.validation_rows import load_validation_set, validation_documents
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
@@ -74,6 +74,9 @@ class RowSource:
         ``features.heldout_concepts`` resolved (:meth:`~pipeline.config.Config.heldout_path`).
     validation_concepts : int
         ``train.validation_concepts``.
+    validation_distractors : int
+        ``train.validation_distractors``: training documents per language added to the
+        candidates of Cr5's per-iteration validation.
     """
 
     spark: Any
@@ -83,6 +86,7 @@ class RowSource:
     documents: str
     heldout: str | None
     validation_concepts: int
+    validation_distractors: int = 0
 
     @classmethod
     def of(cls, spark: SparkSession, cfg: Config, rows_path: str) -> RowSource:
@@ -95,6 +99,7 @@ class RowSource:
             documents=cfg.paths.dataset("documents"),
             heldout=cfg.heldout_path(),
             validation_concepts=cfg.train.validation_concepts,
+            validation_distractors=cfg.train.validation_distractors,
         )
 
     def grouped(
@@ -140,9 +145,11 @@ class RowSource:
         *,
         weighting: str = "tfidf",
         needed_by: str = "train.stop_rule=validation",
+        distractors: int = 0,
     ) -> Any:
         """The validation documents as a :class:`~pipeline.linalg.monitor.ValidationSet`
-        (:func:`~pipeline.features.validation_rows.load_validation_set`)."""
+        (:func:`~pipeline.features.validation_rows.load_validation_set`), with
+        ``distractors`` training documents per language as further candidates."""
         return load_validation_set(
             self.spark,
             languages,
@@ -153,6 +160,7 @@ class RowSource:
             text=self.text,
             weighting=weighting,
             needed_by=needed_by,
+            distractors=distractors,
         )
 
 
@@ -261,8 +269,13 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     specs = [s for s in map(find_method, (t.method, *cfg.evaluate.methods)) if s is not None]
     validation = None
     main = find_method(t.method)
-    if main is not None and main.iteration_validation and t.stop_rule == "validation":
-        validation = source.validation(list(backend.languages), vocab)
+    iterates = main is not None and main.iteration_validation
+    if iterates and t.stop_rule == "validation":
+        validation = source.validation(
+            list(backend.languages), vocab, distractors=source.validation_distractors
+        )
+    elif iterates and t.stop_rule == "auto" and source.heldout:
+        validation = _optional_validation(source, list(backend.languages), vocab)
     elif any(s.epoch_validation for s in specs) and source.heldout:
         # the epoch is chosen on the split's validation concepts
         validation = source.validation(list(backend.languages), vocab)
@@ -389,6 +402,24 @@ def select_training_rows(
     selected.unpersist()
     report["rows_path"] = to_manifest(path, paths.root)
     return path, report
+
+
+def _optional_validation(
+    source: RowSource, languages: list[str], vocabulary: dict[str, dict]
+) -> Any:
+    """``train.stop_rule=auto``: the validation documents when the split stage named
+    validation concepts with documents in two training languages; otherwise None (the
+    residual rule), with the reason logged."""
+    try:
+        return source.validation(
+            languages,
+            vocabulary,
+            needed_by="train.stop_rule=auto",
+            distractors=source.validation_distractors,
+        )
+    except InputDataError as exc:
+        log.info("train.stop_rule=auto: the residual rule ends the eigensolver (%s)", exc)
+        return None
 
 
 def select_rows_frame(
