@@ -133,32 +133,6 @@ def test_validation_rule_stops_early_and_returns_the_best_iteration():
     np.testing.assert_allclose(phi_t.T @ phi_t, np.eye(10), atol=1e-5)
 
 
-def test_auto_rule_is_validation_with_documents_and_residual_without():
-    corpus, heldout, k = planted_corpus(seed=0)
-    common = dict(lam=1.0, r=10, oversampling=4, block_size=4, start_steps=0, seed=0)
-    tight = {**TIGHT, "eig_rtol": 1e-10, "eig_maxiter": 60}
-
-    def fit(rule: str, validation: ValidationSet | None):
-        be = LocalCorpusBackend(corpus, k, dtype="float64")
-        return solve_cr5(be, **common, **tight, stop_rule=rule, stop_patience=2,
-                         validation=validation)  # fmt: skip
-
-    auto, chosen = fit("auto", _validation(heldout)), fit("validation", _validation(heldout))
-    stopping = auto.history["stopping"]
-    assert stopping["rule"] == "validation" and stopping["requested_rule"] == "auto"
-    assert stopping["stopped_by"] == "validation"
-    assert stopping["returned_iteration"] == chosen.history["stopping"]["returned_iteration"]
-    for lang in corpus:
-        np.testing.assert_array_equal(auto.components[lang], chosen.components[lang])
-    with pytest.warns(Warning, match="did not reach"):  # the residual rule's 60 iterations
-        auto, residual = fit("auto", None), fit("residual", None)
-    stopping = auto.history["stopping"]
-    assert stopping["rule"] == "residual" and stopping["requested_rule"] == "auto"
-    assert auto.history["eigensolver"]["n_iter"] == residual.history["eigensolver"]["n_iter"]
-    for lang in corpus:
-        np.testing.assert_array_equal(auto.components[lang], residual.components[lang])
-
-
 def test_residual_rule_records_validation_without_stopping_on_it():
     corpus, heldout, k = planted_corpus(seed=0)
     be = LocalCorpusBackend(corpus, k, dtype="float64")

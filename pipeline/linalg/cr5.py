@@ -393,10 +393,9 @@ def solve_cr5(
     raise to abort (the checkpoint of that iteration, when one was due, is already written).
 
     ``validation`` (documents of held-out concepts): scored (P@1) after every eigensolver
-    iteration (:mod:`~pipeline.linalg.monitor`); with ``stop_rule="validation"`` (or
-    ``"auto"``, which is that rule whenever ``validation`` is given) the eigensolver stops
-    when that score has not improved for ``stop_patience`` iterations and the best
-    iteration's solution is returned. The objective and σ are recorded either way
+    iteration (:mod:`~pipeline.linalg.monitor`); with ``stop_rule="validation"`` the
+    eigensolver stops when that score has not improved for ``stop_patience`` iterations and
+    the best iteration's solution is returned. The objective and σ are recorded either way
     (``history["stopping"]``).
     """
     fit = _Cr5Fit(
@@ -667,11 +666,7 @@ class _Cr5Fit:
         self.ainv.stage = self.cmat.stage = "cr5/phi"
         eigenvalues, returned_iteration = eig.eigenvalues, eig.n_iter
         best = self.monitor.best
-        if (
-            self.monitor.stop_rule == "validation"
-            and best is not None
-            and best.iteration != eig.n_iter
-        ):
+        if p.stop_rule == "validation" and best is not None and best.iteration != eig.n_iter:
             # the validation rule returns its best iteration, not the last one it looked past
             phi_star_t, eigenvalues, returned_iteration = (
                 best.images,

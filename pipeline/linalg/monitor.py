@@ -13,11 +13,11 @@ the Ritz pairs the eigensolver has anyway:
   block per language): every ordered pair of languages, queries of one language against all
   validation documents of the other, cosine similarity in the space of the current Φ (Eq. 15).
 
-With ``stop_rule="validation"`` (or ``"auto"`` given a validation set) the monitor stops the
-eigensolver when validation P@1 has not improved by more than ``min_delta`` for ``patience``
-iterations, and keeps the best iteration's Φ*ᵀ so that the solver returns it (the residual
-rule still ends the run if it is met first; :attr:`IterationMonitor.stopped_by` says which
-rule stopped).
+With ``stop_rule="validation"`` the monitor stops the eigensolver when validation P@1 has not
+improved by more than ``min_delta`` for ``patience`` iterations, and keeps the best
+iteration's Φ*ᵀ so that the solver returns it (the residual rule still ends the run if it is
+met first; :attr:`IterationMonitor.stopped_by` says which rule stopped). The validation set
+may carry training rows as further candidates (``ValidationSet.distractors``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-STOP_RULES = ("auto", "residual", "validation")
+STOP_RULES = ("residual", "validation")
 
 
 def orthonormalising_map(phi_star_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -316,9 +316,7 @@ class IterationMonitor:
         Splits a stacked (p, r) array into per-language blocks (``TermLayout.split``).
     r : int
     validation : ValidationSet, optional
-    stop_rule : {"auto", "residual", "validation"}
-        ``"auto"`` is ``"validation"`` when ``validation`` is given, else ``"residual"``;
-        :attr:`stop_rule` holds the rule it resolved to.
+    stop_rule : {"residual", "validation"}
     patience : int
         Iterations without improvement before a validation stop.
     min_delta : float
@@ -340,9 +338,6 @@ class IterationMonitor:
             raise SolverArgumentError(
                 "stop_rule", f"stop_rule must be one of {STOP_RULES}; got {stop_rule!r}"
             )
-        self.requested_rule = stop_rule
-        if stop_rule == "auto":  # validation when there is something to validate on
-            stop_rule = "residual" if validation is None else "validation"
         if stop_rule == "validation" and validation is None:
             raise SolverArgumentError(
                 "stop_rule",
@@ -449,7 +444,6 @@ class IterationMonitor:
         stopped_by = "validation" if eigensolver_stopped_by == "monitor" else eigensolver_stopped_by
         out: dict[str, Any] = {
             "rule": self.stop_rule,
-            "requested_rule": self.requested_rule,
             "stopped_by": stopped_by,
             "patience": self.patience if self.stop_rule == "validation" else None,
             "iterations": self.records,

@@ -220,10 +220,9 @@ class Cr5Params:
         "instead of r further right-hand sides at the end.",
         extra=_role(PROBLEM),
     )
-    stop_rule: Literal["auto", "residual", "validation"] = param(
+    stop_rule: Literal["residual", "validation"] = param(
         "residual",
-        doc="What ends the eigensolver: auto (validation when the split stage's validation "
-        "concepts are there, residual otherwise), residual (every Ritz pair within eig_rtol) or "
+        doc="What ends the eigensolver: residual (every Ritz pair within eig_rtol) or "
         "validation (P@1 of train.validation_concepts held-out concepts, scored after every "
         "iteration, has not improved for stop_patience iterations; the best iteration is "
         "returned, and the residual rule still ends the run if met first; each iteration is "

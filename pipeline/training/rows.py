@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 
 from pipeline.backends import make_backend
 from pipeline.config import Config, PathsConfig, TextConfig, TrainConfig
-from pipeline.errors import ConfigError, InputDataError
+from pipeline.errors import ConfigError
 from pipeline.features.indexing import dense_index
 from pipeline.features.validation_rows import load_validation_set, validation_documents
 from pipeline.io.datasets import read_dataset, read_manifest, write_dataset, write_options
@@ -274,8 +274,6 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
         validation = source.validation(
             list(backend.languages), vocab, distractors=source.validation_distractors
         )
-    elif iterates and t.stop_rule == "auto" and source.heldout:
-        validation = _optional_validation(source, list(backend.languages), vocab)
     elif any(s.epoch_validation for s in specs) and source.heldout:
         # the epoch is chosen on the split's validation concepts
         validation = source.validation(list(backend.languages), vocab)
@@ -402,24 +400,6 @@ def select_training_rows(
     selected.unpersist()
     report["rows_path"] = to_manifest(path, paths.root)
     return path, report
-
-
-def _optional_validation(
-    source: RowSource, languages: list[str], vocabulary: dict[str, dict]
-) -> Any:
-    """``train.stop_rule=auto``: the validation documents when the split stage named
-    validation concepts with documents in two training languages; otherwise None (the
-    residual rule), with the reason logged."""
-    try:
-        return source.validation(
-            languages,
-            vocabulary,
-            needed_by="train.stop_rule=auto",
-            distractors=source.validation_distractors,
-        )
-    except InputDataError as exc:
-        log.info("train.stop_rule=auto: the residual rule ends the eigensolver (%s)", exc)
-        return None
 
 
 def select_rows_frame(

@@ -317,14 +317,7 @@ def _stopping_summary(history: dict[str, Any]) -> dict[str, Any] | None:
     stopping = history.get("stopping")
     if not stopping:
         return None
-    keys = (
-        "rule",
-        "requested_rule",
-        "stopped_by",
-        "returned_iteration",
-        "best_iteration",
-        "best_validation_p_at_1",
-    )
+    keys = ("rule", "stopped_by", "returned_iteration", "best_iteration", "best_validation_p_at_1")
     return {k: stopping[k] for k in keys if k in stopping}
 
 
