@@ -23,6 +23,7 @@ retrieval").
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -160,25 +161,29 @@ def load_validation_set(
         needed_by=needed_by,
     )
     tokenizer = Tokenizer.from_config(text)
+    weigh = count_matrix if weighting == "counts" else tfidf_matrix
+
+    def weighed(sub: pa.Table, lang: str) -> Any:
+        """The texts of ``sub`` as rows over language ``lang``'s vocabulary and IDF."""
+        vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
+        return weigh(sub.column("text").combine_chunks(), tokenizer, vocab)
+
+    def of(table: pa.Table, lang: str) -> pa.Table:
+        return table.filter(pc.equal(table.column("lang"), lang))
+
     rows, concepts = {}, {}
     for lang in languages:
-        sub = docs.filter(pc.equal(docs.column("lang"), lang))
+        sub = of(docs, lang)
         if sub.num_rows == 0:
             continue
-        vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
-        weigh = count_matrix if weighting == "counts" else tfidf_matrix
-        rows[lang] = weigh(sub.column("text").combine_chunks(), tokenizer, vocab)
+        rows[lang] = weighed(sub, lang)
         concepts[lang] = np.array(sub.column("concept_id").to_pylist(), dtype=str)
     extra = {}
     if distractors and path:
         sample = distractor_documents(
             spark, languages, heldout=path, documents=documents, count=distractors
         )
-        for lang in rows:
-            sub = sample.filter(pc.equal(sample.column("lang"), lang))
-            vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
-            weigh = count_matrix if weighting == "counts" else tfidf_matrix
-            extra[lang] = weigh(sub.column("text").combine_chunks(), tokenizer, vocab)
+        extra = {lang: weighed(of(sample, lang), lang) for lang in rows}
     validation = ValidationSet(rows, concepts, distractors=extra or None)
     if not validation.directions:
         raise InputDataError(
