@@ -23,11 +23,11 @@ retrieval").
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import scipy.sparse as sp
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -113,12 +113,18 @@ def distractor_documents(
     rank = F.row_number().over(
         Window.partitionBy("lang").orderBy(F.xxhash64("doc_id", F.lit(seed)), "doc_id")
     )
-    return (
-        read_dataset(spark, DOCUMENTS, documents)
-        .filter(F.col("lang").isin(languages))
+    docs = read_dataset(spark, DOCUMENTS, documents).filter(F.col("lang").isin(languages))
+    # ranked without the texts (the window sorts every document), which join the chosen only
+    chosen = (
+        docs.select("lang", "doc_id", "concept_id")
         .join(held, "concept_id", "left_anti")
         .withColumn("_rank", rank)
         .filter(F.col("_rank") <= count)
+        .select("lang", "doc_id", "_rank")
+    )
+    return (
+        docs.select("lang", "doc_id", "text")
+        .join(F.broadcast(chosen), ["lang", "doc_id"])
         .orderBy("lang", "_rank")
         .select("lang", "doc_id", "text")
         .toArrow()
@@ -163,7 +169,7 @@ def load_validation_set(
     tokenizer = Tokenizer.from_config(text)
     weigh = count_matrix if weighting == "counts" else tfidf_matrix
 
-    def weighed(sub: pa.Table, lang: str) -> Any:
+    def weighed(sub: pa.Table, lang: str) -> sp.csr_matrix:
         """The texts of ``sub`` as rows over language ``lang``'s vocabulary and IDF."""
         vocab = LanguageVocabulary(vocabulary[lang]["terms"], vocabulary[lang]["idf"])
         return weigh(sub.column("text").combine_chunks(), tokenizer, vocab)

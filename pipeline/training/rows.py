@@ -74,9 +74,6 @@ class RowSource:
         ``features.heldout_concepts`` resolved (:meth:`~pipeline.config.Config.heldout_path`).
     validation_concepts : int
         ``train.validation_concepts``.
-    validation_distractors : int
-        ``train.validation_distractors``: training documents per language added to the
-        candidates of Cr5's per-iteration validation.
     """
 
     spark: Any
@@ -86,7 +83,6 @@ class RowSource:
     documents: str
     heldout: str | None
     validation_concepts: int
-    validation_distractors: int = 0
 
     @classmethod
     def of(cls, spark: SparkSession, cfg: Config, rows_path: str) -> RowSource:
@@ -99,7 +95,6 @@ class RowSource:
             documents=cfg.paths.dataset("documents"),
             heldout=cfg.heldout_path(),
             validation_concepts=cfg.train.validation_concepts,
-            validation_distractors=cfg.train.validation_distractors,
         )
 
     def grouped(
@@ -272,7 +267,7 @@ def load_training_data(spark: SparkSession, cfg: Config) -> TrainingData:
     iterates = main is not None and main.iteration_validation
     if iterates and t.stop_rule == "validation":
         validation = source.validation(
-            list(backend.languages), vocab, distractors=source.validation_distractors
+            list(backend.languages), vocab, distractors=t.validation_distractors
         )
     elif any(s.epoch_validation for s in specs) and source.heldout:
         # the epoch is chosen on the split's validation concepts
