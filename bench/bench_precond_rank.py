@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""CG iterations of one eigensolver-sized solve against the preconditioner's rank.
+
+The eigensolver's CG is ~80 % of a Cr5 fit's passes at r = 300 (bench/README.md, "r = 300:
+where the passes go"), and its iterations per solve grow with the corpus (8-11 on the 200k
+synthetic corpus of bench_train.py, 15-16 on the 200k and 2M Wikipedia-shaped corpora of
+bench_chain.py). This script loads a ``tfidf`` dataset written by the pipeline (for example
+``<workdir>/out_text/tfidf`` of a bench_chain.py run) onto the local backend, draws one
+random orthonormal K x b block Q, forms ``U = C Q`` as the eigensolver does, and solves
+``B_l X = U_l`` for every language with the spectral-Jacobi preconditioner at each
+``--ranks`` value (``train.precond_rank``), at the default CG tolerance. It reports, per
+rank, the preconditioner's build time and passes, the solve's CG iterations and
+column-passes per language, and the solve's wall time.
+
+Usage (repository root)::
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_precond_rank.py \\
+        /work/c200v/out_text/tfidf --ranks 0,32,64,128,256 \\
+        --out bench/results/precond_rank_200k.json
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.machine import machine_info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tfidf", help="a tfidf dataset written by the pipeline's tfidf stage")
+    ap.add_argument("--ranks", default="0,32,64,128,256")
+    ap.add_argument("--block", type=int, default=25, help="b: the eigensolver's block width")
+    ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    ranks = [int(k) for k in args.ranks.split(",")]
+
+    from pyspark.sql import SparkSession
+
+    from pipeline.backends.loader import local_backend_from_tfidf
+    from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies
+    from pipeline.linalg.woodbury import WoodburyInverse, global_mean
+
+    info = machine_info()
+    print("== machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+    spark = SparkSession.builder.master("local[2]").config("spark.driver.memory", "3g")
+    spark = spark.config("spark.ui.enabled", "false").getOrCreate()
+    t0 = time.perf_counter()
+    be = local_backend_from_tfidf(spark, args.tfidf, dtype="float32")
+    spark.stop()
+    corpus = {
+        "concepts": be.n_concepts,
+        "terms": {lang: be.n_terms(lang) for lang in be.languages},
+        "docs": {lang: be.n_docs(lang) for lang in be.languages},
+        "load_s": round(time.perf_counter() - t0, 1),
+    }
+    print(f"== corpus: {corpus}", flush=True)
+    mu, nu = global_mean(be), concept_frequencies(be)
+    q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((be.n_concepts, args.block)))
+    u = CrossCovariance(be, mu, nu).matmat(q)
+    rows = []
+    for rank in ranks:
+        ainv = WoodburyInverse(be, args.lam, precond_rank=rank, mu=mu)
+        be.reset_counts()
+        t0 = time.perf_counter()
+        ainv._ensure_diagonal()
+        ainv._ensure_preconditioners()
+        build_s = time.perf_counter() - t0
+        build_passes = int(sum(be.pass_counts["column_passes"].values()))
+        t0 = time.perf_counter()
+        _, results = ainv.solve_blockdiag(u, stage="bench")
+        row = {
+            "precond_rank": rank,
+            "build_s": round(build_s, 1),
+            "build_column_passes": build_passes,
+            "solve_s": round(time.perf_counter() - t0, 1),
+            "cg_iterations": {lang: int(r.n_iter) for lang, r in results.items()},
+            "column_passes": {lang: int(r.n_column_passes) for lang, r in results.items()},
+        }
+        rows.append(row)
+        print(
+            f"rank {rank:4d}: build {row['build_s']:6.1f} s ({build_passes} column-passes), "
+            f"solve {row['solve_s']:6.1f} s, CG iterations {row['cg_iterations']}, "
+            f"column-passes {sum(row['column_passes'].values())}",
+            flush=True,
+        )
+    if args.out:
+        record = {"machine": info, "args": vars(args) | {"out": str(args.out)}, "corpus": corpus}
+        args.out.write_text(json.dumps(record | {"runs": rows}, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
