@@ -15,9 +15,9 @@ measured no gain:
   across Lanczos iterations.
 
 Every variant is a full fit on the local backend (float32 passes) of the synthetic corpus of
-``bench/bench_train.py`` at ``--docs`` documents; the record has iterations, restarts,
-passes and column-passes by phase, the eigensolver's CG iterations per solve, and held-out
-P@1 (mean and worst direction).
+``bench/bench_train.py`` at ``--docs`` documents, recorded as ``bench/bench_knobs.py``
+records its fits (iterations, restarts, passes and column-passes by phase, the eigensolver's
+CG iterations per solve, held-out P@1 mean and worst direction).
 
 Usage (repository root)::
 
@@ -35,10 +35,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import argparse
 import json
 import sys
-import time
-import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_train import retrieval
+from bench.bench_knobs import fit_once
 from bench.machine import machine_info
 from bench.synthetic import make_synthetic_corpus
 
@@ -148,44 +146,13 @@ def parse_variant(spec: str) -> tuple[dict, Callable[[list[dict]], Any] | None]:
 
 
 def fit(be: Any, corpus: Any, r: int, spec: str) -> dict:
-    """One full fit of variant ``spec``; its record."""
-    from contextlib import nullcontext
-
-    from pipeline.linalg import solve_cr5
-    from pipeline.linalg.backend import passes_by_phase
-
+    """One full fit of variant ``spec``: bench_knobs.py's record of it (iterations, passes by
+    phase, CG iterations per solve, P@1), with the recycled guesses' initial residuals."""
     kw, wiring = parse_variant(spec)
     stats: list[dict] = []
-    be.reset_counts()
-    t0 = time.perf_counter()
-    with warnings.catch_warnings(), wiring(stats) if wiring else nullcontext():
-        warnings.simplefilter("ignore")
-        res = solve_cr5(be, lam=1.0, r=r, seed=0, **kw)
-    wall = time.perf_counter() - t0
-    h = res.history
-    ret = retrieval(res.components, corpus.test)
-    p1 = [v["p@1"] for v in ret.values()]
-    eig_solves = [
-        n
-        for rec in h.get("solves", [])
-        if "eig" in rec.get("stage", "")
-        for n in rec.get("n_iter", {}).values()
-    ]
-    row = {
-        "variant": spec,
-        "wall_s": round(wall, 1),
-        "eigensolver_iterations": h["eigensolver"]["n_iter"],
-        "restarts": h["eigensolver"]["n_restarts"],
-        "block_size": h["block_size"],
-        "max_basis": h["max_basis"],
-        "passes": int(sum(h["passes"]["passes"].values())),
-        "column_passes": int(sum(h["passes"]["column_passes"].values())),
-        "passes_by_phase": passes_by_phase(h["passes"]),
-        "eig_cg_iterations_per_solve": round(float(np.mean(eig_solves)), 2) if eig_solves else None,
-        "P@1_mean": round(float(np.mean(p1)), 4),
-        "P@1_min": round(float(np.min(p1)), 4),
-        "P@1": {k: v["p@1"] for k, v in ret.items()},
-    }
+    with wiring(stats) if wiring else nullcontext():
+        row = fit_once(be, argparse.Namespace(lam=1.0, r=r), spec, kw, None, corpus)
+    assert row is not None  # only a validation stop rule is skipped, and none is set here
     if stats:
         row["recycled_initial_relative_residual_median"] = round(
             float(np.median([s["initial_relative_residual"] for s in stats])), 3

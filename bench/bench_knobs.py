@@ -95,6 +95,8 @@ def fit_once(
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     ret = retrieval(res.components, corpus.test)
     h = res.history
+    # CG iterations of the eigensolver's solves (stages cr5/eig<i>), per language and solve
+    eig_cg = [n for rec in h["solves"] if "/eig" in rec["stage"] for n in rec["n_iter"].values()]
 
     return {
         "label": label,
@@ -110,7 +112,9 @@ def fit_once(
         "max_basis": h["max_basis"],
         "restarts": h["eigensolver"]["n_restarts"],
         "timings": h["timings"],
+        "eig_cg_iterations_per_solve": round(float(np.mean(eig_cg)), 2) if eig_cg else None,
         "P@1_mean": round(float(np.mean([v["p@1"] for v in ret.values()])), 4),
+        "P@1_min": round(float(min(v["p@1"] for v in ret.values())), 4),
         "P@1": {k: v["p@1"] for k, v in ret.items()},
     }
 

@@ -1,16 +1,14 @@
 #!/usr/bin/env python3
 """CG iterations of one eigensolver-sized solve against the preconditioner's rank.
 
-The eigensolver's CG is ~80 % of a Cr5 fit's passes at r = 300 (bench/README.md, "r = 300:
-where the passes go"), and its iterations per solve grow with the corpus (8-11 on the 200k
-synthetic corpus of bench_train.py, 15-16 on the 200k and 2M Wikipedia-shaped corpora of
-bench_chain.py). This script loads a ``tfidf`` dataset written by the pipeline (for example
-``<workdir>/out_text/tfidf`` of a bench_chain.py run) onto the local backend, draws one
-random orthonormal K x b block Q, forms ``U = C Q`` as the eigensolver does, and solves
-``B_l X = U_l`` for every language with the spectral-Jacobi preconditioner at each
-``--ranks`` value (``train.precond_rank``), at the default CG tolerance. It reports, per
-rank, the preconditioner's build time and passes, the solve's CG iterations and
-column-passes per language, and the solve's wall time.
+The eigensolver's CG is most of a Cr5 fit's passes at r = 300, and its iterations per solve
+grow with the corpus (bench/README.md, "r = 300: where the passes go"). This script loads a
+``tfidf`` dataset written by the pipeline (for example ``<workdir>/out_text/tfidf`` of a
+bench_chain.py run) onto the local backend, draws one random orthonormal K x b block Q,
+forms ``U = C Q`` as the eigensolver does, and solves ``B_l X = U_l`` for every language
+with the spectral-Jacobi preconditioner at each ``--ranks`` value (``train.precond_rank``),
+at the default CG tolerance. It reports, per rank, the preconditioner's build time and
+passes, the solve's CG iterations and column-passes per language, and the solve's wall time.
 
 Usage (repository root)::
 
@@ -48,16 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     ranks = [int(k) for k in args.ranks.split(",")]
 
-    from pyspark.sql import SparkSession
-
     from pipeline.backends.loader import local_backend_from_tfidf
+    from pipeline.config import SparkConfig
     from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies
     from pipeline.linalg.woodbury import WoodburyInverse, global_mean
+    from pipeline.spark import get_spark
 
     info = machine_info()
     print("== machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
-    spark = SparkSession.builder.master("local[2]").config("spark.driver.memory", "3g")
-    spark = spark.config("spark.ui.enabled", "false").getOrCreate()
+    # Spark only reads the dataset; the solves run on the local backend
+    spark = get_spark(
+        SparkConfig(master="local[2]", driver_memory="3g", conf={"spark.ui.enabled": "false"})
+    )
     t0 = time.perf_counter()
     be = local_backend_from_tfidf(spark, args.tfidf, dtype="float32")
     spark.stop()
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         ainv = WoodburyInverse(be, args.lam, precond_rank=rank, mu=mu)
         be.reset_counts()
         t0 = time.perf_counter()
-        ainv._ensure_diagonal()
-        ainv._ensure_preconditioners()
+        ainv._ensure_preconditioners()  # prepare() would also solve w
         build_s = time.perf_counter() - t0
         build_passes = int(sum(be.pass_counts["column_passes"].values()))
         t0 = time.perf_counter()
