@@ -733,7 +733,9 @@ def plot(paths: list[Path], out: Path) -> None:
 #: ``phi_float32``: Φ is computed from the float32 images without p x r float64 copies;
 #: ``basis_float32``: the Lanczos basis is kept in the passes' dtype (float32), not float64;
 #: ``images_only_result``: the eigensolver returns no K x r Ritz vectors (Φ needs only their
-#: images), and Φᵀ is written over Φ*ᵀ (one p x r array in the Φ step, not two).
+#: images), and Φᵀ is written over Φ*ᵀ (one p x r array in the Φ step, not two);
+#: ``basis_freed_result``: the eigensolver frees its basis before making the Ritz vectors'
+#: images, and under the residual rule the monitor makes no best iteration's Φ*ᵀ.
 SOLVER_FEATURES = (
     "ct_language_rows",
     "phi_float32",
@@ -741,6 +743,7 @@ SOLVER_FEATURES = (
     "fused_tasks",
     "basis_float32",
     "images_only_result",
+    "basis_freed_result",
 )
 
 

@@ -123,6 +123,9 @@ class Sizes:
     #: the eigensolver's result without the K x r Ritz vectors (``images_only_result``;
     #: before, K x r float64 beside the basis and the images at the end of the fit)
     images_only_result: bool = True
+    #: the basis freed before the result's Ritz images are made (``basis_freed_result``;
+    #: before, K x m beside the images and the Ritz images at the end of the eigensolver)
+    basis_freed_result: bool = True
     #: Fused languages resident in the Python workers (``resident_workers``): a worker reads
     #: a language's blocks once, then its tasks multiply one CSR matrix; before, every task
     #: of every fused job re-read (read·z_l) and multiplied block by block.
@@ -471,14 +474,16 @@ def predict(s: Sizes, mc: Machine, backend: str, **kw: Any) -> Prediction:
 
 
 def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
-    """Peak driver Python memory, counted from the code (no fitted constant): the larger of
-    two moments of the last eigensolver iteration, on top of
+    """Peak driver Python memory, counted from the code (no fitted constant): the largest
+    of three moments of the last eigensolver iteration and its result, on top of
 
     * base: the Python driver without data (DRIVER_BASE_MB, measured);
-    * basis: the Lanczos buffer, K x m_cap float32 (float64 before ``basis_float32``),
-      allocated once (every page is touched from the first block on: the written part of
-      each row spans its pages), so it does not grow with the iterations;
     * local backend: X (float32 values + int32 indices, int64 row pointers and concept ids).
+
+    In moments 1 and 2 (and 3 before ``basis_freed_result``), the basis: the Lanczos buffer,
+    K x m_cap float32 (float64 before ``basis_float32``), allocated once (every page is
+    touched from the first block on: the written part of each row spans its pages), so it
+    does not grow with the iterations.
 
     Moment 1, Â⁻¹ applied: the images kept before it (float32 p x min((I-1)b, m_cap)) and
     SOLVE_BLOCKS float64 p x b arrays; on Spark the CG vectors of languages above
@@ -491,12 +496,13 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     """
     k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
     item = 4 if s.basis_float32 else 8
-    common = {"base": DRIVER_BASE_MB * MB, "basis": float(basis_bytes(k, cap, item))}
+    basis = {"basis": float(basis_bytes(k, cap, item))}
+    common = {"base": DRIVER_BASE_MB * MB}
     if s.precond_rank:
         common["precond"] = float(precond_bytes(p, s.precond_rank))
     if backend == "local":
         common["X"] = float(x_bytes(s.z, s.n))
-    one = {"images": float(images_bytes(p, min((s.lanczos_iterations - 1) * b, cap)))}
+    one = basis | {"images": float(images_bytes(p, min((s.lanczos_iterations - 1) * b, cap)))}
     if backend == "local":
         one["cg"] = float(cg_bytes(p, b, 8))
         one["xv"] = 4.0 * s.n * b
@@ -505,15 +511,16 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
         unfused = sum(s.terms[lang] for lang in s.languages if not s.fused(lang))
         one["cg_unfused"] = float(cg_bytes(unfused, b, 8))
     rows = s.n if s.ct_language_rows else len(s.languages) * k
-    two = {
+    two = basis | {
         "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
         "solve": 8.0 * p * b,
         "ct_results": float(ct_results_bytes(k + rows, b)),
     }
     # Moment 3, the eigensolver's result (block_lanczos.py result(); before
-    # ``images_only_result`` also the K x r float64 Ritz vectors): the basis, the images
-    # buffer and the Ritz vectors' images (float32 p x r). The peak when b << r.
-    three = {
+    # ``images_only_result`` also the K x r float64 Ritz vectors): the images buffer and the
+    # Ritz vectors' images (float32 p x r); before ``basis_freed_result`` the basis too
+    # (then the peak when b << r).
+    three = ({} if s.basis_freed_result and s.images_only_result else basis) | {
         "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
         # Φ's own step comes after the basis and the images are freed (Φᵀ over Φ*ᵀ since
         # ``phi_in_place``; 8 p r before, beside the images until they were freed); before
@@ -587,6 +594,7 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         phi_float32="phi_float32" in run.get("solver_features", []),
         basis_float32="basis_float32" in run.get("solver_features", []),
         images_only_result="images_only_result" in run.get("solver_features", []),
+        basis_freed_result="basis_freed_result" in run.get("solver_features", []),
         resident="resident_workers" in run.get("solver_features", []),
         tasks_per_language="fused_tasks" in run.get("solver_features", []),
         **_overridden_sizes(run.get("overrides", [])),

@@ -77,17 +77,24 @@ def test_driver_memory_counts() -> None:
 
 
 def test_driver_memory_counts_the_result_and_the_old_ritz_vectors() -> None:
-    """The eigensolver's result moment: the basis, the images and the p x r Ritz images;
-    runs recorded before images_only_result also held K x r float64 Ritz vectors and Φ's
-    step (8 p r) beside them: with a wide r that moment is the peak."""
+    """The eigensolver's result moment: the images and the p x r Ritz images, and the basis
+    in runs recorded before basis_freed_result; runs recorded before images_only_result
+    also held K x r float64 Ritz vectors and Φ's step (8 p r) beside them: with a wide r
+    that moment is the peak."""
     s = dataclasses.replace(_sizes(), r=150, block=10, lanczos_iterations=6)
     p, k, r = 4000, 5000, 150
     cap = s.basis_cap()
     images = 4.0 * p * min(6 * s.block, cap)
-    new = cm.driver_mb(s, "spark")
-    assert new["moment"] == 3.0
+    kept = cm.driver_mb(dataclasses.replace(s, basis_freed_result=False), "spark")
+    assert kept["moment"] == 3.0
     want = cm.DRIVER_BASE_MB * cm.MB + 4.0 * k * cap + images + 4.0 * p * r
-    assert new["total"] == pytest.approx(want / cm.MB)
+    assert kept["total"] == pytest.approx(want / cm.MB)
+    # the basis freed first: the end holds the images and the Ritz images only, now below
+    # the iterations' moments (the basis, the images and the p x b arrays)
+    new = cm.driver_mb(s, "spark")
+    end = cm.DRIVER_BASE_MB * cm.MB + images + 4.0 * p * r
+    assert new["moment"] != 3.0 and new["total"] * cm.MB >= end
+    assert new["total"] < kept["total"]
     old = cm.driver_mb(
         dataclasses.replace(s, basis_float32=False, images_only_result=False), "spark"
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 import scipy.linalg as sla
@@ -400,3 +402,41 @@ def test_vectors_false_returns_no_ritz_vectors_but_their_images():
     # a leading block asked for is still returned
     lead = block_lanczos(op, 5, vectors=False, n_vectors=7, **kw)
     assert lead.eigenvectors is None and lead.leading_block.shape == (90, 7)
+
+
+def test_a_result_without_vectors_frees_the_basis_before_its_images(monkeypatch):
+    """Without Ritz vectors the basis buffer is dropped before the images' Ritz combination
+    is made (the end of a large fit holds no K x m array beside them), even though the
+    caller still holds the state; ``on_finish`` sees the whole final state first. With
+    Ritz vectors the caller's state keeps its basis."""
+    import pipeline.linalg.block_lanczos as bl
+
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((40, 90)) * (0.9 ** np.arange(90))
+    op = _Factored(g, g.copy())
+    kw = {"block_size": 6, "rtol": 1e-9, "maxiter": 200, "seed": 0, "track_images": True}
+    alive_at_images = []
+    real = bl.ritz_images
+
+    def spy(state, coef):
+        alive_at_images.append(buffers[-1]() is not None)
+        return real(state, coef)
+
+    monkeypatch.setattr(bl, "ritz_images", spy)
+    buffers, finished = [], []
+
+    def on_finish(st):
+        finished.append((st.basis.shape, st.n_applied))
+        buffers.append(weakref.ref(st.basis.base))  # the buffer the basis is a view of
+
+    for vectors in (False, True):
+        st = initial_state(90, 6, 0)
+        block_lanczos(op, 5, state=st, vectors=vectors, on_finish=on_finish, **kw)
+        assert finished[-1][0][1] >= finished[-1][1] > 0  # the full basis, once
+        if vectors:
+            assert alive_at_images[-1] and buffers[-1]() is not None
+            assert st.basis.shape == finished[-1][0]
+        else:
+            assert not alive_at_images[-1] and buffers[-1]() is None
+            assert st.basis.shape == (90, 0)
+    assert len(finished) == 2

@@ -173,6 +173,43 @@ def test_monitor_patience_and_min_delta():
     assert mon.records[0]["objective"] == pytest.approx(9.0)
 
 
+def test_residual_rule_scores_but_never_makes_the_best_iterations_model():
+    """Under the residual rule the validation score is recorded (and the best iteration
+    named) but no Φ*ᵀ is made: not at a restart (materialise) nor at the end (settle).
+    Under the validation rule the same calls make the best iteration's."""
+    made = []
+
+    def images():
+        made.append(1)
+        return np.ones((4, 1))
+
+    class FakeValidation(ValidationSet):
+        def p_at_1_of(self, embeddings, similarity="cosine", distractors=None):
+            return 0.5, {}
+
+    x = {"en": np.eye(2)[:1], "de": np.eye(2)[:1]}
+    val = FakeValidation(x, {"en": np.array([0]), "de": np.array([0])})
+    blocks, coef = [np.ones((4, 1))], np.ones((1, 1))
+    for rule, want in (("residual", 0), ("validation", 1)):
+        made.clear()
+        mon = IterationMonitor(
+            y_norm_sq=10.0,
+            split=lambda a: {"en": a[:2], "de": a[2:]},
+            r=1,
+            validation=val,
+            stop_rule=rule,
+            patience=5,
+        )
+        for i in (1, 2):
+            mon.observe(i, np.array([1.0]), images, projected=(blocks, coef))
+            mon.materialise()
+        mon.settle(3)  # the run went past the best iteration (1)
+        assert mon.best.iteration == 1
+        assert mon.to_history("residual")["best_validation_p_at_1"] == 0.5
+        assert len(made) == want, rule
+        assert (mon.best.images is None) == (want == 0)
+
+
 def test_block_lanczos_monitor_can_stop():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((60, 60))

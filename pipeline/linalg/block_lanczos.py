@@ -345,6 +345,7 @@ def block_lanczos(
     name: str = "lanczos",
     basis_dtype: np.dtype | type = np.float64,
     vectors: bool = True,
+    on_finish: Callable[[LanczosState], None] | None = None,
 ) -> LanczosResult:
     """Leading ``r`` eigenpairs of a symmetric positive semi-definite operator.
 
@@ -395,7 +396,13 @@ def block_lanczos(
         Storage of the basis (module docstring, "Basis precision").
     vectors : bool
         Return the Ritz vectors (``eigenvectors``); False: None, unless ``n_vectors`` asks
-        for a leading block.
+        for a leading block. Without Ritz vectors nothing in the result needs the basis, so
+        it is freed before the result is formed (``state.basis`` keeps its rows and no
+        columns): the end of the eigensolver then holds the kept images and their Ritz
+        combination, not the K x m basis beside them.
+    on_finish : callable, optional
+        ``on_finish(state)`` once, after the last iteration and before the result is formed:
+        the last moment the whole final state exists (a final checkpoint).
 
     Returns
     -------
@@ -427,6 +434,8 @@ def block_lanczos(
         callback=callback,
         monitor=monitor,
     )
+    if on_finish is not None:
+        on_finish(run.state)
     return run.result(n_vectors, converged=converged, stopped=stopped, vectors=vectors)
 
 
@@ -637,16 +646,26 @@ class _LanczosRun:
         room = max(max_basis - waiting - 2 * b, (max_basis - 2 * b) // 2)
         return max(self.r, min(room, max_basis // 2))
 
+    def free_basis(self) -> None:
+        """Drop the basis buffer: ``state.basis`` becomes an empty (K, 0) array of its
+        dtype (a view of the buffer would keep all of it alive)."""
+        n, dtype = self.state.basis.shape[0], self.state.basis.dtype
+        self.buf = None
+        self.state.basis = np.empty((n, 0), dtype=dtype)
+
     def result(
         self, n_vectors: int | None, *, converged: bool, stopped: bool, vectors: bool = True
     ) -> LanczosResult:
         """The Ritz pairs of the final (possibly just restarted) basis; warns when neither
         the residual rule nor the monitor ended the run. ``vectors=False`` without
-        ``n_vectors``: no Ritz vectors (only values and images)."""
+        ``n_vectors``: no Ritz vectors (only values and images), and the basis is freed
+        first."""
         state, r, rtol = self.state, self.r, self.rtol
         if state.n_applied == 0:  # maxiter == 0 on a fresh start
             raise ValueError("maxiter must be >= 1 for a fresh start")
         theta, s, rho = _ritz(state, r)
+        if not vectors and n_vectors is None:
+            self.free_basis()
         if not converged and not stopped:
             warnings.warn(
                 f"{self.name}: {int(np.sum(rho > rtol))} of {r} Ritz pairs did not reach "

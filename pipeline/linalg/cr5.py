@@ -80,6 +80,7 @@ from pipeline.linalg.params import (
     resolve_block_size,
     smallest_max_basis,
 )
+from pipeline.linalg.peak_memory import peak_resident_mib
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 from pipeline.params import coerce, section_params
 
@@ -444,6 +445,9 @@ class _Cr5Fit:
             )
         self.backend, self.p, self.validation = backend, p, validation
         self.timings: dict[str, float] = {}
+        # the driver's resident high-water mark (MiB) where each phase ended: the phase in
+        # which it rose set the fit's peak (pipeline/linalg/peak_memory.py)
+        self.peaks: dict[str, Any] = {"by_iteration": []}
         self.passes0 = backend.pass_counts
         self.t_start = time.perf_counter()
         self.k = backend.n_concepts
@@ -547,6 +551,7 @@ class _Cr5Fit:
         self.ainv.prepare(background=True)
         self.w_saved = saved_w is not None
         self.timings["woodbury_setup"] = time.perf_counter() - t0
+        self.peaks["woodbury_setup"] = peak_resident_mib()
 
     def _save_woodbury(self) -> None:
         if self.store and not self.w_saved:
@@ -584,13 +589,14 @@ class _Cr5Fit:
             # array, and the passes' own rounding is of the same size (docs/scaling.md)
             basis_dtype=self.backend.dtype,
             # Φ*ᵀ comes from the tracked images: the K x r Ritz vectors would only be the
-            # driver's peak at the end of the fit
+            # driver's peak at the end of the fit, and the basis is freed before the
+            # images' Ritz combination is made
             vectors=not p.reuse_solves,
+            on_finish=self._on_finish,
         )
         self.ainv.wait()
         self.monitor.settle(eig.n_iter)  # the final state's blocks are still alive here
-        if self.store:
-            self._save_state(state, due=True)
+        self.peaks["eigensolver"] = peak_resident_mib()
         self.timings["eigensolver"] = time.perf_counter() - t0
         return eig, resumed_from
 
@@ -650,7 +656,13 @@ class _Cr5Fit:
         self.store.save("lanczos", st.arrays(), st.meta())
         self.last_saved = time.perf_counter()
 
+    def _on_finish(self, st: LanczosState) -> None:
+        self.peaks["iterations"] = peak_resident_mib()
+        if self.store:  # the final checkpoint, while the basis still exists
+            self._save_state(st, due=True)
+
     def _on_iteration(self, it: int, ritz: np.ndarray, res: np.ndarray) -> None:
+        self.peaks["by_iteration"].append(peak_resident_mib())
         self._label(it + 1)
         if self.callback is not None:
             self.callback("eigensolver", it, {"ritz_values": ritz, "residuals": res})
@@ -690,6 +702,7 @@ class _Cr5Fit:
                 f"{self.layout.n_terms} terms)"
             )
         self.timings["phi"] = time.perf_counter() - t0
+        self.peaks["phi"] = peak_resident_mib()
         self.timings["total"] = time.perf_counter() - self.t_start
         return phi_t, lam_g, q, eigenvalues, returned_iteration
 
@@ -715,6 +728,7 @@ class _Cr5Fit:
             "solves": [rec.to_dict() for rec in ainv.records],
             "passes": pass_delta(self.passes0, passes1),
             "timings": {key: round(v, 4) for key, v in timings.items()},
+            "driver_peak_mib": self.peaks,
         }
         logger.info(
             "cr5: done in %.2fs: %d eigensolver iterations (converged=%s), %d passes over X; "
@@ -728,6 +742,13 @@ class _Cr5Fit:
                 for ph, n in passes_by_phase(history["passes"]).items()
             ),
         )
+        marks = [(k, self.peaks.get(k)) for k in ("woodbury_setup", "iterations", "eigensolver")]
+        if self.peaks.get("phi") is not None:  # None: no /proc to read
+            logger.info(
+                "cr5: driver Python resident peak %.0f MiB; the mark after each phase: %s",
+                self.peaks["phi"],
+                ", ".join(f"{k} {v:.0f}" for k, v in [*marks, ("phi", self.peaks["phi"])] if v),
+            )
         return history
 
     def _path_start(self, eig: Any) -> PathStart:

@@ -373,8 +373,8 @@ class IterationMonitor:
         ``hstack(blocks) @ coef`` (the eigensolver's kept images and Ritz coefficients). With
         a validation set, the iteration is scored from the blocks' projections
         (:mod:`~pipeline.linalg.image_projections`), without forming Φ*ᵀ; ``images()``
-        makes Φ*ᵀ (p, r) as a new array, and a new best iteration keeps it to call later
-        (:meth:`materialise`, before the blocks change)."""
+        makes Φ*ᵀ (p, r) as a new array, and under the validation rule a new best iteration
+        keeps it to call later (:meth:`materialise`, before the blocks change)."""
         t0 = time.perf_counter()
         theta = np.asarray(theta, dtype=np.float64)[: self.r]
         if theta.size < self.r or not np.all(np.isfinite(theta)):
@@ -396,7 +396,11 @@ class IterationMonitor:
             rec["validation_p_at_1"] = score
             rec["validation_per_direction"] = per
             if self.best is None or score > self.best.score + self.min_delta:
-                self.best = _Best(int(iteration), score, theta.copy(), None, images)
+                # only the validation rule returns the best iteration's model: under the
+                # residual rule its Φ*ᵀ (p x r) would be made at restarts and at the end
+                # for nothing, the driver's largest transient at scale
+                keep = images if self.stop_rule == "validation" else None
+                self.best = _Best(int(iteration), score, theta.copy(), None, keep)
 
         rec["seconds"] = round(time.perf_counter() - t0, 4)
         self.records.append(rec)

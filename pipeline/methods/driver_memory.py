@@ -116,9 +116,10 @@ def solve_bytes(terms: int, block: int) -> int:
 
 def ritz_images_bytes(terms: int, r: int) -> int:
     """The eigensolver's result: the Ritz vectors' images Φ*ᵀ, p x r float32, made while
-    the basis and the kept images are still alive (the end of the eigensolver). Φ's own
-    step comes after they are freed and writes Φᵀ over Φ*ᵀ: no larger than this (8 p r
-    when a λ path's start keeps Φ*ᵀ, not counted)."""
+    the kept images are still alive but after the basis is freed (the end of the
+    eigensolver). Φ's own step comes after the images are freed and writes Φᵀ over Φ*ᵀ: no
+    larger than this (8 p r, and the basis kept, when a λ path's start keeps Φ*ᵀ and the
+    leading Ritz vectors: not counted)."""
     return 4 * terms * r
 
 
@@ -148,19 +149,28 @@ def cg_bytes(terms: int, block: int, item: int) -> int:
 
 
 def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
-    """``solver``: Cr5's eigensolver, by part: the basis (K x m, float32 or float64 as the
-    passes), the kept images (p x m float32), the larger of applying Â⁻¹ (p x b arrays)
-    and the eigensolver's result (the Ritz vectors' images, p x r float32), the
-    preconditioners, the Cᵀ results; X itself on the local backend, and the CG vectors of
-    the languages whose CG runs on the driver (all of them on the local backend)."""
+    """``solver``: Cr5's eigensolver, by part, summed as a bound over its two moments.
+    During the iterations: the basis (K x m, float32 or float64 as the passes), the kept
+    images (p x m float32), applying Â⁻¹ (p x b arrays) and the Cᵀ results. At its end the
+    basis, the solve and the Cᵀ results are freed before the result, the Ritz vectors'
+    images (p x r float32), is made beside the kept images: counted only by what it exceeds
+    them by. Always: the preconditioners; X itself on the local backend, and the CG vectors
+    of the languages whose CG runs on the driver (all of them on the local backend)."""
+    basis = basis_bytes(s.concepts, s.basis, s.basis_item)
+    solve = solve_bytes(s.terms, s.block)
+    ct = ct_results_bytes(s.concepts + s.docs, s.block)
     parts = {
         "base": DRIVER_PYTHON_BASE,
-        "basis": basis_bytes(s.concepts, s.basis, s.basis_item),
+        "basis": basis,
         "images": images_bytes(s.terms, s.basis),
-        # the Φ step comes after the basis and the images are freed: below this
-        "solve or Ritz images": max(solve_bytes(s.terms, s.block), ritz_images_bytes(s.terms, s.r)),
+        "solve": solve,
         "preconditioners": precond_bytes(s.terms, s.precond_rank),
-        "Cᵀ results": ct_results_bytes(s.concepts + s.docs, s.block),
+        "Cᵀ results": ct,
+        # the end moment's p x r array where it outgrows what the end has freed (wide r,
+        # few concepts); the Φ step after it is no larger (Φᵀ written over Φ*ᵀ)
+        "Ritz images beyond the freed arrays": max(
+            0, ritz_images_bytes(s.terms, s.r) - basis - solve - ct
+        ),
     }
     if s.local:
         parts["X"] = x_bytes(s.nnz, s.docs)
