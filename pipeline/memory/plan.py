@@ -217,9 +217,9 @@ def fit_driver_need(sizes: TrainSizes, t: TrainConfig, unfused: Sequence[str] = 
 
 def train_driver_need(sizes: TrainSizes, t: TrainConfig, unfused: Sequence[str] = ()) -> dict:
     """The driver Python's peak of a Cr5 fit, by part (bytes): the basis (K x m in the passes'
-    dtype), the kept images (p x m float32), applying Â⁻¹ (p x b arrays), the Cᵀ results,
-    the eigensolver's result (p x r float32 Ritz images, made after the basis is freed:
-    counted beyond what it replaces), the preconditioners; X itself on the local backend,
+    dtype), the kept images (p x m float32), the larger of applying Â⁻¹ (p x b arrays) and
+    applying Cᵀ, the eigensolver's result (p x r float32 Ritz images, made after the basis
+    is freed: counted beyond what it replaces), the preconditioners; X itself locally,
     and on Spark the CG vectors of unfused languages (their CG runs on the driver)
     (:func:`pipeline.methods.driver_memory.solver_need`)."""
     return solver_need(_SOLVER, _driver_shape(sizes, t, "solver", unfused))

@@ -149,27 +149,29 @@ def cg_bytes(terms: int, block: int, item: int) -> int:
 
 
 def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
-    """``solver``: Cr5's eigensolver, by part, summed as a bound over its two moments.
-    During the iterations: the basis (K x m, float32 or float64 as the passes), the kept
-    images (p x m float32), applying Â⁻¹ (p x b arrays) and the Cᵀ results. At its end the
-    basis, the solve and the Cᵀ results are freed before the result, the Ritz vectors'
-    images (p x r float32), is made beside the kept images: counted only by what it exceeds
-    them by. Always: the preconditioners; X itself on the local backend, and the CG vectors
-    of the languages whose CG runs on the driver (all of them on the local backend)."""
+    """``solver``: Cr5's eigensolver, by part, at the larger of its moments. In an
+    iteration: the basis (K x m, float32 or float64 as the passes), the kept images (p x m
+    float32), and the larger of applying Â⁻¹ (p x b float64 arrays) and applying Cᵀ (its
+    p x b input and the Cᵀ results), which follow each other. At the eigensolver's end the
+    basis and those arrays are freed before the result, the Ritz vectors' images (p x r
+    float32), is made beside the kept images: counted by what it exceeds them by. Always:
+    the preconditioners; X itself on the local backend, and the CG vectors of the languages
+    whose CG runs on the driver (all of them on the local backend)."""
     basis = basis_bytes(s.concepts, s.basis, s.basis_item)
-    solve = solve_bytes(s.terms, s.block)
-    ct = ct_results_bytes(s.concepts + s.docs, s.block)
+    products = max(
+        solve_bytes(s.terms, s.block),
+        8 * s.terms * s.block + ct_results_bytes(s.concepts + s.docs, s.block),
+    )
     parts = {
         "base": DRIVER_PYTHON_BASE,
         "basis": basis,
         "images": images_bytes(s.terms, s.basis),
-        "solve": solve,
+        "solve or Cᵀ results": products,
         "preconditioners": precond_bytes(s.terms, s.precond_rank),
-        "Cᵀ results": ct,
         # the end moment's p x r array where it outgrows what the end has freed (wide r,
         # few concepts); the Φ step after it is no larger (Φᵀ written over Φ*ᵀ)
         "Ritz images beyond the freed arrays": max(
-            0, ritz_images_bytes(s.terms, s.r) - basis - solve - ct
+            0, ritz_images_bytes(s.terms, s.r) - basis - products
         ),
     }
     if s.local:
