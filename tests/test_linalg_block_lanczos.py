@@ -404,6 +404,35 @@ def test_vectors_false_returns_no_ritz_vectors_but_their_images():
     assert lead.eigenvectors is None and lead.leading_block.shape == (90, 7)
 
 
+@pytest.mark.parametrize("max_basis", [None, 30])
+def test_tracked_images_stay_f_of_the_basis_in_one_buffer_through_restarts(max_basis):
+    """The kept images are column blocks of one buffer, rotated in place at each thick
+    restart (no second n_img x keep array), and stay exactly ``F V`` of the applied basis
+    columns; an unbounded basis grows the buffer instead (its blocks follow it)."""
+    rng = np.random.default_rng(7)
+    g = rng.standard_normal((40, 90)) * (0.9 ** np.arange(90))
+    s = _psd("decaying", n=40, seed=2) + np.eye(40)
+    f = s @ g
+    op = _Factored(g, f)
+    seen = []
+
+    def check(st):
+        v = st.basis[:, : st.n_applied]
+        images = np.hstack(st.images)
+        np.testing.assert_allclose(images, f @ v, rtol=0, atol=1e-10 * np.abs(f).max())
+        bases = {id(blk.base) for blk in st.images}
+        assert len(bases) == 1 and all(blk.base is not None for blk in st.images)
+        seen.append(st.n_restarts)
+
+    res = block_lanczos(
+        op, 5, block_size=6, rtol=1e-8, maxiter=200, seed=0, max_basis=max_basis,
+        track_images=True, checkpoint=check, on_finish=check,
+    )  # fmt: skip
+    assert res.converged
+    if max_basis is not None:
+        assert res.n_restarts > 0 and max(seen) > 0
+
+
 def test_a_result_without_vectors_frees_the_basis_before_its_images(monkeypatch):
     """Without Ritz vectors the basis buffer is dropped before the images' Ritz combination
     is made (the end of a large fit holds no K x m array beside them), even though the

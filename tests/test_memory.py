@@ -165,7 +165,9 @@ def test_a_float32_basis_fuses_every_language_at_r300_on_2m():
     b = resolve_block_size(
         300, t.oversampling, t.block_size, WIKI_2M.concepts, warm=t.start_steps > 0
     )
-    products = max(8 * 5 * WIKI_2M.p * b, 8 * WIKI_2M.p * b + 8 * (WIKI_2M.concepts + WIKI_2M.n) * b)
+    products = max(
+        8 * 5 * WIKI_2M.p * b, 8 * WIKI_2M.p * b + 8 * (WIKI_2M.concepts + WIKI_2M.n) * b
+    )
     assert plan.driver["solve or Cᵀ results"] == products
     assert plan.driver["Ritz images beyond the freed arrays"] == 0
 

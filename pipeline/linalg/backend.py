@@ -206,13 +206,17 @@ class CorpusBackend(ABC):
         -------
         ids : ndarray of shape (K_l,), int64
             Sorted concept ids.
-        values : ndarray of shape (K_l, b), float64
-            The rows ``ids`` of ``Y_l^T (X_l V)``; every other row is zero.
+        values : ndarray of shape (K_l, b), the pass dtype
+            The rows ``ids`` of ``Y_l^T (X_l V)``; every other row is zero. In the dtype
+            the pass computed them in (float32 on a float32 backend): the Cᵀ product adds
+            them into its float64 sum, which casts each exactly, so a float64 copy here
+            would only double what the driver holds while the languages' results wait to
+            be summed in order.
         """
         v = as_block(v, self.n_terms(lang))
         self._count("x_scatter", v.shape[1])
         ids, values = self._x_scatter_rows(lang, v)
-        return ids, np.asarray(values, dtype=np.float64)
+        return ids, np.asarray(values)
 
     def solve_gram(
         self,

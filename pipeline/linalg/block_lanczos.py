@@ -509,6 +509,9 @@ class _LanczosRun:
         # driver's peak is one K x max_basis array, not two while np.hstack builds the next.
         self.buf = _BasisBuffer(state.basis, max_basis, basis_dtype)
         state.basis = self.buf.view()
+        # the tracked images likewise, so that a restart rotates them in place
+        self.images = _ImageBuffer(state.images, max_basis)
+        state.images = self.images.blocks
         self.clock = ProgressClock(maxiter, rtol, start_iteration=state.n_iter)
 
     def iterate(
@@ -555,7 +558,9 @@ class _LanczosRun:
             if not converged and not stopped:
                 if restart_due(state, b, self.max_basis):
                     keep = self._restart_size(self.max_basis)
-                    _thick_restart(state, theta, s, keep=keep, buf=self.buf, b=b)
+                    _thick_restart(
+                        state, theta, s, keep=keep, buf=self.buf, b=b, images=self.images
+                    )
                     theta = s = rho = None
                 state.rng_state = self.rng.bit_generator.state
                 if checkpoint is not None and state.n_iter % checkpoint_every == 0:
@@ -577,7 +582,7 @@ class _LanczosRun:
         if track_images:
             w, image = self.a.matmat_with_image(q_a)
             w = np.asarray(w, dtype=np.float64)
-            state.images.append(image)
+            state.images = self.images.append(image)
         else:
             w = np.asarray(self.a.matmat(q_a), dtype=np.float64)
         if not np.all(np.isfinite(w)):
@@ -764,6 +769,64 @@ class _BasisBuffer:
         return self.view()
 
 
+class _ImageBuffer:
+    """The tracked images ``F V[:, :n_applied]`` in one n_img x capacity buffer, whose
+    column blocks (views) are ``state.images``.
+
+    Column-major, so that appending a block touches only that block's pages (a row-major
+    buffer would make its whole capacity resident with the first block). :meth:`restart`
+    overwrites the first columns with ``hstack(images) @ coef`` row step by row step, in
+    place (row i of the product needs only row i of the images): a thick restart needs no
+    second n_img x keep array beside them, which at r = 300 on 2M documents was the
+    driver's peak (bench/README.md). Allocated at the first block (its rows and dtype come
+    from the operator); capacity ``max_basis`` columns, or grown by doubling.
+    """
+
+    def __init__(self, blocks: list[np.ndarray], max_basis: int | None) -> None:
+        self.max_basis = max_basis
+        self.data: np.ndarray | None = None
+        self.m = 0
+        self.blocks: list[np.ndarray] = []
+        for blk in blocks:  # a resumed state's images
+            self.append(blk)
+
+    def append(self, block: np.ndarray) -> list[np.ndarray]:
+        block = np.asarray(block)
+        n, k = block.shape
+        if self.data is None:
+            cap = max(k, self.max_basis if self.max_basis is not None else 2 * k)
+            self.data = np.empty((n, cap), dtype=block.dtype, order="F")
+        elif self.m + k > self.data.shape[1]:  # unbounded basis (or a resumed wide state)
+            grown = np.empty(
+                (n, max(2 * self.data.shape[1], self.m + k)), self.data.dtype, order="F"
+            )
+            grown[:, : self.m] = self.data[:, : self.m]
+            self.data = grown
+            self._reslice()
+        self.data[:, self.m : self.m + k] = block
+        self.blocks.append(self.data[:, self.m : self.m + k])
+        self.m += k
+        return self.blocks
+
+    def restart(self, coef: np.ndarray) -> list[np.ndarray]:
+        """Columns ``[:keep]`` become ``images @ coef`` (m x keep); return the one block."""
+        assert self.data is not None
+        m, keep = coef.shape
+        tall_matmul(self.data[:, :m], coef.astype(self.data.dtype), out=self.data[:, :keep])
+        self.m = keep
+        self.blocks = [self.data[:, :keep]]
+        return self.blocks
+
+    def _reslice(self) -> None:
+        """New views of the same column ranges after the buffer moved."""
+        assert self.data is not None
+        lo, views = 0, []
+        for blk in self.blocks:
+            views.append(self.data[:, lo : lo + blk.shape[1]])
+            lo += blk.shape[1]
+        self.blocks = views
+
+
 def _most_wanted_first(
     state: LanczosState,
     s: np.ndarray,
@@ -823,6 +886,7 @@ def _thick_restart(
     keep: int,
     buf: _BasisBuffer,
     b: int,
+    images: _ImageBuffer | None = None,
 ) -> None:
     """Replace the applied part of the basis by the ``keep`` leading Ritz vectors Y.
 
@@ -849,7 +913,8 @@ def _thick_restart(
     h[keep:, :] = coupling
     state.basis = buf.restart(m, s[:, :keep], waiting=rotation)
     if state.images:
-        state.images = [ritz_images(state, s[:, :keep])]
+        coef = s[:, :keep]
+        state.images = images.restart(coef) if images else [ritz_images(state, coef)]
     state.h = h
     state.n_applied = keep
     state.n_restarts += 1
