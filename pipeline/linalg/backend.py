@@ -208,7 +208,8 @@ class CorpusBackend(ABC):
             Sorted concept ids.
         values : ndarray of shape (K_l, b), the pass dtype
             The rows ``ids`` of ``Y_l^T (X_l V)``; every other row is zero. In the dtype
-            the pass computed them in (float32 on a float32 backend): the Cᵀ product adds
+            the pass computed them in (float32 on a float32 backend's local or fused
+            passes, float64 partial sums otherwise): the Cᵀ product adds
             them into its float64 sum, which casts each exactly, so a float64 copy here
             would only double what the driver holds while the languages' results wait to
             be summed in order.

@@ -742,12 +742,14 @@ class _Cr5Fit:
                 for ph, n in passes_by_phase(history["passes"]).items()
             ),
         )
-        marks = [(k, self.peaks.get(k)) for k in ("woodbury_setup", "iterations", "eigensolver")]
-        if self.peaks.get("phi") is not None:  # None: no /proc to read
+        phases = ("woodbury_setup", "iterations", "eigensolver", "phi")
+        marks = [(k, self.peaks[k]) for k in phases if self.peaks.get(k) is not None]
+        readings = [v for _, v in marks] + [v for v in self.peaks["by_iteration"] if v]
+        if readings:  # none: no /proc to read
             logger.info(
                 "cr5: driver Python resident peak %.0f MiB; the mark after each phase: %s",
-                self.peaks["phi"],
-                ", ".join(f"{k} {v:.0f}" for k, v in [*marks, ("phi", self.peaks["phi"])] if v),
+                max(readings),
+                ", ".join(f"{k} {v:.0f}" for k, v in marks),
             )
         return history
 

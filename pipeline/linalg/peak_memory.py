@@ -1,7 +1,10 @@
 """The process's resident-set high-water mark, read where a solver's phases end.
 
-A fit records it after each phase (and each eigensolver iteration) in its history: the
-mark only rises, so the phase in which it rose is the one that set the driver's peak. That
+A fit records it after each phase (and each eigensolver iteration) in its history; the
+phase after which it first reaches its largest value is the one that set the driver's peak.
+(Linux reports the larger of the recorded mark and the current resident set, and updates
+the recorded mark lazily, so a reading can come out lower than an earlier one after pages
+are released: the peak is the largest reading, not the last.) That
 is what the memory plan's and the cost model's moments are checked against
 (docs/scaling.md), on a real run rather than a separate profiler's.
 """
