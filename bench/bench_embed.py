@@ -59,6 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.machine import machine_info, process_tree  # noqa: E402
+from pipeline.linalg.peak_memory import peak_resident_mib  # noqa: E402
 
 LANG_CODES = ("en", "de", "fr", "es", "it", "nl", "pl", "ru", "sv", "fi")
 MB = 1024.0 * 1024.0
@@ -79,15 +80,10 @@ def rss_now_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """This process's resident-set high-water mark (VmHWM).
-
-    Not ``ru_maxrss``: Linux carries the parent's high-water mark over fork + exec, so a
-    subprocess of the generator would report the generator's peak.
-    """
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
+    """This process's resident-set high-water mark (VmHWM, MiB;
+    :func:`pipeline.linalg.peak_memory.peak_resident_mib`), NaN without ``/proc``."""
+    peak = peak_resident_mib()
+    return float("nan") if peak is None else peak
 
 
 # --- synthetic model and corpus ---------------------------------------------------------------

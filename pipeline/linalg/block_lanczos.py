@@ -777,9 +777,8 @@ class _ImageBuffer:
     buffer would make its whole capacity resident with the first block). :meth:`restart`
     overwrites the first columns with ``hstack(images) @ coef`` row step by row step, in
     place (row i of the product needs only row i of the images): a thick restart needs no
-    second n_img x keep array beside them, which at r = 300 on 2M documents was the
-    driver's peak (bench/README.md). Allocated at the first block (its rows and dtype come
-    from the operator); capacity ``max_basis`` columns, or grown by doubling.
+    second n_img x keep array beside them. Allocated at the first block (its rows and dtype
+    come from the operator); capacity ``max_basis`` columns, or grown by doubling.
     """
 
     def __init__(self, blocks: list[np.ndarray], max_basis: int | None) -> None:
@@ -886,7 +885,7 @@ def _thick_restart(
     keep: int,
     buf: _BasisBuffer,
     b: int,
-    images: _ImageBuffer | None = None,
+    images: _ImageBuffer,
 ) -> None:
     """Replace the applied part of the basis by the ``keep`` leading Ritz vectors Y.
 
@@ -913,8 +912,7 @@ def _thick_restart(
     h[keep:, :] = coupling
     state.basis = buf.restart(m, s[:, :keep], waiting=rotation)
     if state.images:
-        coef = s[:, :keep]
-        state.images = images.restart(coef) if images else [ritz_images(state, coef)]
+        state.images = images.restart(s[:, :keep])
     state.h = h
     state.n_applied = keep
     state.n_restarts += 1

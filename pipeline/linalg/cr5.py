@@ -445,8 +445,8 @@ class _Cr5Fit:
             )
         self.backend, self.p, self.validation = backend, p, validation
         self.timings: dict[str, float] = {}
-        # the driver's resident high-water mark (MiB) where each phase ended: the phase in
-        # which it rose set the fit's peak (pipeline/linalg/peak_memory.py)
+        # the driver's resident high-water mark (MiB) where each phase and iteration ended;
+        # the largest reading is the fit's peak (pipeline/linalg/peak_memory.py)
         self.peaks: dict[str, Any] = {"by_iteration": []}
         self.passes0 = backend.pass_counts
         self.t_start = time.perf_counter()

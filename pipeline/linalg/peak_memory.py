@@ -4,9 +4,9 @@ A fit records it after each phase (and each eigensolver iteration) in its histor
 phase after which it first reaches its largest value is the one that set the driver's peak.
 (Linux reports the larger of the recorded mark and the current resident set, and updates
 the recorded mark lazily, so a reading can come out lower than an earlier one after pages
-are released: the peak is the largest reading, not the last.) That
-is what the memory plan's and the cost model's moments are checked against
-(docs/scaling.md), on a real run rather than a separate profiler's.
+are released: the peak is the largest reading, not the last.) That is what the memory
+plan's and the cost model's moments are checked against (docs/scaling.md), on a real run
+rather than a separate profiler's.
 """
 
 from __future__ import annotations
