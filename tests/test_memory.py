@@ -222,6 +222,35 @@ def test_a_narrower_basis_lets_a_cluster_driver_fit():
         plan_train(WIKI_2M, cfg.train, small)
 
 
+def test_a_spilled_basis_leaves_the_driver_the_rows_in_use(tmp_path):
+    """train.spill_dir: the basis and the images are files; the plan counts the block being
+    applied and a product's row chunks instead of K x m and p x m, and a cluster driver too
+    small for them is told to spill, then fits with it."""
+    from pipeline.linalg.dense import resident_rows
+
+    cfg = _cfg("train.r=300")
+    spilled = _cfg("train.r=300", f"train.spill_dir={tmp_path}")
+    full = memory.train_driver_need(WIKI_2M, cfg.train)
+    need = memory.train_driver_need(WIKI_2M, spilled.train)
+    m, b = 400, 25
+    rows = resident_rows(max(WIKI_2M.concepts, WIKI_2M.p))
+    chunks = max(min(WIKI_2M.concepts, rows), min(WIKI_2M.p, rows)) * 4 * m
+    assert need["basis"] == 4 * WIKI_2M.concepts * b + chunks
+    assert need["images"] == 0 and full["images"] == 4 * WIKI_2M.p * m
+    assert need["solve or Cᵀ results"] == full["solve or Cᵀ results"]
+    assert sum(need.values()) < sum(full.values()) - 2 * GiB
+    # the end moment: the p x r Ritz images are no longer covered by a freed basis
+    assert need["Ritz images beyond the freed arrays"] == max(
+        0, 4 * WIKI_2M.p * 300 - need["basis"] - need["solve or Cᵀ results"]
+    )
+    between = (sum(need.values()) + sum(full.values())) // 2
+    cluster = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=between)
+    with pytest.raises(MemoryPlanError, match="train.spill_dir=<a local directory"):
+        plan_train(WIKI_2M, _with_basis(cfg, 400).train, cluster)
+    plan = plan_train(WIKI_2M, _with_basis(spilled, 400).train, cluster)
+    assert sum(plan.driver.values()) <= between
+
+
 def test_too_little_memory_stops_with_the_settings_that_fit():
     with pytest.raises(MemoryPlanError) as err:
         plan_train(WIKI_1M, _cfg().train, _local(6))

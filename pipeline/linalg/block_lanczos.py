@@ -58,6 +58,7 @@ from pipeline.linalg.dense import tall_matmul, tall_matmul_blocks, tall_t_matmul
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.params import CR5_DEFAULTS as _D
 from pipeline.linalg.progress import ProgressClock, format_seconds
+from pipeline.linalg.spill import copy_rows, in_memory, mapping_of, release, spilled_empty
 
 __all__ = [
     "LanczosResult",
@@ -113,7 +114,10 @@ class LanczosState:
         saved)."""
         r = len(self.ritz_history[0]) if self.ritz_history else 0
         out = {
-            "basis": self.basis,
+            # a file-backed basis is streamed too, so that saving it pages it through
+            "basis": ColumnBlocks([self.basis])
+            if mapping_of(self.basis) is not None
+            else self.basis,
             "h": self.h,
             "ritz_history": np.array(self.ritz_history).reshape(-1, r),
             "residual_history": np.array(self.residual_history).reshape(-1, r),
@@ -346,6 +350,7 @@ def block_lanczos(
     basis_dtype: np.dtype | type = np.float64,
     vectors: bool = True,
     on_finish: Callable[[LanczosState], None] | None = None,
+    spill_dir: str | None = None,
 ) -> LanczosResult:
     """Leading ``r`` eigenpairs of a symmetric positive semi-definite operator.
 
@@ -403,6 +408,11 @@ def block_lanczos(
     on_finish : callable, optional
         ``on_finish(state)`` once, after the last iteration and before the result is formed:
         the last moment the whole final state exists (a final checkpoint).
+    spill_dir : str, optional
+        Keep the basis and the tracked images in files of this local directory, mapped into
+        memory and paged out row chunk by row chunk as they are used
+        (:mod:`pipeline.linalg.spill`): the process then holds the chunks in use, not the
+        K x max_basis and n_img x max_basis arrays. Same results. Default: in memory.
 
     Returns
     -------
@@ -426,6 +436,7 @@ def block_lanczos(
         max_basis=max_basis,
         name=name,
         basis_dtype=np.dtype(basis_dtype),
+        spill_dir=spill_dir,
     )
     converged, stopped = run.iterate(
         track_images=track_images,
@@ -497,6 +508,7 @@ class _LanczosRun:
         max_basis: int | None,
         name: str,
         basis_dtype: np.dtype = _FLOAT64,
+        spill_dir: str | None = None,
     ) -> None:
         if basis_dtype not in (np.float32, np.float64):
             raise ValueError(f"basis_dtype must be float32 or float64; got {basis_dtype}")
@@ -507,10 +519,10 @@ class _LanczosRun:
         # The basis lives in one preallocated buffer (state.basis is a view of its first
         # columns): appending a block or restarting copies no more than the block, so the
         # driver's peak is one K x max_basis array, not two while np.hstack builds the next.
-        self.buf = _BasisBuffer(state.basis, max_basis, basis_dtype)
+        self.buf = _BasisBuffer(state.basis, max_basis, basis_dtype, spill_dir)
         state.basis = self.buf.view()
         # the tracked images likewise, so that a restart rotates them in place
-        self.images = _ImageBuffer(state.images, max_basis)
+        self.images = _ImageBuffer(state.images, max_basis, spill_dir)
         state.images = self.images.blocks
         self.clock = ProgressClock(maxiter, rtol, start_iteration=state.n_iter)
 
@@ -567,7 +579,16 @@ class _LanczosRun:
                     checkpoint(state)
             if callback is not None:
                 callback(state.n_iter, ritz_r, rho_r)
+            self.release()
         return converged, stopped
+
+    def release(self) -> None:
+        """Page out file-backed buffers (``spill_dir``) between iterations: what the
+        iteration touched outside the row-chunked products (the appended block, the
+        monitor's rows, a checkpoint) leaves the process; nothing for in-memory buffers."""
+        if self.buf is not None:
+            release(self.buf.data)
+        release(self.images.data)
 
     def _expand(self, track_images: bool) -> int | None:
         """Apply the operator to the next block Q_a, orthogonalise ``W = A Q_a`` against the
@@ -575,7 +596,9 @@ class _LanczosRun:
         waits (the basis spans the whole space)."""
         state, b = self.state, self.b
         m_total = state.basis.shape[1]
-        q_a = state.basis[:, state.n_applied : state.n_applied + b]
+        # a file-backed basis: the operator reads a copy, so the passes over X do not keep
+        # the basis's pages (a row-major block spans all of them) in the process
+        q_a = in_memory(state.basis[:, state.n_applied : state.n_applied + b])
         if q_a.shape[1] == 0:
             return None
         n_a = q_a.shape[1]
@@ -727,12 +750,17 @@ class _BasisBuffer:
     """
 
     def __init__(
-        self, basis: np.ndarray, max_basis: int | None, dtype: np.dtype = _FLOAT64
+        self,
+        basis: np.ndarray,
+        max_basis: int | None,
+        dtype: np.dtype = _FLOAT64,
+        spill_dir: str | None = None,
     ) -> None:
         n, m = basis.shape
         cap = max(m, min(n, max_basis)) if max_basis is not None else max(m, 2 * m)
-        self.data = np.empty((n, cap), dtype=dtype)
-        self.data[:, :m] = basis
+        self.spill_dir = spill_dir
+        self.data = _empty((n, cap), dtype, "C", spill_dir)
+        copy_rows(self.data[:, :m], basis)
         self.m = m
 
     def view(self) -> np.ndarray:
@@ -741,12 +769,15 @@ class _BasisBuffer:
     def append(self, block: np.ndarray) -> np.ndarray:
         k = block.shape[1]
         if self.m + k > self.data.shape[1]:  # unbounded basis: grow (amortised doubling)
-            grown = np.empty(
-                (self.data.shape[0], max(2 * self.data.shape[1], self.m + k)), self.data.dtype
+            grown = _empty(
+                (self.data.shape[0], max(2 * self.data.shape[1], self.m + k)),
+                self.data.dtype,
+                "C",
+                self.spill_dir,
             )
-            grown[:, : self.m] = self.data[:, : self.m]
+            copy_rows(grown[:, : self.m], self.data[:, : self.m])
             self.data = grown
-        self.data[:, self.m : self.m + k] = block
+        copy_rows(self.data[:, self.m : self.m + k], block)
         self.m += k
         return self.view()
 
@@ -758,13 +789,13 @@ class _BasisBuffer:
         dtype = self.data.dtype
         tail = self.data[:, m : self.m]
         # the waiting columns: b, or a λ path's wide start's residual directions
-        tail = tail.copy() if waiting is None else tall_matmul(tail, waiting.astype(dtype))
+        tail = np.array(tail) if waiting is None else tall_matmul(tail, waiting.astype(dtype))
         # row chunks (on threads): row i of the product needs only row i of V; in the
         # basis dtype (a float32 basis: single-precision products, no float64 casts of V's
         # rows; rotating by a float32 copy of the orthogonal coef perturbs the result by
         # float32's rounding, as storing it does)
         tall_matmul(self.data[:, :m], coef.astype(dtype), out=self.data[:, :keep])
-        self.data[:, keep : keep + tail.shape[1]] = tail
+        copy_rows(self.data[:, keep : keep + tail.shape[1]], tail)
         self.m = keep + tail.shape[1]
         return self.view()
 
@@ -781,8 +812,10 @@ class _ImageBuffer:
     come from the operator); capacity ``max_basis`` columns, or grown by doubling.
     """
 
-    def __init__(self, blocks: list[np.ndarray], max_basis: int | None) -> None:
-        self.max_basis = max_basis
+    def __init__(
+        self, blocks: list[np.ndarray], max_basis: int | None, spill_dir: str | None = None
+    ) -> None:
+        self.max_basis, self.spill_dir = max_basis, spill_dir
         self.data: np.ndarray | None = None
         self.m = 0
         self.blocks: list[np.ndarray] = []
@@ -794,15 +827,15 @@ class _ImageBuffer:
         n, k = block.shape
         if self.data is None:
             cap = max(k, self.max_basis if self.max_basis is not None else 2 * k)
-            self.data = np.empty((n, cap), dtype=block.dtype, order="F")
+            self.data = _empty((n, cap), block.dtype, "F", self.spill_dir)
         elif self.m + k > self.data.shape[1]:  # unbounded basis (or a resumed wide state)
-            grown = np.empty(
-                (n, max(2 * self.data.shape[1], self.m + k)), self.data.dtype, order="F"
+            grown = _empty(
+                (n, max(2 * self.data.shape[1], self.m + k)), self.data.dtype, "F", self.spill_dir
             )
-            grown[:, : self.m] = self.data[:, : self.m]
+            copy_rows(grown[:, : self.m], self.data[:, : self.m])
             self.data = grown
             self._reslice()
-        self.data[:, self.m : self.m + k] = block
+        copy_rows(self.data[:, self.m : self.m + k], block)
         self.blocks.append(self.data[:, self.m : self.m + k])
         self.m += k
         return self.blocks
@@ -824,6 +857,15 @@ class _ImageBuffer:
             views.append(self.data[:, lo : lo + blk.shape[1]])
             lo += blk.shape[1]
         self.blocks = views
+
+
+def _empty(
+    shape: tuple[int, int], dtype: np.dtype, order: str, spill_dir: str | None
+) -> np.ndarray:
+    """An uninitialised buffer in memory, or in a file of ``spill_dir``."""
+    if spill_dir is None:
+        return np.empty(shape, dtype=dtype, order=order)
+    return spilled_empty(shape, dtype, directory=spill_dir, order=order)
 
 
 def _most_wanted_first(

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.linalg.spill import release_rows
 
 __all__ = [
     "CheckpointMismatchError",
@@ -67,6 +68,8 @@ class ColumnBlocks:
             stop = start + WRITE_STEP_ROWS
             step = np.hstack([b[start:stop].astype(self.dtype, copy=False) for b in self.blocks])
             f.write(step.tobytes())
+            for b in self.blocks:  # file-backed blocks: the written rows leave the process
+                release_rows(b, slice(start, stop))
 
 
 class CheckpointMismatchError(PipelineError, ValueError):

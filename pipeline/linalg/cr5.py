@@ -593,6 +593,7 @@ class _Cr5Fit:
             # images' Ritz combination is made
             vectors=not p.reuse_solves,
             on_finish=self._on_finish,
+            spill_dir=p.spill_dir,
         )
         self.ainv.wait()
         self.monitor.settle(eig.n_iter)  # the final state's blocks are still alive here

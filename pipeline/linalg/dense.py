@@ -15,7 +15,9 @@ written or subtracted, a float64 cast, blocks stacked side by side) stay a few M
 the chunk's height: temporaries of a whole chunk (up to 65,536 x m) would be fresh pages on
 every call, and looping over separate blocks would add a chunk-sized temporary per block.
 Results equal the one-call product up to the summation order of :func:`tall_t_matmul`'s
-partial sums.
+partial sums. Operands that live in a file (:mod:`pipeline.linalg.spill`) have each chunk's
+pages dropped from the process once the chunk is done, so a product holds the chunks in use,
+not the whole operand.
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["subtract_outer", "tall_matmul", "tall_matmul_blocks", "tall_t_matmul"]
+from pipeline.linalg.spill import release_rows
+
+__all__ = [
+    "resident_rows",
+    "subtract_outer",
+    "tall_matmul",
+    "tall_matmul_blocks",
+    "tall_t_matmul",
+]
 
 MIN_ROWS = 4_096
 MAX_ROWS = 65_536  # bounds a chunk's height whatever the matrix height
@@ -50,6 +60,12 @@ def _executor() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="dense")
         return _pool
+
+
+def resident_rows(n: int) -> int:
+    """Rows of an ``n``-row file-backed operand (:mod:`pipeline.linalg.spill`) that a product
+    holds in the process at once: a chunk's rows per thread, released when the chunk ends."""
+    return min(n, _threads() * MAX_ROWS)
 
 
 def _chunks(n: int) -> list[slice]:
@@ -92,6 +108,8 @@ def tall_matmul(
                 out[step] -= a[step] @ b
             else:
                 out[step] = a[step] @ b
+        release_rows(a, rows)
+        release_rows(out, rows)
 
     _run(one, _chunks(n))
     return out
@@ -120,6 +138,8 @@ def tall_matmul_blocks(blocks: list[np.ndarray], coef: np.ndarray) -> np.ndarray
         for step in _steps(rows):
             stacked = np.concatenate([blk[step] for blk in blocks], axis=1, dtype=dtype)
             np.matmul(stacked, coef, out=out[step])
+        for blk in blocks:
+            release_rows(blk, rows)
 
     _run(one, _chunks(n))
     return out
@@ -140,6 +160,8 @@ def tall_t_matmul(a: np.ndarray, w: np.ndarray, *, dtype: np.dtype | None = None
                 acc = x.T @ y
             else:
                 acc += x.T @ y
+        release_rows(a, rows)
+        release_rows(w, rows)
         return acc
 
     parts = _run(one, _chunks(a.shape[0]))

@@ -243,6 +243,16 @@ class Cr5Params:
         doc="Concurrent language passes / solves (None: one per language).",
         extra=_role(EXECUTION),
     )
+    spill_dir: str | None = param(
+        None,
+        doc="A local directory for the eigensolver's Lanczos basis (K x max_basis) and kept "
+        "images (p x max_basis), the driver's largest arrays: they are then files mapped into "
+        "memory and paged out row chunk by row chunk as the solver uses them, so the driver's "
+        "Python holds the chunks in use and the OS caches the rest as memory allows (the "
+        "files need that much local disk; they are deleted when the fit ends, however it "
+        "ends). Same results. None: in the driver's memory.",
+        extra=_role(EXECUTION),
+    )
     checkpoint_every: int = param(
         1, lo=1, doc="Eigensolver iterations between checkpoints.", extra=_role(EXECUTION)
     )

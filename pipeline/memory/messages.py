@@ -65,6 +65,13 @@ def driver_paragraph(
     fixes = []
     if t.backend == "local" and driver.get("X", 0) >= need - available:
         fixes.append("--set train.backend=spark (X then stays on the executors)")
+    spillable = driver.get("basis", 0) + driver.get("images", 0)
+    if t.spill_dir is None and spillable > 0:  # the eigensolver's formula has these parts
+        fixes.append(
+            "--set train.spill_dir=<a local directory with "
+            f"{gb(spillable)} free> (the eigensolver's basis and images then live in files "
+            "paged in row chunk by row chunk)"
+        )
     if t.r > 100:
         fixes.append(f"a smaller train.r (now {t.r})")
     fixes.append("a machine (or a client-mode driver) with more memory")

@@ -193,6 +193,8 @@ def _driver_shape(
     )
     if formula != "solver":
         return shape
+    from pipeline.linalg.dense import resident_rows
+
     r, b, m = _solver_widths(sizes, t)
     return dataclasses.replace(
         shape,
@@ -203,6 +205,7 @@ def _driver_shape(
         basis_item=4 if t.dtype == "float32" else 8,
         precond_rank=t.precond_rank,
         unfused_terms=sum(sizes.terms[lang] for lang in unfused) if unfused else None,
+        spill_rows=None if t.spill_dir is None else resident_rows(max(sizes.concepts, sizes.p)),
     )
 
 

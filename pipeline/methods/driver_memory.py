@@ -35,6 +35,7 @@ __all__ = [
     "ritz_images_bytes",
     "solve_bytes",
     "solver_need",
+    "spilled_bytes",
     "state_need",
     "x_bytes",
 ]
@@ -78,6 +79,10 @@ class DriverShape:
     unfused_terms : int or None
         Spark backend: Σ p_l of the languages whose CG runs on the driver (not fused into
         tasks); None when there is none.
+    spill_rows : int or None
+        ``train.spill_dir`` is set: the basis and the kept images are files of which the
+        process holds only the rows of the products' chunks in flight, at most this many
+        (:func:`pipeline.linalg.dense.resident_rows`; ``solver``). None: in memory.
     """
 
     method: str
@@ -93,6 +98,7 @@ class DriverShape:
     precond_rank: int = 0
     local: bool = False
     unfused_terms: int | None = None
+    spill_rows: int | None = None
 
 
 # --- the parts (bytes) -----------------------------------------------------------------------
@@ -107,6 +113,15 @@ def basis_bytes(concepts: int, columns: int, item: int = 8) -> int:
 def images_bytes(terms: int, columns: int) -> int:
     """The kept images Â⁻¹CV: p x columns float32."""
     return 4 * terms * columns
+
+
+def spilled_bytes(concepts: int, terms: int, columns: int, block: int, item: int, rows: int) -> int:
+    """The basis and the kept images in files (``train.spill_dir``): what the process holds
+    of them at once, the in-memory copy of the block being applied (K x b) and the row
+    chunks in flight of a product (at most ``rows`` rows) of the larger of the two (the
+    basis in ``item`` bytes, the images float32)."""
+    chunks = max(min(concepts, rows) * item, min(terms, rows) * 4) * columns
+    return item * concepts * block + chunks
 
 
 def solve_bytes(terms: int, block: int) -> int:
@@ -156,8 +171,13 @@ def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
     basis and those arrays are freed before the result, the Ritz vectors' images (p x r
     float32), is made beside the kept images: counted by what it exceeds them by. Always:
     the preconditioners; X itself on the local backend, and the CG vectors of the languages
-    whose CG runs on the driver (all of them on the local backend)."""
+    whose CG runs on the driver (all of them on the local backend). With ``spill_rows`` the
+    basis and the images count only the rows the process holds of their files."""
     basis = basis_bytes(s.concepts, s.basis, s.basis_item)
+    images = images_bytes(s.terms, s.basis)
+    if s.spill_rows is not None:
+        basis = spilled_bytes(s.concepts, s.terms, s.basis, s.block, s.basis_item, s.spill_rows)
+        images = 0
     products = max(
         solve_bytes(s.terms, s.block),
         8 * s.terms * s.block + ct_results_bytes(s.concepts + s.docs, s.block),
@@ -165,7 +185,7 @@ def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
     parts = {
         "base": DRIVER_PYTHON_BASE,
         "basis": basis,
-        "images": images_bytes(s.terms, s.basis),
+        "images": images,
         "solve or Cᵀ results": products,
         "preconditioners": precond_bytes(s.terms, s.precond_rank),
         # the end moment's p x r array where it outgrows what the end has freed (wide r,
