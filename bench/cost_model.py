@@ -37,6 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # The eigensolver's block width and basis cap are the solver's own rule (pipeline/linalg/params.py).
+from pipeline.linalg.dense import MAX_ROWS, MAX_THREADS  # noqa: E402
 from pipeline.linalg.params import CR5_DEFAULTS, default_block_size, default_max_basis  # noqa: E402
 
 # The driver-memory parts are the methods' own model, the one the memory plan uses
@@ -51,6 +52,7 @@ from pipeline.methods.driver_memory import (  # noqa: E402
     precond_bytes,
     ritz_images_bytes,
     solve_bytes,
+    spilled_bytes,
     x_bytes,
 )
 
@@ -126,6 +128,9 @@ class Sizes:
     #: the basis freed before the result's Ritz images are made (``basis_freed_result``;
     #: before, K x m beside the images and the Ritz images at the end of the eigensolver)
     basis_freed_result: bool = True
+    #: ``train.spill_dir``: the basis and the images are files of which the driver holds the
+    #: block being applied and the row chunks in flight (spilled_bytes), not K x m and p x m
+    spilled: bool = False
     #: Fused languages resident in the Python workers (``resident_workers``): a worker reads
     #: a language's blocks once, then its tasks multiply one CSR matrix; before, every task
     #: of every fused job re-read (read·z_l) and multiplied block by block.
@@ -497,12 +502,18 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     k, p, b, cap = s.concepts, s.p, s.block, s.basis_cap()
     item = 4 if s.basis_float32 else 8
     basis = {"basis": float(basis_bytes(k, cap, item))}
+    if s.spilled:  # the block and the chunks in flight of the larger array, as the plan
+        rows = min(max(k, p), MAX_THREADS * MAX_ROWS)  # a driver of >= 8 cores: the most
+        basis = {"basis": float(spilled_bytes(k, p, cap, b, item, rows))}
     common = {"base": DRIVER_BASE_MB * MB}
     if s.precond_rank:
         common["precond"] = float(precond_bytes(p, s.precond_rank))
     if backend == "local":
         common["X"] = float(x_bytes(s.z, s.n))
-    one = basis | {"images": float(images_bytes(p, min((s.lanczos_iterations - 1) * b, cap)))}
+    kept = 0 if s.spilled else 1  # spilled images count in the basis's chunks
+    one = basis | {
+        "images": kept * float(images_bytes(p, min((s.lanczos_iterations - 1) * b, cap)))
+    }
     if backend == "local":
         one["cg"] = float(cg_bytes(p, b, 8))
         one["xv"] = 4.0 * s.n * b
@@ -512,7 +523,7 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
         one["cg_unfused"] = float(cg_bytes(unfused, b, 8))
     rows = s.n if s.ct_language_rows else len(s.languages) * k
     two = basis | {
-        "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
+        "images": kept * float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
         "solve": 8.0 * p * b,
         "ct_results": float(ct_results_bytes(k + rows, b)),
     }
@@ -520,8 +531,9 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
     # ``images_only_result`` also the K x r float64 Ritz vectors): the images buffer and the
     # Ritz vectors' images (float32 p x r); before ``basis_freed_result`` the basis too
     # (then the peak when b << r).
-    three = ({} if s.basis_freed_result and s.images_only_result else basis) | {
-        "images": float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
+    freed = s.basis_freed_result and s.images_only_result and not s.spilled
+    three = ({} if freed else basis) | {
+        "images": kept * float(images_bytes(p, min(s.lanczos_iterations * b, cap))),
         # Φ's own step comes after the basis and the images are freed (Φᵀ over Φ*ᵀ since
         # ``phi_in_place``; 8 p r before, beside the images until they were freed); before
         # phi_float32 its float64 copies (24 p r) were the larger
@@ -609,6 +621,8 @@ def _overridden_sizes(overrides: list[str]) -> dict[str, Any]:
         key, _, value = item.partition("=")
         if key == "train.solve_in_task_max_nnz" and value not in ("", "null"):
             out["solve_in_task_max_nnz"] = int(value)
+        if key == "train.spill_dir" and value not in ("", "null"):
+            out["spilled"] = True
     return out
 
 
@@ -843,6 +857,7 @@ def _paper(mc: Machine) -> None:
         s = replace(base, executors=executors, cores=cores)
         pr = predict_spark(s, mc)
         d = driver_mb(s, "spark")
+        spilled = driver_mb(replace(s, spilled=True), "spark")
         e = executor_mb(s)
         unfused = [lang for lang in s.languages if not s.fused(lang)]
         skip = ("total", "moment")
@@ -854,7 +869,9 @@ def _paper(mc: Machine) -> None:
             f"{sum(pr.solves):.0f} s, eigensolver products {pr.products:.0f} s, dense "
             f"{pr.dense:.0f} s); {pr.bytes_moved / 1e12:.2f} TB broadcast + collected\n"
             f"  driver Python ~{d['total'] / 1024:.1f} GB "
-            f"({', '.join(f'{k} {v / 1024:.1f}' for k, v in d.items() if k not in skip)})\n"
+            f"({', '.join(f'{k} {v / 1024:.1f}' for k, v in d.items() if k not in skip)}); "
+            f"with train.spill_dir ~{spilled['total'] / 1024:.1f} GB "
+            f"({', '.join(f'{k} {v / 1024:.1f}' for k, v in spilled.items() if k not in skip)})\n"
             f"  executor: cached X {e['jvm_cached_X'] / 1024:.1f} GB (JVM), fused-solve "
             f"task {e['python_per_solving_task'] / 1024:.1f} GB (Python), broadcast "
             f"{e['broadcast_per_pass']:.0f} MB per pass"
