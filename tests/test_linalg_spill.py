@@ -178,3 +178,16 @@ def test_a_spilled_cr5_fit_equals_the_in_memory_one_and_checkpoints(tmp_path):
     again = solve_cr5(backend(), checkpoint=CheckpointDirectory(tmp_path / "ck"), **params)
     assert all(not s["stage"].startswith("cr5/eig") for s in again.history["solves"])
     np.testing.assert_array_equal(again.eigenvalues, want.eigenvalues)
+
+
+def test_the_solver_refuses_a_spill_dir_that_is_not_a_writable_directory(tmp_path):
+    from pipeline.backends.local import LocalCorpusBackend
+    from pipeline.linalg.cr5 import Cr5Solver
+    from pipeline.linalg.errors import SolverArgumentError
+    from tests.problems import PROBLEMS
+
+    problem = PROBLEMS["steep_zipf"]
+    backend = LocalCorpusBackend(problem.corpus(), problem.n_concepts)
+    with pytest.raises(SolverArgumentError, match="spill_dir.*no-such-dir") as err:
+        Cr5Solver(r=4, spill_dir=str(tmp_path / "no-such-dir")).fit(backend)
+    assert err.value.argument == "spill_dir"

@@ -98,7 +98,25 @@ def test_a_roomy_machine_fuses_and_keeps_every_language():
     assert sum(plan.worker.values()) <= plan.worker_available
 
 
-def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer():
+@pytest.fixture
+def no_room_to_spill(monkeypatch):
+    """The local scratch directory has no room for the eigensolver's files: the plan keeps
+    them in memory and falls back to narrowing the basis or unfusing languages."""
+    import pipeline.memory.plan as plan
+
+    monkeypatch.setattr(plan, "_spill_room", lambda sizes, t: False)
+
+
+@pytest.fixture
+def room_to_spill(monkeypatch):
+    """The local scratch directory has room for the eigensolver's files (whatever this
+    machine's disk)."""
+    import pipeline.memory.plan as plan
+
+    monkeypatch.setattr(plan, "_spill_room", lambda sizes, t: True)
+
+
+def test_less_memory_keeps_fewer_languages_and_then_fuses_fewer(no_room_to_spill):
     cfg = _cfg()
     roomy, tight = (
         plan_train(WIKI_1M, cfg.train, _local(24)),
@@ -172,7 +190,7 @@ def test_a_float32_basis_fuses_every_language_at_r300_on_2m():
     assert plan.driver["Ritz images beyond the freed arrays"] == 0
 
 
-def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused():
+def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused(no_room_to_spill):
     """r = 300 at 2M on a 20.3 GB machine: the default basis (max(r, b) + 4b = 400 columns)
     leaves the workers too little to read English, which would then cost a Spark job per CG
     iteration; the plan narrows the basis to the widest cap that fuses it, and that plan is
@@ -202,7 +220,24 @@ def test_a_narrower_basis_fuses_what_the_default_basis_leaves_unfused():
     assert plan_train(WIKI_2M, r100.train, _local_for(WIKI_2M, r100)).solver_options() == {}
 
 
-def test_a_narrower_basis_lets_a_cluster_driver_fit():
+def test_the_plan_spills_the_basis_before_it_narrows_it(room_to_spill):
+    """Where the default basis leaves English unfused (2M, r = 300, a 20.3 GB machine), the
+    plan puts the basis and the images in files of the local scratch directory instead of
+    narrowing the basis: same iterates, and the driver's smaller need lets the workers read
+    every language."""
+    cfg = _cfg("train.r=300")
+    mem = _local_for(WIKI_2M, cfg, gib=20.3)
+    assert plan_train(WIKI_2M, _with_basis(cfg, 400).train, mem).spill_dir == "auto"
+    plan = plan_train(WIKI_2M, cfg.train, mem)
+    assert plan.unfused(WIKI_2M) == [] and plan.max_basis is None
+    assert plan.spill_dir == "auto" and plan.solver_options() == {"spill_dir": "auto"}
+    assert plan.driver["images"] == 0
+    # a directory the user chose is kept, and the plan does not add its own
+    own = _cfg("train.r=300", "train.spill_dir=/scratch")
+    assert plan_train(WIKI_2M, own.train, mem).solver_options() == {}
+
+
+def test_a_narrower_basis_lets_a_cluster_driver_fit(no_room_to_spill):
     """On a cluster the basis is the driver's alone: a driver between the narrow and the
     default basis's need gets the narrow one instead of exit 2."""
     cfg = _cfg("train.r=300")
@@ -222,7 +257,7 @@ def test_a_narrower_basis_lets_a_cluster_driver_fit():
         plan_train(WIKI_2M, cfg.train, small)
 
 
-def test_a_spilled_basis_leaves_the_driver_the_rows_in_use(tmp_path):
+def test_a_spilled_basis_leaves_the_driver_the_rows_in_use(tmp_path, room_to_spill):
     """train.spill_dir: the basis and the images are files; the plan counts the block being
     applied and a product's row chunks instead of K x m and p x m, and a cluster driver too
     small for them is told to spill, then fits with it."""
@@ -245,13 +280,24 @@ def test_a_spilled_basis_leaves_the_driver_the_rows_in_use(tmp_path):
     )
     between = (sum(need.values()) + sum(full.values())) // 2
     cluster = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=between)
+    plan = plan_train(WIKI_2M, _with_basis(spilled, 400).train, cluster)
+    assert sum(plan.driver.values()) <= between and plan.spill_dir is None  # the user's dir
+    # unset, the plan spills to the local scratch directory before it narrows the basis
+    auto = plan_train(WIKI_2M, cfg.train, cluster)
+    assert auto.spill_dir == "auto" and auto.max_basis is None
+    assert auto.solver_options() == {"spill_dir": "auto"} and auto.driver == plan.driver
+    assert "in files under auto" in auto.describe()
+
+
+def test_without_room_to_spill_a_short_driver_is_told_the_setting(no_room_to_spill, tmp_path):
+    cfg = _cfg("train.r=300")
+    need = sum(memory.train_driver_need(WIKI_2M, _with_basis(cfg, 400).train).values())
+    cluster = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=need // 2)
     with pytest.raises(MemoryPlanError, match="train.spill_dir=<a local directory"):
         plan_train(WIKI_2M, _with_basis(cfg, 400).train, cluster)
-    plan = plan_train(WIKI_2M, _with_basis(spilled, 400).train, cluster)
-    assert sum(plan.driver.values()) <= between
 
 
-def test_too_little_memory_stops_with_the_settings_that_fit():
+def test_too_little_memory_stops_with_the_settings_that_fit(no_room_to_spill):
     with pytest.raises(MemoryPlanError) as err:
         plan_train(WIKI_1M, _cfg().train, _local(6))
     text = str(err.value)

@@ -43,6 +43,7 @@ iteration.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ from pipeline.linalg.params import (
     smallest_max_basis,
 )
 from pipeline.linalg.peak_memory import peak_resident_mib
+from pipeline.linalg.spill import resolve_dir
 from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 from pipeline.params import coerce, section_params
 
@@ -828,6 +830,14 @@ class Cr5Solver:
                 f"got {self.checkpoint!r}",
             )
         p = self.params
+        spill = None if p.spill_dir is None else resolve_dir(p.spill_dir)
+        if spill is not None and not (os.path.isdir(spill) and os.access(spill, os.W_OK | os.X_OK)):
+            raise SolverArgumentError(
+                "spill_dir",
+                f"Cr5Solver parameter 'spill_dir' must be None, 'auto' or a writable local "
+                f"directory; {spill!r} is not one (create it, or leave spill_dir unset to keep "
+                "the eigensolver's basis and images in memory)",
+            )
         k = backend.n_concepts
         n_terms = sum(backend.n_terms(lang) for lang in backend.languages)
         check_rank(p.r, k, n_terms, owner="Cr5Solver")

@@ -25,6 +25,7 @@ __all__ = [
     "EXECUTION",
     "PASS_DTYPES",
     "PROBLEM",
+    "SPILL_AUTO",
     "STOPPING",
     "Cr5Params",
     "default_block_size",
@@ -43,6 +44,10 @@ STOPPING = "stopping"
 #: ``EXECUTION``: how the work is spread and saved; it changes no number, and the fit's
 #: history does not record it.
 EXECUTION = "execution"
+
+#: ``spill_dir`` value for the process's local scratch directory
+#: (:func:`pipeline.linalg.spill.local_scratch_dir`).
+SPILL_AUTO = "auto"
 
 #: The solvers' working precisions: allowed values of a backend's ``dtype`` (the arithmetic
 #: of one pass over X), of ``cg_dtype`` and of a preconditioner's products
@@ -250,7 +255,10 @@ class Cr5Params:
         "memory and paged out row chunk by row chunk as the solver uses them, so the driver's "
         "Python holds the chunks in use and the OS caches the rest as memory allows (the "
         "files need that much local disk; they are deleted when the fit ends, however it "
-        "ends). Same results. None: in the driver's memory.",
+        "ends). Same results. auto: the local scratch directory Spark gives the driver "
+        "(SPARK_LOCAL_DIRS, YARN's LOCAL_DIRS, else the temporary directory). None: in the "
+        "driver's memory, unless the train stage's memory plan finds that the driver holds "
+        "them only in files (it then uses auto, before it would narrow train.max_basis).",
         extra=_role(EXECUTION),
     )
     checkpoint_every: int = param(

@@ -24,35 +24,63 @@ import tempfile
 
 import numpy as np
 
+from pipeline.linalg.params import SPILL_AUTO
+
 __all__ = [
+    "AUTO",
     "COPY_STEP_ROWS",
     "copy_rows",
     "in_memory",
+    "local_scratch_dir",
     "mapping_of",
     "release",
     "release_rows",
+    "resolve_dir",
     "spilled_empty",
 ]
 
 _PAGE = mmap.PAGESIZE
 
 
+#: ``spill_dir`` value for the process's local scratch directory (:func:`local_scratch_dir`).
+AUTO = SPILL_AUTO
+
+
+def local_scratch_dir() -> str:
+    """The local scratch directory Spark gives this process: the first of
+    ``SPARK_LOCAL_DIRS`` (set by Spark on Kubernetes and standalone workers), else of YARN's
+    ``LOCAL_DIRS`` (a container's local disks), else the temporary directory (``TMPDIR``,
+    ``/tmp``)."""
+    for var in ("SPARK_LOCAL_DIRS", "LOCAL_DIRS"):
+        first = os.environ.get(var, "").split(",")[0].strip()
+        if first and os.path.isdir(first):
+            return first
+    return tempfile.gettempdir()
+
+
+def resolve_dir(directory: str) -> str:
+    """``directory``, or :func:`local_scratch_dir` for :data:`AUTO`."""
+    return local_scratch_dir() if directory == AUTO else directory
+
+
 def spilled_empty(
     shape: tuple[int, int], dtype: np.dtype | type, *, directory: str, order: str = "C"
 ) -> np.ndarray:
-    """A zero-filled ``shape`` array of ``dtype`` backed by a temporary file in ``directory``.
+    """A zero-filled ``shape`` array of ``dtype`` backed by a temporary file in ``directory``
+    (:data:`AUTO`: :func:`local_scratch_dir`).
 
-    The file is unlinked at once: the mapping keeps it alive, and the space returns to the
-    file system when the array and its views are gone (or the process ends). It is sparse
-    until written.
+        The file is unlinked at once: the mapping keeps it alive, and the space returns to the
+        file system when the array and its views are gone (or the process ends). It is sparse
+        until written.
 
-    Raises
-    ------
-    OSError
-        When ``directory`` does not exist or is not writable, naming it.
+        Raises
+        ------
+        OSError
+            When ``directory`` does not exist or is not writable, naming it.
     """
     dtype = np.dtype(dtype)
     nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)
+    directory = resolve_dir(directory)
     try:
         fd, path = tempfile.mkstemp(prefix="cr5-spill-", suffix=".bin", dir=directory)
     except OSError as err:

@@ -23,11 +23,13 @@ checks the embed stage's Python workers the same way.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Config, TrainConfig
+from pipeline.linalg.params import SPILL_AUTO as AUTO
 from pipeline.memory.machine import GiB, MiB
 from pipeline.memory.messages import (
     MemoryPlanError,
@@ -45,7 +47,9 @@ from pipeline.methods.driver_memory import (
     DRIVER_PYTHON_BASE,
     SOLVE_ARRAYS,
     DriverShape,
+    basis_bytes,
     driver_need,
+    images_bytes,
     solver_need,
     state_need,
 )
@@ -307,11 +311,17 @@ class TrainPlan:
     worker_available: int = 0
     slots: int = 1
     max_basis: int | None = None
+    spill_dir: str | None = None
 
-    def solver_options(self) -> dict[str, int]:
-        """The eigensolver settings the plan chose: ``max_basis`` when it narrowed the basis
-        (:func:`plan_train`), else nothing."""
-        return {} if self.max_basis is None else {"max_basis": self.max_basis}
+    def solver_options(self) -> dict[str, int | str]:
+        """The eigensolver settings the plan chose (:func:`plan_train`): ``max_basis`` when
+        it narrowed the basis, ``spill_dir`` when it put the basis and images in files."""
+        opts: dict[str, int | str] = {}
+        if self.max_basis is not None:
+            opts["max_basis"] = self.max_basis
+        if self.spill_dir is not None:
+            opts["spill_dir"] = self.spill_dir
+        return opts
 
     def unfused(self, sizes: TrainSizes) -> list[str]:
         """The languages of a Spark-backend fit left to one job per CG iteration."""
@@ -350,6 +360,8 @@ class TrainPlan:
         text = f"driver Python ~{gb(sum(self.driver.values()))} of {gb(self.driver_available)}"
         if self.max_basis is not None:
             text += f" (eigensolver basis narrowed to {self.max_basis} columns)"
+        if self.spill_dir is not None:
+            text += f" (eigensolver basis and images in files under {self.spill_dir})"
         if self.worker:
             text += (
                 f"; {self.slots} Python workers ~{gb(sum(self.worker.values()))} each of "
@@ -418,9 +430,12 @@ def plan_train(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan
     In local mode the driver's Python and the workers share one budget: the driver is
     counted first and the workers split the rest. On a cluster each has its own.
 
-    A Cr5 fit whose ``train.max_basis`` is left to the plan (None) and whose default basis
-    (``max(r, b) + 4b`` columns, K x m in the driver) leaves a language unfused or
-    the driver short gets the widest narrower basis, down to the eigensolver's smallest
+    A Cr5 fit whose default basis (``max(r, b) + 4b`` columns, K x m in the driver, and the
+    p x m images) leaves a language unfused or the driver short, with ``train.spill_dir``
+    unset, first gets them in files of the local scratch directory (``spill_dir`` ``auto``,
+    when its file system has room): the same iterates, and the driver holds only the rows
+    in use. Failing that, with ``train.max_basis`` left to the plan (None), it gets the
+    widest narrower basis, down to the eigensolver's smallest
     ``max(r, b) + 2b`` in steps of b, that fuses every language and fits; failing that, the
     one that fits with the fewest unfused nonzeros. A narrower basis costs more thick
     restarts (a few more iterations); an unfused language costs a Spark job per CG
@@ -432,11 +447,23 @@ def plan_train(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan
 def _plan_fit(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan:
     """:func:`plan_train` of the train section ``t``."""
     first = _plan_or_error(sizes, t, mem)
-    if driver_formula(t.method) != "solver" or t.max_basis is not None:
+    if driver_formula(t.method) != "solver":
         return _returned(first)
     if isinstance(first, TrainPlan) and not first.unfused(sizes):
         return first
     best = first
+    if t.spill_dir is None and _spill_room(sizes, t):
+        spilled = _plan_or_error(sizes, dataclasses.replace(t, spill_dir=AUTO), mem)
+        if isinstance(spilled, TrainPlan):
+            spilled.spill_dir = AUTO
+            if not spilled.unfused(sizes):
+                return spilled
+            if not isinstance(best, TrainPlan) or _unfused_nnz(spilled, sizes) < _unfused_nnz(
+                best, sizes
+            ):
+                best = spilled
+    if t.max_basis is not None:
+        return _returned(best)
     for m in _narrower_bases(sizes, t):
         plan = _plan_or_error(sizes, dataclasses.replace(t, max_basis=m), mem)
         if not isinstance(plan, TrainPlan):
@@ -464,6 +491,21 @@ def _returned(plan: TrainPlan | Exception) -> TrainPlan:
 
 def _unfused_nnz(plan: TrainPlan, sizes: TrainSizes) -> int:
     return sum(sizes.nnz[g] for g in plan.unfused(sizes))
+
+
+def _spill_room(sizes: TrainSizes, t: TrainConfig) -> bool:
+    """Whether the local scratch directory's file system has room for the basis and the
+    images (with a quarter to spare)."""
+    from pipeline.linalg.spill import local_scratch_dir
+
+    _, _, m = _solver_widths(sizes, t)
+    need = basis_bytes(sizes.concepts, m, 4 if t.dtype == "float32" else 8) + images_bytes(
+        sizes.p, m
+    )
+    try:
+        return shutil.disk_usage(local_scratch_dir()).free >= 1.25 * need
+    except OSError:
+        return False
 
 
 def _narrower_bases(sizes: TrainSizes, t: TrainConfig) -> list[int]:

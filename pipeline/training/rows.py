@@ -350,6 +350,19 @@ def _memory_plan(
             if not plan.unfused(sizes)
             else "the driver fits",
         )
+    if plan.spill_dir is not None:
+        from pipeline.linalg.spill import resolve_dir
+
+        log.warning(
+            "memory plan: the eigensolver's basis and kept images go to files under %s "
+            "(train.spill_dir=%s, deleted when the fit ends) so that %s: the driver holds "
+            "the rows in use; set train.spill_dir (a directory, or auto) to choose it yourself",
+            resolve_dir(plan.spill_dir),
+            plan.spill_dir,
+            "every language's solve runs as one job"
+            if not plan.unfused(sizes)
+            else "the driver fits",
+        )
     warning = plan.unfused_warning(sizes, cfg.train)
     if warning:
         log.warning("memory plan: %s", warning)
