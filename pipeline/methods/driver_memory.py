@@ -175,9 +175,13 @@ def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
     basis and the images count only the rows the process holds of their files."""
     basis = basis_bytes(s.concepts, s.basis, s.basis_item)
     images = images_bytes(s.terms, s.basis)
+    freed = basis  # what the end moment no longer holds of the iterations' arrays
     if s.spill_rows is not None:
         basis = spilled_bytes(s.concepts, s.terms, s.basis, s.block, s.basis_item, s.spill_rows)
         images = 0
+        # the end reads the images' rows in chunks beside the Ritz images: only the block's
+        # copy is gone
+        freed = s.basis_item * s.concepts * s.block
     products = max(
         solve_bytes(s.terms, s.block),
         8 * s.terms * s.block + ct_results_bytes(s.concepts + s.docs, s.block),
@@ -191,7 +195,7 @@ def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
         # the end moment's p x r array where it outgrows what the end has freed (wide r,
         # few concepts); the Φ step after it is no larger (Φᵀ written over Φ*ᵀ)
         "Ritz images beyond the freed arrays": max(
-            0, ritz_images_bytes(s.terms, s.r) - basis - products
+            0, ritz_images_bytes(s.terms, s.r) - freed - products
         ),
     }
     if s.local:
