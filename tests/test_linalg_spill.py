@@ -191,3 +191,20 @@ def test_the_solver_refuses_a_spill_dir_that_is_not_a_writable_directory(tmp_pat
     with pytest.raises(SolverArgumentError, match="spill_dir.*no-such-dir") as err:
         Cr5Solver(r=4, spill_dir=str(tmp_path / "no-such-dir")).fit(backend)
     assert err.value.argument == "spill_dir"
+
+
+def test_a_spilled_wide_start_matches_the_in_memory_one(tmp_path):
+    """A λ path's wide start (residual directions waiting in the basis, rotated and cut at
+    each restart) runs the same on file-backed buffers."""
+    from pipeline.linalg.block_lanczos import initial_state
+
+    op = _operator(25_000, seed=4)
+    start = np.linalg.qr(np.random.default_rng(4).standard_normal((25_000, 18)))[0]
+    kw = {"block_size": 6, "rtol": 1e-6, "seed": 0, "max_basis": 48, "track_images": True}
+    runs = [
+        block_lanczos(op, 8, state=initial_state(25_000, 18, seed=0, start=start), **kw, **extra)
+        for extra in ({}, {"spill_dir": str(tmp_path)})
+    ]
+    assert runs[0].n_restarts > 0 and runs[0].n_iter == runs[1].n_iter
+    np.testing.assert_array_equal(runs[1].eigenvalues, runs[0].eigenvalues)
+    np.testing.assert_array_equal(runs[1].images, runs[0].images)

@@ -789,7 +789,10 @@ class _BasisBuffer:
         dtype = self.data.dtype
         tail = self.data[:, m : self.m]
         # the waiting columns: b, or a λ path's wide start's residual directions
-        tail = np.array(tail) if waiting is None else tall_matmul(tail, waiting.astype(dtype))
+        if waiting is None:  # a copy (in row steps with a file-backed basis)
+            tail = copy_rows(np.empty(tail.shape, dtype), tail)
+        else:
+            tail = tall_matmul(tail, waiting.astype(dtype))
         # row chunks (on threads): row i of the product needs only row i of V; in the
         # basis dtype (a float32 basis: single-precision products, no float64 casts of V's
         # rows; rotating by a float32 copy of the orthogonal coef perturbs the result by

@@ -153,18 +153,19 @@ def release(a: np.ndarray | None) -> None:
 COPY_STEP_ROWS = 65_536
 
 
-def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src``; when either is file-backed, row step by row step, each step's pages
-    dropped from the process once copied (a block appended to a row-major basis, or read
-    from it, touches every page of it)."""
+def copy_rows(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """``dst[...] = src``, returning ``dst``; when either is file-backed, row step by row
+    step, each step's pages dropped from the process once copied (a block appended to a
+    row-major basis, or read from it, touches every page of it)."""
     if mapping_of(dst) is None and mapping_of(src) is None:
         dst[...] = src
-        return
+        return dst
     for lo in range(0, dst.shape[0], COPY_STEP_ROWS):
         rows = slice(lo, min(lo + COPY_STEP_ROWS, dst.shape[0]))
         dst[rows] = src[rows]
         release_rows(dst, rows)
         release_rows(src, rows)
+    return dst
 
 
 def in_memory(a: np.ndarray) -> np.ndarray:
@@ -173,6 +174,4 @@ def in_memory(a: np.ndarray) -> np.ndarray:
     work in row chunks, e.g. the operator's products)."""
     if mapping_of(a) is None:
         return a
-    out = np.empty(a.shape, dtype=a.dtype)
-    copy_rows(out, a)
-    return out
+    return copy_rows(np.empty(a.shape, dtype=a.dtype), a)
