@@ -22,7 +22,7 @@ import ctypes.util
 import logging
 import sys
 
-__all__ = ["ARENA_MAX", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_malloc"]
+__all__ = ["ARENA_MAX", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "release_free_memory", "tune_malloc"]
 
 log = logging.getLogger(__name__)
 
@@ -61,3 +61,26 @@ def tune_malloc() -> bool:
     )
     log.debug("malloc tuning %s", "applied" if applied else "not available")
     return applied
+
+
+def release_free_memory() -> bool:
+    """Return the malloc heap's free pages to the OS (glibc's ``malloc_trim(0)``: every
+    arena, whole free pages inside the heap too); True when called.
+
+    The solver calls it between phases whose arrays are freed in bulk (the eigensolver's
+    iterations before its result): blocks below :data:`MMAP_THRESHOLD` freed into the heap
+    stay resident otherwise, up to :data:`TRIM_THRESHOLD` per arena and wherever they are
+    not at the top of the heap, and the next phase's arrays would come on top of them.
+    Nothing happens off glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True

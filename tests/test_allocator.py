@@ -40,3 +40,41 @@ def test_the_runner_tunes_malloc_unless_configured_off(monkeypatch, tmp_path):
     )
     assert calls == [1]
     assert load_config([], []).spark.driver_malloc_tuning is True
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and _glibc()), reason="needs glibc")
+def test_freed_heap_blocks_go_back_to_the_os_when_released():
+    """With the driver's tuning, freed blocks below the mmap threshold stay resident in the
+    heap (up to the trim threshold, and wherever they are not at its top);
+    release_free_memory gives their pages back. In a child process: the tuning binds a
+    process."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        from pipeline.allocator import release_free_memory, tune_malloc
+
+        def anon_mb():
+            for line in open("/proc/self/status"):
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024
+
+        assert tune_malloc()
+        keep, free = [], []
+        for i in range(120):  # 4 MB blocks, every other one kept: a fragmented heap
+            (keep if i % 2 else free).append(np.ones(2**19))
+        before = anon_mb()
+        del free
+        freed = anon_mb()
+        assert release_free_memory()
+        print(before, freed, anon_mb())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    before, freed, released = map(float, out)
+    assert freed > before - 60  # the 240 MB freed stayed resident (kept in the heap)
+    assert released < freed - 180  # and went back to the OS

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.allocator import release_free_memory
 from pipeline.errors import BreakdownError
 from pipeline.linalg.backend import (
     CorpusBackend,
@@ -663,6 +664,9 @@ class _Cr5Fit:
         self.peaks["iterations"] = peak_resident_mib()
         if self.store:  # the final checkpoint, while the basis still exists
             self._save_state(st, due=True)
+        # the iterations' arrays are freed, many into the malloc heap, which would keep
+        # them resident beside the result's p x r Ritz images: give the pages back first
+        release_free_memory()
 
     def _on_iteration(self, it: int, ritz: np.ndarray, res: np.ndarray) -> None:
         self.peaks["by_iteration"].append(peak_resident_mib())
