@@ -539,8 +539,6 @@ def driver_mb(s: Sizes, backend: str) -> dict[str, float]:
         # phi_float32 its float64 copies (24 p r) were the larger
         "ritz_images": float(ritz_images_bytes(p, s.r)) if s.phi_float32 else 24.0 * p * s.r,
     }
-    if s.spilled:  # the products' freed arrays stay in the malloc heap (2M, files, measured)
-        three["solve"] = float(solve_bytes(p, b))
     if s.phi_float32 and not s.images_only_result:
         three["ritz_images"] = 8.0 * p * s.r  # the older Φ step (Φ*ᵀ and Φᵀ, float32)
     if not s.images_only_result:  # the Ritz vectors, K x (r + oversampling) float64

@@ -168,9 +168,9 @@ def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
     iteration: the basis (K x m, float32 or float64 as the passes), the kept images (p x m
     float32), and the larger of applying Â⁻¹ (p x b float64 arrays) and applying Cᵀ (its
     p x b input and the Cᵀ results), which follow each other. At the eigensolver's end the
-    basis is freed before the result, the Ritz vectors' images (p x r float32), is made
-    beside the kept images and what the products' freed arrays left in the malloc heap:
-    counted by what it exceeds the basis by. Always:
+    basis and those arrays are freed (their heap pages returned to the OS) before the
+    result, the Ritz vectors' images (p x r float32), is made beside the kept images:
+    counted by what it exceeds them by. Always:
     the preconditioners; X itself on the local backend, and the CG vectors of the languages
     whose CG runs on the driver (all of them on the local backend). With ``spill_rows`` the
     basis and the images count only the rows the process holds of their files."""
@@ -193,11 +193,13 @@ def solver_need(memory: DriverMemory, s: DriverShape) -> dict[str, int]:
         "images": images,
         "solve or Cᵀ results": products,
         "preconditioners": precond_bytes(s.terms, s.precond_rank),
-        # the end moment's p x r array beyond the basis it replaces: the products' arrays
-        # are freed too, but into the malloc heap, which keeps them resident (measured at
-        # 2M with the basis in files: the end held the iterations' memory beside the Ritz
-        # images); the Φ step after it is no larger (Φᵀ written over Φ*ᵀ)
-        "Ritz images beyond the freed arrays": max(0, ritz_images_bytes(s.terms, s.r) - freed),
+        # the end moment's p x r array beyond the arrays it replaces: the basis and the
+        # products' arrays, whose heap pages the fit returns to the OS first
+        # (allocator.release_free_memory); the Φ step after it is no larger (Φᵀ written
+        # over Φ*ᵀ)
+        "Ritz images beyond the freed arrays": max(
+            0, ritz_images_bytes(s.terms, s.r) - freed - products
+        ),
     }
     if s.local:
         parts["X"] = x_bytes(s.nnz, s.docs)
