@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import logging
 import sys
+from typing import Any
 
 __all__ = ["ARENA_MAX", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "release_free_memory", "tune_malloc"]
 
@@ -38,6 +39,16 @@ TRIM_THRESHOLD = 256 << 20
 ARENA_MAX = 2
 
 
+def _glibc_function(name: str) -> Any:
+    """The C library's function ``name`` on Linux, None elsewhere or where it lacks it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def tune_malloc() -> bool:
     """Set glibc's mmap and trim thresholds and its arena cap for this process; True when
     applied. Call it before the process starts threads (the arena cap binds the arenas
@@ -45,12 +56,8 @@ def tune_malloc() -> bool:
 
     Idempotent. Returns False (and changes nothing) on other platforms or C libraries.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _glibc_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -73,12 +80,8 @@ def release_free_memory() -> bool:
     not at the top of the heap, and the next phase's arrays would come on top of them.
     Nothing happens off glibc.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc_function("malloc_trim")
+    if trim is None:
         return False
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
