@@ -586,8 +586,7 @@ class _LanczosRun:
         """Page out file-backed buffers (``spill_dir``) between iterations: what the
         iteration touched outside the row-chunked products (the appended block, the
         monitor's rows, a checkpoint) leaves the process; nothing for in-memory buffers."""
-        if self.buf is not None:
-            release(self.buf.data)
+        release(self.buf.data)
         release(self.images.data)
 
     def _expand(self, track_images: bool) -> int | None:

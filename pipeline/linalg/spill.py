@@ -27,7 +27,6 @@ import numpy as np
 from pipeline.linalg.params import SPILL_AUTO
 
 __all__ = [
-    "AUTO",
     "COPY_STEP_ROWS",
     "copy_rows",
     "in_memory",
@@ -40,10 +39,6 @@ __all__ = [
 ]
 
 _PAGE = mmap.PAGESIZE
-
-
-#: ``spill_dir`` value for the process's local scratch directory (:func:`local_scratch_dir`).
-AUTO = SPILL_AUTO
 
 
 def local_scratch_dir() -> str:
@@ -59,24 +54,25 @@ def local_scratch_dir() -> str:
 
 
 def resolve_dir(directory: str) -> str:
-    """``directory``, or :func:`local_scratch_dir` for :data:`AUTO`."""
-    return local_scratch_dir() if directory == AUTO else directory
+    """``directory``, or :func:`local_scratch_dir` for ``auto``
+    (:data:`~pipeline.linalg.params.SPILL_AUTO`)."""
+    return local_scratch_dir() if directory == SPILL_AUTO else directory
 
 
 def spilled_empty(
     shape: tuple[int, int], dtype: np.dtype | type, *, directory: str, order: str = "C"
 ) -> np.ndarray:
     """A zero-filled ``shape`` array of ``dtype`` backed by a temporary file in ``directory``
-    (:data:`AUTO`: :func:`local_scratch_dir`).
+    (``auto``: :func:`local_scratch_dir`).
 
-        The file is unlinked at once: the mapping keeps it alive, and the space returns to the
-        file system when the array and its views are gone (or the process ends). It is sparse
-        until written.
+    The file is unlinked at once: the mapping keeps it alive, and the space returns to the
+    file system when the array and its views are gone (or the process ends). It is sparse
+    until written.
 
-        Raises
-        ------
-        OSError
-            When ``directory`` does not exist or is not writable, naming it.
+    Raises
+    ------
+    OSError
+        When ``directory`` does not exist or is not writable, naming it.
     """
     dtype = np.dtype(dtype)
     nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Config, TrainConfig
-from pipeline.linalg.params import SPILL_AUTO as AUTO
+from pipeline.linalg.params import SPILL_AUTO
 from pipeline.memory.machine import GiB, MiB
 from pipeline.memory.messages import (
     MemoryPlanError,
@@ -47,9 +47,7 @@ from pipeline.methods.driver_memory import (
     DRIVER_PYTHON_BASE,
     SOLVE_ARRAYS,
     DriverShape,
-    basis_bytes,
     driver_need,
-    images_bytes,
     solver_need,
     state_need,
 )
@@ -453,9 +451,9 @@ def _plan_fit(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan:
         return first
     best = first
     if t.spill_dir is None and _spill_room(sizes, t):
-        spilled = _plan_or_error(sizes, dataclasses.replace(t, spill_dir=AUTO), mem)
+        spilled = _plan_or_error(sizes, dataclasses.replace(t, spill_dir=SPILL_AUTO), mem)
         if isinstance(spilled, TrainPlan):
-            spilled.spill_dir = AUTO
+            spilled.spill_dir = SPILL_AUTO
             if not spilled.unfused(sizes):
                 return spilled
             if not isinstance(best, TrainPlan) or _unfused_nnz(spilled, sizes) < _unfused_nnz(
@@ -498,10 +496,8 @@ def _spill_room(sizes: TrainSizes, t: TrainConfig) -> bool:
     images (with a quarter to spare)."""
     from pipeline.linalg.spill import local_scratch_dir
 
-    _, _, m = _solver_widths(sizes, t)
-    need = basis_bytes(sizes.concepts, m, 4 if t.dtype == "float32" else 8) + images_bytes(
-        sizes.p, m
-    )
+    parts = train_driver_need(sizes, t)  # in memory: the files' sizes
+    need = parts["basis"] + parts["images"]
     try:
         return shutil.disk_usage(local_scratch_dir()).free >= 1.25 * need
     except OSError:

@@ -339,6 +339,7 @@ def _memory_plan(
     conf = dict(sc.getConf().getAll())
     plan = plan_train(sizes, cfg.train, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
     log.info("memory plan: %s", plan.describe())
+    why = "every language's solve runs as one job" if not plan.unfused(sizes) else "the driver fits"
     if plan.max_basis is not None:
         log.warning(
             "memory plan: the eigensolver's basis is narrowed to train.max_basis=%d columns "
@@ -346,9 +347,7 @@ def _memory_plan(
             "train.max_basis to choose it yourself",
             plan.max_basis,
             default_basis(sizes, cfg.train),
-            "every language's solve runs as one job"
-            if not plan.unfused(sizes)
-            else "the driver fits",
+            why,
         )
     if plan.spill_dir is not None:
         from pipeline.linalg.spill import resolve_dir
@@ -359,9 +358,7 @@ def _memory_plan(
             "the rows in use; set train.spill_dir (a directory, or auto) to choose it yourself",
             resolve_dir(plan.spill_dir),
             plan.spill_dir,
-            "every language's solve runs as one job"
-            if not plan.unfused(sizes)
-            else "the driver fits",
+            why,
         )
     warning = plan.unfused_warning(sizes, cfg.train)
     if warning:
