@@ -4,6 +4,7 @@ resume after a kill, and a TorchDistributor run equal to a single-process one.""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import subprocess
@@ -297,3 +298,21 @@ def test_centred_validation_ranks_on_embeddings_less_the_mean_training_embedding
         for i, lang in enumerate(task.langs)
     }
     assert task.score(model) == pytest.approx(validation_p_at_1(emb, val.concepts, extra))
+
+
+def test_the_loop_reports_progress_within_an_epoch(caplog):
+    """The first process logs step lines within each epoch at ``progress_seconds``; 0 is
+    off (the epoch lines stay)."""
+    caplog.set_level(logging.INFO, logger="pipeline.neural.loop")
+    settings = LoopSettings(epochs=2, batch_size=4, lr=0.05, seed=1, progress_seconds=1e-9)
+    run_loop(tiny_task(), settings)
+    steps = [r.getMessage() for r in caplog.records if ": step " in r.getMessage()]
+    # 24 pairs: 6 steps of 4 an epoch, a line after steps 1..5 (the epoch line follows 6)
+    assert len(steps) == 2 * 5
+    assert steps[0].startswith("neural epoch 1/2: step 1/6 (17%), loss ")
+    assert steps[-1].startswith("neural epoch 2/2: step 5/6 (83%)")
+    caplog.clear()
+    run_loop(tiny_task(), dataclasses.replace(settings, progress_seconds=0.0))
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any(": step " in m for m in messages)
+    assert sum(m.startswith("neural epoch ") for m in messages) == 2

@@ -356,3 +356,13 @@ def test_path_factors_fit_the_path_to_lam_and_record_it(spark, sample_features, 
         )
     with pytest.raises(ConfigError, match="path_factors"):
         cfg_for(sample_features, "train.path_factors=[0.5]")
+
+
+def test_a_neural_progress_interval_does_not_move_the_checkpoints(tmp_path):
+    """How often a neural loop logs is not part of the training problem: a rerun with
+    another interval resumes the same checkpoints; a setting of the steps does not."""
+    base = cfg_for(tmp_path, "train.method=tlaser")
+    quiet = cfg_for(tmp_path, "train.method=tlaser", "train.tlaser.progress_seconds=0")
+    other = cfg_for(tmp_path, "train.method=tlaser", "train.tlaser.lr=0.01")
+    assert _checkpoint_dir(quiet) == _checkpoint_dir(base)
+    assert _checkpoint_dir(other) != _checkpoint_dir(base)

@@ -66,6 +66,7 @@ def loop_settings(t: TrainConfig, p: NeuralLoopParams, checkpoint: str | None) -
         checkpoint_dir=checkpoint,
         threads=p.threads,
         device=p.device,
+        progress_seconds=p.progress_seconds,
     )
 
 

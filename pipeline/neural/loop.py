@@ -33,6 +33,7 @@ import os
 import re
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pipeline.errors import ConfigError
+from pipeline.linalg.progress import format_seconds
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,49 @@ class LoopSettings:
     device: str = "cpu"
     #: AdamW's decoupled weight decay (0: Adam's steps exactly).
     weight_decay: float = 0.0
+    #: Seconds between the progress lines within an epoch (0: none).
+    progress_seconds: float = 60.0
+
+
+class EpochProgress:
+    """One log line every ``interval`` seconds within an epoch: the step, the epoch's mean
+    loss so far (this process's slices), steps per second and the epoch's ETA. An epoch on a
+    parallel corpus of 100k+ pairs runs for many minutes (hours on a CPU at the papers'
+    sizes) between the epoch lines; ``interval`` 0 (the other processes) logs nothing."""
+
+    def __init__(
+        self,
+        epoch: int,
+        epochs: int,
+        n_steps: int,
+        interval: float,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.epoch, self.epochs, self.n_steps, self.interval = epoch, epochs, n_steps, interval
+        self._clock = clock
+        self.t0 = self._last = clock()
+
+    def step(self, done: int, loss_sum: float) -> None:
+        """Record that ``done`` steps of the epoch have run, their losses summing to
+        ``loss_sum``; log a line when ``interval`` has passed since the last one."""
+        if self.interval <= 0 or done >= self.n_steps:
+            return
+        now = self._clock()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        rate = done / max(now - self.t0, 1e-9)
+        log.info(
+            "neural epoch %d/%d: step %d/%d (%.0f%%), loss %.5f, %.3g steps/s, epoch ETA %s",
+            self.epoch,
+            self.epochs,
+            done,
+            self.n_steps,
+            100.0 * done / self.n_steps,
+            loss_sum / done,
+            rate,
+            format_seconds((self.n_steps - done) / rate),
+        )
 
 
 def resolve_device(torch: Any, device: str) -> Any:
@@ -271,6 +316,9 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
         draws = task.draw(rng)
         model.train()
         total = 0.0
+        progress = EpochProgress(
+            epoch + 1, s.epochs, n_steps, s.progress_seconds if rank == 0 else 0
+        )
         for step in range(n_steps):
             whole = order[step * batch : (step + 1) * batch]
             items = whole[rank * shard : (rank + 1) * shard]
@@ -281,6 +329,7 @@ def run_loop(task: Task, s: LoopSettings) -> dict[str, Any]:
                 average_gradients(torch, model, world)
             opt.step()
             total += float(loss.detach())
+            progress.step(step + 1, total)
         mean_loss = total / n_steps
         if distributed:
             t = torch.tensor([mean_loss], dtype=torch.float64)

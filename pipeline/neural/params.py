@@ -103,6 +103,13 @@ class NeuralLoopParams(EpochValidationParams):
         "else cpu). The trained weights are the same format either way; embedding runs on "
         "the CPU.",
     )
+    progress_seconds: float = param(
+        60.0,
+        lo=0.0,
+        doc="Within an epoch, the first training process logs one line this often: the step, "
+        "the epoch's mean loss so far, steps per second and the epoch's ETA (an epoch on a "
+        "large parallel corpus runs for many minutes between its epoch lines). 0: off.",
+    )
 
 
 @dataclass(frozen=True)

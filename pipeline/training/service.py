@@ -33,7 +33,7 @@ from pipeline.methods.fitted import FittedModel
 from pipeline.methods.registry import get_method
 from pipeline.model.encoder_model import SUBWORDS
 from pipeline.model.format import LanguageMap, save_encoder_model, save_model
-from pipeline.neural.params import TlaserParams
+from pipeline.neural.params import NeuralLoopParams, TlaserParams
 from pipeline.preflight import check_rank
 from pipeline.training.fit import fit_method
 from pipeline.training.rows import TrainingData, load_training_data
@@ -193,12 +193,23 @@ def training_warnings(t: TrainConfig, languages: list[str]) -> list[str]:
     return [msg]
 
 
+NEURAL_LOOP_DEFAULTS = NeuralLoopParams()
+
 #: Train settings a rerun may change and still resume the fit's checkpoints: when the
 #: eigensolver stops and how the work is spread and saved (the solver's STOPPING and
 #: EXECUTION roles, which its checkpoint's own fingerprint leaves out too), and where the
 #: checkpoints go. A stopped r = 300 fit can be resumed with a larger train.eig_maxiter, a
 #: looser train.eig_rtol or train.stop_rule=validation.
 RESUMABLE_CHANGES = (*Cr5Params.names(STOPPING, EXECUTION), "checkpoint_dir")
+
+
+def _steps_only(params: Any) -> Any:
+    """A method's section with the keys that change only what the run logs set to their
+    defaults: a neural loop's progress interval does not change its steps, so a rerun with
+    another one resumes its checkpoints."""
+    if isinstance(params, NeuralLoopParams):
+        return dataclasses.replace(params, progress_seconds=NEURAL_LOOP_DEFAULTS.progress_seconds)
+    return params
 
 
 def checkpoint_dir(
@@ -219,6 +230,9 @@ def checkpoint_dir(
         return None
     if planned:
         t = dataclasses.replace(t, **planned)
+    t = dataclasses.replace(
+        t, method_params={name: _steps_only(p) for name, p in t.method_params.items()}
+    )
     base = t.checkpoint_dir or (paths.root.rstrip("/") + "/checkpoints")
     # the configuration's own fingerprint of the three sections (the others do not count)
     problem = Config(train=t, features=features, text=text).fingerprint(
