@@ -24,6 +24,9 @@ not documents learns the segments' domain; one that aligns neither fails to opti
         --models /tmp/neural-full-par/baseline_models/tlaser \\
                  /tmp/neural-full-par/baseline_models/ctlaser \\
         --out bench/results/neural_transfer_debian.json
+
+``--documents CORPUS`` scores models that bench/bench_ctlaser.py trained on a document
+corpus (``--save``): pairs of its training concepts and of its held-out concepts.
 """
 
 from __future__ import annotations
@@ -86,6 +89,28 @@ def _sample_ids(table: pa.Table, langs: list[str], max_concepts: int, seed: int)
     return ids
 
 
+def document_pairs(
+    path: Path, src: str, tgt: str, heldout: int, seed: int, n: int
+) -> dict[str, tuple[list[str], list[str]]]:
+    """``n`` (source, target) document pairs of a corpus's training concepts and up to
+    ``n`` of its held-out ones, held out as bench/bench_ctlaser.py holds them out (a seeded
+    choice of ``heldout`` concepts, seed 0)."""
+    t = pq.read_table(path, columns=["concept_id", "lang", "doc_id", "text"]).to_pandas()
+    concepts = np.array(sorted(t.concept_id.unique()))
+    held = set(np.random.default_rng(0).choice(concepts, heldout, replace=False))
+    t = t.sort_values(["concept_id", "lang", "doc_id"]).drop_duplicates(["concept_id", "lang"])
+    by = {lang: t[t.lang == lang].set_index("concept_id").text for lang in (src, tgt)}
+    both = np.array(sorted(set(by[src].index) & set(by[tgt].index)))
+    inside = ~np.isin(both, list(held))
+    rng = np.random.default_rng(seed + 1)
+
+    def texts(concepts: np.ndarray) -> tuple[list[str], list[str]]:
+        chosen = np.sort(rng.choice(concepts, min(n, concepts.size), replace=False))
+        return [by[src][c] for c in chosen], [by[tgt][c] for c in chosen]
+
+    return {"train documents": texts(both[inside]), "held-out documents": texts(both[~inside])}
+
+
 def ddtp_pairs(root: Path, src: str, tgt: str, n: int) -> tuple[list[str], list[str]]:
     """The evaluation's test concepts of the pair ``src-tgt``: their two documents."""
     pair = "-".join(sorted([src, tgt]))
@@ -121,9 +146,15 @@ def score(ea: np.ndarray, eb: np.ndarray, seed: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--root", type=Path, required=True, help="the chain's paths.root")
-    ap.add_argument("--parallel", type=Path, required=True)
-    ap.add_argument("--max-concepts", type=int, required=True)
+    ap.add_argument("--root", type=Path, help="the chain's paths.root (its DDTP test pairs)")
+    ap.add_argument("--parallel", type=Path, help="the parallel corpus the models trained on")
+    ap.add_argument("--max-concepts", type=int, default=0, help="its parallel_max_concepts")
+    ap.add_argument(
+        "--documents",
+        type=Path,
+        help="a document corpus the models trained on, with bench_ctlaser.py's hold-out",
+    )
+    ap.add_argument("--heldout", type=int, default=300, help="bench_ctlaser.py's held-out count")
     ap.add_argument("--seed", type=int, default=0, help="train.seed of the models' run")
     ap.add_argument("--pair", default="en-de", help="source-target languages")
     ap.add_argument("--langs", default="de,en,es,fr", help="the models' training languages")
@@ -133,8 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     src, tgt = args.pair.split("-")
     langs = args.langs.split(",")
-    sets = segment_pairs(args.parallel, src, tgt, langs, args.max_concepts, args.seed, args.n)
-    sets["DDTP test documents"] = ddtp_pairs(args.root, src, tgt, args.n)
+    sets: dict[str, tuple[list[str], list[str]]] = {}
+    if args.parallel:
+        sets |= segment_pairs(args.parallel, src, tgt, langs, args.max_concepts, args.seed, args.n)
+    if args.documents:
+        sets |= document_pairs(args.documents, src, tgt, args.heldout, args.seed, args.n)
+    if args.root:
+        sets["DDTP test documents"] = ddtp_pairs(args.root, src, tgt, args.n)
+    if not sets:
+        ap.error("name the pairs to score: --parallel, --documents and/or --root")
     result: dict = {"machine": machine_info(), "args": {k: str(v) for k, v in vars(args).items()}}
     head = ("model", "pairs", "P@1", "d(a,b)/m", "d(a,b')/m", "offset")
     lines = ["{:<10}{:<22}{:>7}{:>10}{:>11}{:>8}".format(*head)]
