@@ -818,13 +818,18 @@ class Config:
         self, *sections: str, leave_out: Mapping[str, Iterable[str]] | None = None
     ) -> str:
         """A short stable hash of the named sections (all when none), for provenance;
-        ``leave_out`` names keys per section that do not count."""
+        ``leave_out`` names keys per section that do not count (``a.b``: the key ``b`` of
+        the section's nested section ``a``, e.g. ``train`` → ``tlaser.progress_seconds``)."""
         data = self.to_dict()
         if sections:
             data = {s: data[s] for s in sections}
         for section, keys in (leave_out or {}).items():
-            dropped = set(keys)
-            data[section] = {k: v for k, v in data[section].items() if k not in dropped}
+            for key in keys:
+                *nested, last = key.split(".")
+                node = data[section]
+                for name in nested:
+                    node = node.get(name, {})
+                node.pop(last, None)
         blob = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

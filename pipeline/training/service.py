@@ -193,8 +193,6 @@ def training_warnings(t: TrainConfig, languages: list[str]) -> list[str]:
     return [msg]
 
 
-NEURAL_LOOP_DEFAULTS = NeuralLoopParams()
-
 #: Train settings a rerun may change and still resume the fit's checkpoints: when the
 #: eigensolver stops and how the work is spread and saved (the solver's STOPPING and
 #: EXECUTION roles, which its checkpoint's own fingerprint leaves out too), and where the
@@ -203,13 +201,15 @@ NEURAL_LOOP_DEFAULTS = NeuralLoopParams()
 RESUMABLE_CHANGES = (*Cr5Params.names(STOPPING, EXECUTION), "checkpoint_dir")
 
 
-def _steps_only(params: Any) -> Any:
-    """A method's section with the keys that change only what the run logs set to their
-    defaults: a neural loop's progress interval does not change its steps, so a rerun with
-    another one resumes its checkpoints."""
-    if isinstance(params, NeuralLoopParams):
-        return dataclasses.replace(params, progress_seconds=NEURAL_LOOP_DEFAULTS.progress_seconds)
-    return params
+def _logging_only(t: TrainConfig) -> list[str]:
+    """The method sections' keys that change only what a run logs, as ``section.key``: a
+    neural loop's progress interval does not change its steps, so a rerun with another one
+    resumes its checkpoints."""
+    return [
+        f"{name}.progress_seconds"
+        for name, p in t.method_params.items()
+        if isinstance(p, NeuralLoopParams)
+    ]
 
 
 def checkpoint_dir(
@@ -230,13 +230,10 @@ def checkpoint_dir(
         return None
     if planned:
         t = dataclasses.replace(t, **planned)
-    t = dataclasses.replace(
-        t, method_params={name: _steps_only(p) for name, p in t.method_params.items()}
-    )
     base = t.checkpoint_dir or (paths.root.rstrip("/") + "/checkpoints")
     # the configuration's own fingerprint of the three sections (the others do not count)
     problem = Config(train=t, features=features, text=text).fingerprint(
-        "train", "features", "text", leave_out={"train": RESUMABLE_CHANGES}
+        "train", "features", "text", leave_out={"train": (*RESUMABLE_CHANGES, *_logging_only(t))}
     )
     return f"{base}/train-{problem}"
 
