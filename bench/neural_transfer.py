@@ -36,6 +36,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -58,20 +59,31 @@ def segment_pairs(
     table = pq.read_table(path, columns=["concept_id", "lang", "doc_id", "text"])
     sample = _sample_ids(table, langs, max_concepts, seed)
     df = table.filter(pc.is_in(table.column("lang"), value_set=pa.array([src, tgt])))
-    df = df.to_pandas().sort_values(["concept_id", "lang", "doc_id"])
-    df = df.drop_duplicates(["concept_id", "lang"])  # the first by doc_id, as in training
-    by = {lang: df[df.lang == lang].set_index("concept_id").text for lang in (src, tgt)}
-    both = np.array(sorted(set(by[src].index) & set(by[tgt].index)))
+    by, both = _by_concept(df.to_pandas(), src, tgt)
     inside = np.isin(both, sample)
     rng = np.random.default_rng(seed + 1)
-
-    def texts(concepts: np.ndarray) -> tuple[list[str], list[str]]:
-        chosen = np.sort(rng.choice(concepts, n, replace=False))
-        return [by[src][c] for c in chosen], [by[tgt][c] for c in chosen]
-
     print(f"{path.name}: {sample.size} trained concepts, {inside.sum()} of them in {src} and "
           f"{tgt}; {(~inside).sum()} other concepts in both")  # fmt: skip
-    return {"train segments": texts(both[inside]), "held-out segments": texts(both[~inside])}
+    return {
+        "train segments": _drawn(by, src, tgt, both[inside], n, rng),
+        "held-out segments": _drawn(by, src, tgt, both[~inside], n, rng),
+    }
+
+
+def _by_concept(df: Any, src: str, tgt: str) -> tuple[dict[str, Any], np.ndarray]:
+    """Each language's first document per concept (by doc_id, as training takes them): the
+    texts by concept id, and the sorted concepts that have both languages."""
+    df = df.sort_values(["concept_id", "lang", "doc_id"]).drop_duplicates(["concept_id", "lang"])
+    by = {lang: df[df.lang == lang].set_index("concept_id").text for lang in (src, tgt)}
+    return by, np.array(sorted(set(by[src].index) & set(by[tgt].index)))
+
+
+def _drawn(
+    by: dict[str, Any], src: str, tgt: str, concepts: np.ndarray, n: int, rng: Any
+) -> tuple[list[str], list[str]]:
+    """The (source, target) texts of a seeded draw of up to ``n`` of ``concepts``."""
+    chosen = np.sort(rng.choice(concepts, min(n, concepts.size), replace=False))
+    return [by[src][c] for c in chosen], [by[tgt][c] for c in chosen]
 
 
 def _sample_ids(table: pa.Table, langs: list[str], max_concepts: int, seed: int) -> np.ndarray:
@@ -98,17 +110,13 @@ def document_pairs(
     t = pq.read_table(path, columns=["concept_id", "lang", "doc_id", "text"]).to_pandas()
     concepts = np.array(sorted(t.concept_id.unique()))
     held = set(np.random.default_rng(0).choice(concepts, heldout, replace=False))
-    t = t.sort_values(["concept_id", "lang", "doc_id"]).drop_duplicates(["concept_id", "lang"])
-    by = {lang: t[t.lang == lang].set_index("concept_id").text for lang in (src, tgt)}
-    both = np.array(sorted(set(by[src].index) & set(by[tgt].index)))
+    by, both = _by_concept(t, src, tgt)
     inside = ~np.isin(both, list(held))
     rng = np.random.default_rng(seed + 1)
-
-    def texts(concepts: np.ndarray) -> tuple[list[str], list[str]]:
-        chosen = np.sort(rng.choice(concepts, min(n, concepts.size), replace=False))
-        return [by[src][c] for c in chosen], [by[tgt][c] for c in chosen]
-
-    return {"train documents": texts(both[inside]), "held-out documents": texts(both[~inside])}
+    return {
+        "train documents": _drawn(by, src, tgt, both[inside], n, rng),
+        "held-out documents": _drawn(by, src, tgt, both[~inside], n, rng),
+    }
 
 
 def ddtp_pairs(root: Path, src: str, tgt: str, n: int) -> tuple[list[str], list[str]]:
@@ -118,11 +126,8 @@ def ddtp_pairs(root: Path, src: str, tgt: str, n: int) -> tuple[list[str], list[
     test = set(splits[(splits.pair == pair) & (splits.role == "test")].concept_id)
     docs = ds.dataset(root / "documents", format="parquet", partitioning="hive")
     docs = docs.to_table(columns=["concept_id", "lang", "doc_id", "text"]).to_pandas()
-    docs = docs[docs.concept_id.isin(test)].sort_values(["concept_id", "lang", "doc_id"])
-    docs = docs.drop_duplicates(["concept_id", "lang"])
-    by = {lang: docs[docs.lang == lang].set_index("concept_id").text for lang in (src, tgt)}
-    concepts = sorted(set(by[src].index) & set(by[tgt].index))[:n]
-    return [by[src][c] for c in concepts], [by[tgt][c] for c in concepts]
+    by, both = _by_concept(docs[docs.concept_id.isin(test)], src, tgt)
+    return [by[src][c] for c in both[:n]], [by[tgt][c] for c in both[:n]]
 
 
 def score(ea: np.ndarray, eb: np.ndarray, seed: int) -> dict[str, float]:
