@@ -72,6 +72,23 @@ CONFIGS: list[tuple[str, dict]] = [
 ]
 
 
+def parse_label(label: str) -> dict:
+    """Overrides of a label outside :data:`CONFIGS`: ``"key=value + key=value"`` (values as
+    Python literals), so any combination can be tried without editing the table."""
+    import ast
+
+    out = {}
+    for part in label.split("+"):
+        key, sep, value = part.strip().partition("=")
+        if not sep:
+            raise SystemExit(f"--only: {part!r} is neither a known label nor key=value")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value.strip()
+    return out
+
+
 def fit_once(
     be: Any, args: argparse.Namespace, label: str, overrides: dict, validation: Any, corpus: Any
 ) -> dict | None:
@@ -165,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     validation = validation_set(corpus)
-    only = set(args.only.split(",")) if args.only else None
-    configs = [(label, kw) for label, kw in CONFIGS if not only or label in only]
+    only = args.only.split(",") if args.only else None
+    known = dict(CONFIGS)
+    configs = (
+        [(label, known[label] if label in known else parse_label(label)) for label in only]
+        if only
+        else CONFIGS
+    )
     # repeats alternate the configurations, so that the machine's drift hits all of them
     reps = [
         [

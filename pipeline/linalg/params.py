@@ -32,6 +32,7 @@ __all__ = [
     "default_max_basis",
     "max_rank",
     "resolve_block_size",
+    "resolve_w_rtol",
     "smallest_max_basis",
 ]
 
@@ -76,15 +77,30 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     needed.
 
     Warm start (:func:`~pipeline.linalg.cr5.surrogate_warm_start`):
-    ``min(r + oversampling, max(24, r // 12))``.
-    From a good start a narrow block applies M to fewer columns in all: more iterations, but
-    each on fewer columns, at the same held-out P@1 on a real corpus; on a corpus whose
-    spectrum decays fast a wide block is about as fast (bench/README.md, "Block width").
+    ``min(r + oversampling, max(24, r // 5))``.
+    From a good start a narrow block applies M to the fewest columns in all (more
+    iterations, each on fewer columns), and up to r ~ 120 the block stays at 24. Beyond,
+    the block grows with r: every iteration costs at least two passes over X per language
+    and every CG iteration of its solve one more, which on a cluster are Spark jobs with a
+    fixed latency, and a block of r / 5 halves those passes against a fixed 24 for a
+    fifth more column work (bench/README.md, "Block width").
     """
     wide = r + oversampling
     if warm:
-        return min(wide, max(24, r // 12))
+        return min(wide, max(24, r // 5))
     return min(wide, max(32, r // 6))
+
+
+#: ``w_rtol`` when none is given: ``cg_rtol`` over this (:func:`resolve_w_rtol`)
+W_RTOL_PER_CG_RTOL = 30.0
+
+
+def resolve_w_rtol(w_rtol: float | None, cg_rtol: float) -> float:
+    """The w solve's tolerance used: ``w_rtol``, or ``cg_rtol / 30``: w is solved as much
+    tighter than the eigensolver's blocks as the Woodbury constant amplifies its error
+    (nμᵀw / (1 − nμᵀw), a few tens on real corpora), so that its share of M's error stays
+    small beside theirs at any ``cg_rtol``."""
+    return float(cg_rtol) / W_RTOL_PER_CG_RTOL if w_rtol is None else float(w_rtol)
 
 
 def default_max_basis(r: int, b: int) -> int:
@@ -172,13 +188,17 @@ class Cr5Params:
         "iterations; 0: plain Jacobi (pipeline/linalg/preconditioner.py).",
         extra=_role(PROBLEM),
     )
-    w_rtol: float = param(
-        1e-6,
+    w_rtol: float | None = param(
+        None,
         lo=0.0,
         hi=1.0,
         lo_open=True,
         hi_open=True,
-        doc="Tolerance of the solve w = B⁻¹μ (the Woodbury constant amplifies its error).",
+        doc="Tolerance of the solve w = B⁻¹μ of the centring's Woodbury correction; None: "
+        "train.cg_rtol / 30. The correction's constant amplifies w's error by "
+        "nμᵀw / (1 − nμᵀw), yet at a thirtieth of cg_rtol w's share of M's error stays far "
+        "below what the eigensolver's own solves leave, for a fraction of a tighter solve's "
+        'passes (measured: bench/README.md, "The w solve\'s tolerance").',
         extra=_role(PROBLEM),
     )
     eig_rtol: float = param(
@@ -208,7 +228,7 @@ class Cr5Params:
     block_size: int | None = param(
         None,
         lo=1,
-        doc="Eigensolver block width; None: min(r + oversampling, max(24, r // 12)) with the "
+        doc="Eigensolver block width; None: min(r + oversampling, max(24, r // 5)) with the "
         "warm start, min(r + oversampling, max(32, r // 6)) from a random block (capped at K).",
         extra=_role(PROBLEM),
     )

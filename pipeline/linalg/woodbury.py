@@ -15,7 +15,7 @@ X̂ is never formed.
 
 ``w`` is needed only to *correct* a ``B⁻¹U`` that has already been solved, so
 ``prepare(background=True)`` solves it in a background thread: its single-column passes
-(many CG iterations, at the tight ``w_rtol``) then overlap the caller's first solves instead
+(many CG iterations, at the tighter ``w_rtol``) then overlap the caller's first solves instead
 of preceding them.
 On Spark, where each pass is a job with a fixed latency, this hides most of the w solve.
 """
@@ -37,6 +37,7 @@ from pipeline.linalg.dense import subtract_outer
 from pipeline.linalg.dtypes import working_dtype
 from pipeline.linalg.operator import BlockOperator
 from pipeline.linalg.params import CR5_DEFAULTS as _D
+from pipeline.linalg.params import resolve_w_rtol
 from pipeline.linalg.preconditioner import SpectralJacobi, spectral_jacobi
 
 __all__ = ["GramOperator", "SolveRecord", "WoodburyInverse", "global_mean"]
@@ -102,9 +103,10 @@ class WoodburyInverse(BlockOperator):
         Relative residual tolerance of the per-language CG solves (paper: 0.01).
     maxiter : int
         CG iteration cap (paper: 500).
-    w_rtol : float
-        Tolerance of the single solve ``w = B⁻¹μ``. Tighter than ``rtol`` because ``c``
-        amplifies its error by ``n μᵀw / (1 − n μᵀw)``.
+    w_rtol : float, optional
+        Tolerance of the single solve ``w = B⁻¹μ``; None: ``rtol / 30``
+        (:func:`~pipeline.linalg.params.resolve_w_rtol`). Tighter than ``rtol`` because
+        ``c`` amplifies its error by ``n μᵀw / (1 − n μᵀw)``.
     max_workers : int, optional
         Concurrent language solves (default: number of languages).
     mu : ndarray of shape (p,), optional
@@ -134,7 +136,7 @@ class WoodburyInverse(BlockOperator):
         *,
         rtol: float = _D.cg_rtol,
         maxiter: int = _D.cg_maxiter,
-        w_rtol: float = _D.w_rtol,
+        w_rtol: float | None = _D.w_rtol,
         max_workers: int | None = None,
         mu: np.ndarray | None = None,
         w: np.ndarray | None = None,
@@ -149,7 +151,8 @@ class WoodburyInverse(BlockOperator):
             raise ValueError(f"lam must be > 0; got {lam}")
         self.backend = backend
         self.lam = float(lam)
-        self.rtol, self.maxiter, self.w_rtol = float(rtol), int(maxiter), float(w_rtol)
+        self.rtol, self.maxiter = float(rtol), int(maxiter)
+        self.w_rtol = resolve_w_rtol(w_rtol, self.rtol)
         self.max_workers = max_workers
         self.n = backend.n_total_docs()
         self.mu = None if mu is None else np.asarray(mu, dtype=np.float64)
@@ -237,7 +240,7 @@ class WoodburyInverse(BlockOperator):
 
     def _solve_w(self, stage: str) -> np.ndarray:
         x0 = None if self.w0 is None else np.asarray(self.w0, dtype=np.float64)[:, None]
-        # in float64 whatever the pass dtype: w_rtol (1e-6) is below float32's reach
+        # in float64 whatever the pass dtype: one column, and c amplifies w's error
         w, _ = self.solve_blockdiag(
             self.mu[:, None], rtol=self.w_rtol, stage=stage, x0=x0, dtype=np.float64
         )
