@@ -549,6 +549,8 @@ def run_chain(
                 "load_s": tr.get("load_seconds"),
                 # the Spark backend's fused and resident languages (the memory plan's choice)
                 "placement": tr.get("placement"),
+                # the memory plan's eigensolver settings (spill_dir, max_basis), if any
+                "planned_solver_settings": tr.get("planned_solver_settings"),
                 "passes_over_x": tr.get("passes_over_x"),
                 "eigensolver_iterations": hist.get("eigensolver", {}).get("n_iter")
                 if isinstance(hist.get("eigensolver"), dict)

@@ -609,8 +609,10 @@ def sizes_of_run(path: Path, stage: str = "train") -> Sizes:
         basis_freed_result="basis_freed_result" in run.get("solver_features", []),
         resident="resident_workers" in run.get("solver_features", []),
         tasks_per_language="fused_tasks" in run.get("solver_features", []),
-        **_overridden_sizes(run.get("overrides", [])),
-        **_placement_sizes(run["stages"].get(stage, {})),
+        **(
+            _overridden_sizes(run.get("overrides", []))
+            | _placement_sizes(run["stages"].get(stage, {}))
+        ),
     )
 
 
@@ -631,10 +633,16 @@ def _placement_sizes(record: dict[str, Any]) -> dict[str, Any]:
     plan chose (its record's ``report.placement``, from model.json's ``training.placement``;
     backfilled from the backend's log line into runs recorded before that); nothing for a
     local-backend stage or a run without it."""
-    placement = (record.get("report") or {}).get("placement")
+    report = record.get("report") or {}
+    # the memory plan's own choice of files for the basis and images (model.json's
+    # training.planned_solver_settings)
+    out: dict[str, Any] = {}
+    if (report.get("planned_solver_settings") or {}).get("spill_dir"):
+        out["spilled"] = True
+    placement = report.get("placement")
     if not placement:
-        return {}
-    return {
+        return out
+    return out | {
         "solve_in_task_max_nnz": int(placement["solve_in_task_max_nnz"]),
         "resident_langs": list(placement["resident"]),
     }

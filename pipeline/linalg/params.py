@@ -77,17 +77,17 @@ def default_block_size(r: int, oversampling: int, *, warm: bool = False) -> int:
     needed.
 
     Warm start (:func:`~pipeline.linalg.cr5.surrogate_warm_start`):
-    ``min(r + oversampling, max(24, r // 5))``.
-    From a good start a narrow block applies M to the fewest columns in all (more
-    iterations, each on fewer columns), and up to r ~ 120 the block stays at 24. Beyond,
-    the block grows with r: every iteration costs at least two passes over X per language
-    and every CG iteration of its solve one more, which on a cluster are Spark jobs with a
-    fixed latency, and a block of r / 5 halves those passes against a fixed 24 for a
-    fifth more column work (bench/README.md, "Block width").
+    ``min(r + oversampling, max(24, r // 12))``.
+    From a good start a narrow block applies M to fewer columns in all: more iterations, but
+    each on fewer columns, at the same held-out P@1 on a real corpus; on a corpus whose
+    spectrum decays fast a wide block is about as fast (bench/README.md, "Block width").
+    A wider block takes fewer passes over X for more column work: worth it where each pass
+    is a Spark job with a fixed latency (a language too large to fuse), not where the
+    column work is the time (bench/README.md, "Block width at r = 300").
     """
     wide = r + oversampling
     if warm:
-        return min(wide, max(24, r // 5))
+        return min(wide, max(24, r // 12))
     return min(wide, max(32, r // 6))
 
 
@@ -228,7 +228,7 @@ class Cr5Params:
     block_size: int | None = param(
         None,
         lo=1,
-        doc="Eigensolver block width; None: min(r + oversampling, max(24, r // 5)) with the "
+        doc="Eigensolver block width; None: min(r + oversampling, max(24, r // 12)) with the "
         "warm start, min(r + oversampling, max(32, r // 6)) from a random block (capped at K).",
         extra=_role(PROBLEM),
     )

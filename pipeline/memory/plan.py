@@ -310,6 +310,9 @@ class TrainPlan:
     slots: int = 1
     max_basis: int | None = None
     spill_dir: str | None = None
+    #: why the plan chose ``spill_dir`` or ``max_basis``, for the log (None: to fuse every
+    #: language or to let the driver fit)
+    reason: str | None = None
 
     def solver_options(self) -> dict[str, int | str]:
         """The eigensolver settings the plan chose (:func:`plan_train`): ``max_basis`` when
@@ -494,6 +497,7 @@ def _files_for_residency(
     if _resident_nnz(spilled, sizes) <= _resident_nnz(plan, sizes):
         return plan
     spilled.spill_dir = SPILL_AUTO
+    spilled.reason = "the workers keep more languages resident between solves"
     return spilled
 
 
