@@ -798,7 +798,9 @@ def paper_settings() -> dict[str, Sizes]:
     (pipeline.linalg.params.default_block_size: b = 25) and needs ~35 Lanczos iterations
     (measured on the 200k synthetic corpus at r = 300 with the current defaults, 28 on the
     DDTP corpus; bench/README.md); CG iterations 20 per solve at train.cg_rtol = 0.03 (0.67x
-    those at 0.01 in bench_knobs; the chain runs at 0.01: 14-40) and 100 for w (77-106).
+    those at 0.01 in bench_knobs; the chain runs at 0.01: 14-40) and 30 for w at its default
+    tolerance cg_rtol / 30 (24 on the 200k Wikipedia-shaped corpus, bench_w_rtol.py; 77-106
+    at the earlier 1e-6).
     """
 
     def setting(docs: dict[str, int], concepts: int) -> Sizes:
@@ -813,7 +815,7 @@ def paper_settings() -> dict[str, Sizes]:
             block=default_block_size(300, CR5_DEFAULTS.oversampling, warm=True),  # 25
             lanczos_iterations=iters,
             cg_iterations=[dict.fromkeys(docs, 20.0)] * iters,
-            w_iterations=dict.fromkeys(docs, 100.0),
+            w_iterations=dict.fromkeys(docs, 30.0),
             cores=4,
             executors=32,
             solve_in_task_max_nnz=64_000_000,  # conf/cluster.yaml

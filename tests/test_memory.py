@@ -166,14 +166,14 @@ def _with_basis(cfg, m: int):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_basis=m))
 
 
-def test_a_float32_basis_fuses_every_language_at_r300_on_2m(no_room_to_spill):
-    """r = 300 at 2M on this 24 GB machine, the basis in memory: the default 400-column
-    basis in float32 (the passes' dtype, 1.4 GB) leaves the workers room to read English: no
-    narrowing (the 2M run of the float64 basis narrowed it to 375 columns)."""
+def test_a_float32_basis_fuses_every_language_at_r300_on_2m():
+    """r = 300 at 2M on this 24 GB machine: the default 400-column basis in float32 (the
+    passes' dtype, 1.4 GB) leaves the workers room to read English: no narrowing (the 2M
+    run of the float64 basis narrowed it to 375 columns)."""
     cfg = _cfg("train.r=300")
     mem = _local_for(WIKI_2M, cfg)
     plan = plan_train(WIKI_2M, cfg.train, mem)
-    assert plan.unfused(WIKI_2M) == [] and plan.max_basis is None and plan.spill_dir is None
+    assert plan.unfused(WIKI_2M) == [] and plan.max_basis is None
     assert plan.driver["basis"] == 4 * WIKI_2M.concepts * 400
     f64 = _with_basis(_cfg("train.r=300", "train.dtype=float64"), 400)
     assert plan_train(WIKI_2M, f64.train, mem).driver["basis"] == 2 * plan.driver["basis"]
@@ -235,30 +235,6 @@ def test_the_plan_spills_the_basis_before_it_narrows_it(room_to_spill):
     # a directory the user chose is kept, and the plan does not add its own
     own = _cfg("train.r=300", "train.spill_dir=/scratch")
     assert plan_train(WIKI_2M, own.train, mem).solver_options() == {}
-
-
-def test_files_that_let_the_workers_keep_more_languages_are_chosen(monkeypatch):
-    """Local mode shares one budget: r = 300 at 2M on this 24 GB machine fits with the basis
-    in memory, but in files the driver's smaller need lets the workers keep more languages
-    resident, so the plan puts them there and says why. Without room on the local disk it
-    stays in memory; on a cluster the driver's memory is its own and nothing changes."""
-    import pipeline.memory.plan as plan_module
-
-    cfg = _cfg("train.r=300")
-    mem = _local_for(WIKI_2M, cfg)
-    monkeypatch.setattr(plan_module, "_spill_room", lambda sizes, t: False)
-    in_memory = plan_train(WIKI_2M, cfg.train, mem)
-    assert in_memory.spill_dir is None and in_memory.unfused(WIKI_2M) == []
-    monkeypatch.setattr(plan_module, "_spill_room", lambda sizes, t: True)
-    plan = plan_train(WIKI_2M, cfg.train, mem)
-    assert plan.spill_dir == "auto" and plan.max_basis is None and plan.unfused(WIKI_2M) == []
-    assert plan.reason == "the workers keep more languages resident between solves"
-    kept = [sum(WIKI_2M.nnz[g] for g in p.resident) for p in (in_memory, plan)]
-    assert kept[1] > kept[0]
-    need = sum(memory.train_driver_need(WIKI_2M, cfg.train).values())
-    cluster = SparkMemory(False, 4, 8 * GiB, worker_python=8 * GiB, driver_python=2 * need)
-    on_cluster = plan_train(WIKI_2M, cfg.train, cluster)
-    assert on_cluster.spill_dir is None and on_cluster.reason is None
 
 
 def test_a_narrower_basis_lets_a_cluster_driver_fit(no_room_to_spill):

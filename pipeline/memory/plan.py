@@ -310,9 +310,6 @@ class TrainPlan:
     slots: int = 1
     max_basis: int | None = None
     spill_dir: str | None = None
-    #: why the plan chose ``spill_dir`` or ``max_basis``, for the log (None: to fuse every
-    #: language or to let the driver fit)
-    reason: str | None = None
 
     def solver_options(self) -> dict[str, int | str]:
         """The eigensolver settings the plan chose (:func:`plan_train`): ``max_basis`` when
@@ -451,7 +448,7 @@ def _plan_fit(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan:
     if driver_formula(t.method) != "solver":
         return _returned(first)
     if isinstance(first, TrainPlan) and not first.unfused(sizes):
-        return _files_for_residency(first, sizes, t, mem)
+        return first
     best = first
     if t.spill_dir is None and _spill_room(sizes, t):
         spilled = _plan_or_error(sizes, dataclasses.replace(t, spill_dir=SPILL_AUTO), mem)
@@ -475,34 +472,6 @@ def _plan_fit(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan:
         if not plan.unfused(sizes):
             break
     return _returned(best)
-
-
-def _files_for_residency(
-    plan: TrainPlan, sizes: TrainSizes, t: TrainConfig, mem: SparkMemory
-) -> TrainPlan:
-    """``plan``, or the same fit with the basis and images in files (``spill_dir`` auto)
-    when, in local mode, that lets the workers keep more nonzeros resident.
-
-    In local mode the driver and the workers share one budget, so the driver's in-memory
-    basis is taken from the languages the workers could keep between jobs; a resident
-    language skips re-reading its rows at every solve. The files cost the fit nothing
-    measurable where the OS caches them (bench/README.md, "The basis and the images in
-    files"). On a cluster the driver's memory is its own and nothing changes.
-    """
-    if not (mem.local and plan.worker and t.spill_dir is None and _spill_room(sizes, t)):
-        return plan
-    spilled = _plan_or_error(sizes, dataclasses.replace(t, spill_dir=SPILL_AUTO), mem)
-    if not isinstance(spilled, TrainPlan) or spilled.unfused(sizes):
-        return plan
-    if _resident_nnz(spilled, sizes) <= _resident_nnz(plan, sizes):
-        return plan
-    spilled.spill_dir = SPILL_AUTO
-    spilled.reason = "the workers keep more languages resident between solves"
-    return spilled
-
-
-def _resident_nnz(plan: TrainPlan, sizes: TrainSizes) -> int:
-    return sum(sizes.nnz[g] for g in plan.resident)
 
 
 def _plan_or_error(sizes: TrainSizes, t: TrainConfig, mem: SparkMemory) -> TrainPlan | Exception:

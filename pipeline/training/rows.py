@@ -339,9 +339,7 @@ def _memory_plan(
     conf = dict(sc.getConf().getAll())
     plan = plan_train(sizes, cfg.train, spark_memory(conf, sc.defaultParallelism, Machine.detect()))
     log.info("memory plan: %s", plan.describe())
-    why = plan.reason or (
-        "every language's solve runs as one job" if not plan.unfused(sizes) else "the driver fits"
-    )
+    why = "every language's solve runs as one job" if not plan.unfused(sizes) else "the driver fits"
     if plan.max_basis is not None:
         log.warning(
             "memory plan: the eigensolver's basis is narrowed to train.max_basis=%d columns "
@@ -354,9 +352,7 @@ def _memory_plan(
     if plan.spill_dir is not None:
         from pipeline.linalg.spill import resolve_dir
 
-        # a choice for speed alone is no warning: the same iterates either way
-        log.log(
-            logging.INFO if plan.reason else logging.WARNING,
+        log.warning(
             "memory plan: the eigensolver's basis and kept images go to files under %s "
             "(train.spill_dir=%s, deleted when the fit ends) so that %s: the driver holds "
             "the rows in use; set train.spill_dir (a directory, or auto) to choose it yourself",
