@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.machine import machine_info
+from bench.tfidf_backend import load_tfidf_backend
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,28 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     w_rtols = [float(t) for t in args.w_rtols.split(",")]
 
-    from pipeline.backends.loader import local_backend_from_tfidf
-    from pipeline.config import SparkConfig
     from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies
     from pipeline.linalg.params import CR5_DEFAULTS
     from pipeline.linalg.woodbury import WoodburyInverse, global_mean
-    from pipeline.spark import get_spark
 
-    info = machine_info()
-    print("== machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
-    spark = get_spark(
-        SparkConfig(master="local[2]", driver_memory="3g", conf={"spark.ui.enabled": "false"})
-    )
-    t0 = time.perf_counter()
-    be = local_backend_from_tfidf(spark, args.tfidf, dtype="float32")
-    spark.stop()
-    corpus = {
-        "concepts": be.n_concepts,
-        "terms": {lang: be.n_terms(lang) for lang in be.languages},
-        "docs": {lang: be.n_docs(lang) for lang in be.languages},
-        "load_s": round(time.perf_counter() - t0, 1),
-    }
-    print(f"== corpus: {corpus}", flush=True)
+    be, info, corpus = load_tfidf_backend(args.tfidf)
     mu, nu = global_mean(be), concept_frequencies(be)
     cross = CrossCovariance(be, mu, nu)
     q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((be.n_concepts, args.block)))
