@@ -26,6 +26,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
+import ast
 import json
 import sys
 import time
@@ -75,8 +76,6 @@ CONFIGS: list[tuple[str, dict]] = [
 def parse_label(label: str) -> dict:
     """Overrides of a label outside :data:`CONFIGS`: ``"key=value + key=value"`` (values as
     Python literals), so any combination can be tried without editing the table."""
-    import ast
-
     out = {}
     for part in label.split("+"):
         key, sep, value = part.strip().partition("=")

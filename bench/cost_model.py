@@ -631,11 +631,10 @@ def _overridden_sizes(overrides: list[str]) -> dict[str, Any]:
 def _placement_sizes(record: dict[str, Any]) -> dict[str, Any]:
     """The fused limit and resident languages a Spark train stage ran with: what the memory
     plan chose (its record's ``report.placement``, from model.json's ``training.placement``;
-    backfilled from the backend's log line into runs recorded before that); nothing for a
-    local-backend stage or a run without it."""
+    backfilled from the backend's log line into runs recorded before that), and ``spilled``
+    when the plan put the basis and images in files (``report.planned_solver_settings``);
+    nothing for a local-backend stage or a run without them."""
     report = record.get("report") or {}
-    # the memory plan's own choice of files for the basis and images (model.json's
-    # training.planned_solver_settings)
     out: dict[str, Any] = {}
     if (report.get("planned_solver_settings") or {}).get("spill_dir"):
         out["spilled"] = True

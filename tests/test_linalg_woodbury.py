@@ -35,6 +35,22 @@ def test_woodbury_equals_dense_inverse(name, lam, background):
     assert all(set(rec.n_iter) == set(problem.sizes) for rec in op.records)
 
 
+def test_w_tolerance_follows_the_block_tolerance_unless_given():
+    """train.w_rtol unset: w is solved to rtol / 30, so tightening the block solves tightens
+    w with them and the operator stays exact; a given w_rtol is kept as it is."""
+    problem = PROBLEMS["three_uneven"]
+    corpus = problem.corpus()
+    be = LocalCorpusBackend(corpus, problem.n_concepts, dtype="float64")
+    xh, _ = dense_centred(corpus, problem.n_concepts)
+    a_hat = xh.T @ xh + np.eye(xh.shape[1])
+    op = WoodburyInverse(be, 1.0, rtol=1e-11, maxiter=5000)
+    assert op.w_rtol == pytest.approx(1e-11 / 30)
+    u = np.random.default_rng(1).standard_normal((xh.shape[1], 3))
+    want = np.linalg.solve(a_hat, u)
+    assert np.linalg.norm(op.matmat(u) - want) <= 1e-8 * np.linalg.norm(want)
+    assert WoodburyInverse(be, 1.0, rtol=1e-11, w_rtol=1e-4).w_rtol == 1e-4
+
+
 def test_background_w_solve_error_reaches_the_caller():
     problem = PROBLEMS["tiny_language"]
 
