@@ -172,6 +172,49 @@ def test_checkpoint_seconds_spaces_the_checkpoints_but_keeps_the_last_state(tmp_
     np.testing.assert_allclose(again.eigenvalues, res.eigenvalues, rtol=1e-12)
 
 
+def test_checkpoint_gap_bounds_the_share_of_time_spent_writing():
+    from pipeline.linalg.checkpoint import checkpoint_gap
+
+    assert checkpoint_gap(60.0, 1.0, 0.05) == 60.0  # a fast write: the least gap rules
+    assert checkpoint_gap(60.0, 8.6, 0.05) == pytest.approx(8.6 * 19)  # writing <= 5 %
+    assert checkpoint_gap(60.0, 8.6, 1.0) == 60.0  # share 1: no bound
+    assert checkpoint_gap(0.0, 8.6, 0.05) == 0.0  # 0: every checkpoint_every iterations
+
+
+class SlowStore(CheckpointDirectory):
+    """A checkpoint directory on slow storage: every save takes at least ``delay`` s."""
+
+    def __init__(self, path, delay):
+        super().__init__(path)
+        self.delay, self.lanczos_saves = delay, 0
+
+    def save(self, name, arrays, meta):
+        import time
+
+        time.sleep(self.delay)
+        self.lanczos_saves += name == "lanczos"
+        super().save(name, arrays, meta)
+
+
+def test_slow_checkpoints_are_spaced_out_by_their_share_of_the_time(tmp_path):
+    """A 0.2 s write with checkpoint_max_share 0.05 puts the next checkpoint >= 3.8 s later:
+    a solve of fast iterations writes its first state and its last, where share 1 (no
+    bound) writes after every iteration; the iterates and the resumable end state are the
+    same."""
+    kw = {**PARAMS, "checkpoint_seconds": 1e-9}
+    bounded = SlowStore(tmp_path / "a", 0.2)
+    res = solve_cr5(_backend(), checkpoint=bounded, checkpoint_max_share=0.05, **kw)
+    every = SlowStore(tmp_path / "b", 0.2)
+    ref = solve_cr5(_backend(), checkpoint=every, checkpoint_max_share=1.0, **kw)
+    n_iter = ref.history["eigensolver"]["n_iter"]
+    assert n_iter >= 4
+    assert bounded.lanczos_saves == 2
+    assert every.lanczos_saves >= n_iter
+    np.testing.assert_allclose(_stack(res), _stack(ref), rtol=1e-12, atol=1e-14)
+    again = solve_cr5(_backend(), checkpoint=CheckpointDirectory(tmp_path / "a"), **PARAMS)
+    assert again.history["eigensolver"]["resumed_from_iteration"] == n_iter
+
+
 def test_column_blocks_are_written_as_the_stacked_array(tmp_path, monkeypatch):
     """The tracked images are streamed into one .npy, row step by row step (steps of 7
     rows here, the last one short): it loads as np.hstack of the blocks."""

@@ -25,6 +25,7 @@ __all__ = [
     "CheckpointStore",
     "ColumnBlocks",
     "array_digest",
+    "checkpoint_gap",
     "fingerprint_hash",
 ]
 
@@ -74,6 +75,21 @@ class ColumnBlocks:
 
 class CheckpointMismatchError(PipelineError, ValueError):
     """A checkpoint directory belongs to a different problem (or is corrupt)."""
+
+
+def checkpoint_gap(least_seconds: float, write_seconds: float, max_share: float) -> float:
+    """Seconds to wait after a checkpoint that took ``write_seconds`` before the next one:
+    ``least_seconds``, or longer so that writing takes at most ``max_share`` of the wall
+    time (``write_seconds * (1 - max_share) / max_share``). ``least_seconds == 0`` means
+    every time, so no bound applies then.
+
+    Why: a checkpoint writes the whole Lanczos basis and images (2.5 GB at 2M documents and
+    r = 300), and how long that takes depends on the storage, not the solve; a fixed interval
+    that suits a local disk would spend most of a fit writing to an object store.
+    """
+    if least_seconds <= 0:
+        return 0.0
+    return max(float(least_seconds), float(write_seconds) * (1.0 - max_share) / max_share)
 
 
 def fingerprint_hash(fingerprint: dict) -> str:

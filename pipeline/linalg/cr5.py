@@ -67,7 +67,7 @@ from pipeline.linalg.block_lanczos import (
     orthonormal_columns,
     restart_due,
 )
-from pipeline.linalg.checkpoint import CheckpointStore, array_digest
+from pipeline.linalg.checkpoint import CheckpointStore, array_digest, checkpoint_gap
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_matmul_blocks, tall_t_matmul
 from pipeline.linalg.errors import SolverArgumentError, check_arguments, check_rank
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
@@ -430,6 +430,8 @@ class _Cr5Fit:
     w_saved: bool
     cmat: CrossCovariance
     last_saved: float
+    #: least seconds from the last checkpoint to the next (:func:`checkpoint_gap`)
+    checkpoint_gap: float
 
     def __init__(
         self,
@@ -571,6 +573,7 @@ class _Cr5Fit:
         m_op = CrossSolve(self.cmat, self.ainv)
         state, resumed_from = self._start_state(m_op, t0)
         self.last_saved = time.perf_counter()
+        self.checkpoint_gap = float(p.checkpoint_seconds)
         self._label(state.n_iter + 1)
         eig = block_lanczos(
             m_op,
@@ -654,11 +657,23 @@ class _Cr5Fit:
     def _save_state(self, st: LanczosState, *, due: bool = False) -> None:
         # at most one checkpoint per checkpoint_seconds: each writes the whole basis and
         # images, too much to write after every iteration of a large fit
-        if not due and time.perf_counter() - self.last_saved < self.p.checkpoint_seconds:
+        if not due and time.perf_counter() - self.last_saved < self.checkpoint_gap:
             return
+        t0 = time.perf_counter()
         self._save_woodbury()
         self.store.save("lanczos", st.arrays(), st.meta())
         self.last_saved = time.perf_counter()
+        p = self.p
+        gap = checkpoint_gap(p.checkpoint_seconds, self.last_saved - t0, p.checkpoint_max_share)
+        if gap > p.checkpoint_seconds and not due:
+            logger.debug(
+                "checkpoint took %.1f s: the next one in %.0f s or more "
+                "(train.checkpoint_max_share %g)",
+                self.last_saved - t0,
+                gap,
+                p.checkpoint_max_share,
+            )
+        self.checkpoint_gap = gap
 
     def _on_finish(self, st: LanczosState) -> None:
         self.peaks["iterations"] = peak_resident_mib()

@@ -289,9 +289,21 @@ class Cr5Params:
         lo=0.0,
         doc="Least wall time between two eigensolver checkpoints (each writes the Lanczos "
         "basis and the kept images, too much to write after every iteration of a large fit). "
-        "A failure then loses at most this much work plus one iteration; 0: every "
-        "train.checkpoint_every iterations. The state after the last iteration is always "
-        "written.",
+        "A failure then loses at most this much work (or the gap set by "
+        "train.checkpoint_max_share) plus one iteration; 0: every train.checkpoint_every "
+        "iterations. The state after the last iteration is always written.",
+        extra=_role(EXECUTION),
+    )
+    checkpoint_max_share: float = param(
+        0.05,
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        doc="Most of the eigensolver's wall time spent writing checkpoints: after a "
+        "checkpoint that took w seconds the next waits at least w (1 - share) / share "
+        "(19 w at 0.05) beyond train.checkpoint_seconds, so slow storage (an object store, "
+        "a shared disk) spaces the checkpoints out instead of slowing the fit. 1: no bound "
+        "beyond train.checkpoint_seconds; not applied when that is 0.",
         extra=_role(EXECUTION),
     )
 
