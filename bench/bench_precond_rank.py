@@ -42,10 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="0,32,64,128,256")
     ap.add_argument("--block", type=int, default=25, help="b: the eigensolver's block width")
     ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument(
+        "--dense-chunk-mb",
+        default=None,
+        help="comma-separated budgets of the products' column chunks in MiB "
+        "(pipeline/linalg/sparse_products.py; 0: whole blocks); each is a run per rank",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     ranks = [int(k) for k in args.ranks.split(",")]
+    budgets = [None] if args.dense_chunk_mb is None else args.dense_chunk_mb.split(",")
 
+    from pipeline.linalg import sparse_products
     from pipeline.linalg.cr5 import CrossCovariance, concept_frequencies
     from pipeline.linalg.woodbury import WoodburyInverse, global_mean
 
@@ -54,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((be.n_concepts, args.block)))
     u = CrossCovariance(be, mu, nu).matmat(q)
     rows = []
-    for rank in ranks:
+    default_budget = sparse_products.DENSE_CHUNK_BYTES
+    for rank, budget in ((k, mb) for k in ranks for mb in budgets):
+        mib = None if budget is None else float(budget)
+        sparse_products.DENSE_CHUNK_BYTES = (
+            default_budget if mib is None else int(mib * 2**20) if mib > 0 else 2**62
+        )
         ainv = WoodburyInverse(be, args.lam, precond_rank=rank, mu=mu)
         be.reset_counts()
         t0 = time.perf_counter()
@@ -65,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         _, results = ainv.solve_blockdiag(u, stage="bench")
         row = {
             "precond_rank": rank,
+            "dense_chunk_mb": mib if mib is not None else default_budget / 2**20,
             "build_s": round(build_s, 1),
             "build_column_passes": build_passes,
             "solve_s": round(time.perf_counter() - t0, 1),
@@ -73,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         rows.append(row)
         print(
-            f"rank {rank:4d}: build {row['build_s']:6.1f} s ({build_passes} column-passes), "
+            f"rank {rank:4d}, chunks <= {row['dense_chunk_mb']:g} MiB: "
+            f"build {row['build_s']:6.1f} s ({build_passes} column-passes), "
             f"solve {row['solve_s']:6.1f} s, CG iterations {row['cg_iterations']}, "
             f"column-passes {sum(row['column_passes'].values())}",
             flush=True,

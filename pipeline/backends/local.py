@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.linalg.backend import CorpusBackend
+from pipeline.linalg.sparse_products import gram, summed_rows, transposed
 
 __all__ = ["LocalCorpusBackend"]
 
@@ -125,12 +126,12 @@ class LocalCorpusBackend(CorpusBackend):
 
     def _gram(self, lang: str, v: np.ndarray) -> np.ndarray:
         v = np.ascontiguousarray(v, dtype=self.dtype)
-        return self._xt[lang] @ (self._x[lang] @ v)
+        return gram(self._x[lang], v, self._xt[lang])
 
     def _xt_gather(self, lang: str, p: np.ndarray) -> np.ndarray:
-        p = np.asarray(p, dtype=self.dtype)
-        return self._xt[lang] @ p[self._concepts[lang]]
+        rows = np.asarray(p, dtype=self.dtype)[self._concepts[lang]]
+        return transposed(self._x[lang], rows, self._xt[lang])
 
     def _x_scatter(self, lang: str, v: np.ndarray) -> np.ndarray:
         v = np.ascontiguousarray(v, dtype=self.dtype)
-        return self._yt[lang] @ (self._x[lang] @ v)
+        return summed_rows(self._yt[lang], self._x[lang], v)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.backends.spark_blocks import CsrBlock, merge_rows
+from pipeline.linalg.sparse_products import gram, summed_rows, transposed
 
 __all__ = [
     "ROUTES",
@@ -65,7 +66,7 @@ def gram_partition(v_bc: Any, blocks: Iterator[CsrBlock]) -> Iterator[tuple]:
     v = v_bc.value
     for blk in blocks:
         if blk.x.shape[0]:
-            yield blk.cols, blk.x.T @ (blk.x @ v[blk.cols])
+            yield blk.cols, gram(blk.x, v[blk.cols])
 
 
 def xt_gather_partition(p_bc: Any, blocks: Iterator[CsrBlock]) -> Iterator[tuple]:
@@ -75,7 +76,7 @@ def xt_gather_partition(p_bc: Any, blocks: Iterator[CsrBlock]) -> Iterator[tuple
     for blk in blocks:
         if blk.x.shape[0]:
             rows = p_l[np.searchsorted(concepts_l, blk.concepts)]
-            yield blk.cols, blk.x.T @ rows[blk.row_concept]
+            yield blk.cols, transposed(blk.x, rows[blk.row_concept])
 
 
 def x_scatter_partition(v_bc: Any, blocks: Iterator[CsrBlock]) -> Iterator[tuple]:
@@ -86,7 +87,7 @@ def x_scatter_partition(v_bc: Any, blocks: Iterator[CsrBlock]) -> Iterator[tuple
         v = v[0]
     for blk in blocks:
         if blk.x.shape[0]:
-            yield blk.concepts, blk.yt @ (blk.x @ v[blk.cols])
+            yield blk.concepts, summed_rows(blk.yt, blk.x, v[blk.cols])
 
 
 def touch_partition(blocks: Iterator[CsrBlock]) -> Iterator[int]:

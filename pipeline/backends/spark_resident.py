@@ -41,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.backends.spark_blocks import CsrBlock
+from pipeline.linalg.sparse_products import gram, summed_rows, transposed
 
 __all__ = [
     "FILL_BYTES_PER_NNZ",
@@ -295,7 +296,7 @@ def run_resident(
 def gram_columns(v_bc: Any, resident: ResidentLanguage, lo: int, hi: int) -> np.ndarray:
     """``X_lᵀ(X_l V[:, lo:hi])`` in the pass dtype, shape (p_l, hi - lo)."""
     v = np.ascontiguousarray(v_bc.value[:, lo:hi], dtype=resident.x.dtype)
-    return resident.x.T @ (resident.x @ v)
+    return gram(resident.x, v)
 
 
 def xt_gather_columns(p_bc: Any, resident: ResidentLanguage, lo: int, hi: int) -> np.ndarray:
@@ -304,7 +305,7 @@ def xt_gather_columns(p_bc: Any, resident: ResidentLanguage, lo: int, hi: int) -
     p_l, concepts_l = p_bc.value
     rows = p_l[np.searchsorted(concepts_l, resident.concepts), lo:hi]
     rows = np.ascontiguousarray(rows[resident.row_concept], dtype=resident.x.dtype)
-    return resident.x.T @ rows
+    return transposed(resident.x, rows)
 
 
 def x_scatter_columns(
@@ -314,4 +315,4 @@ def x_scatter_columns(
     v = v_bc.value
     v = v[0] if isinstance(v, tuple) else v
     v = np.ascontiguousarray(v[:, lo:hi], dtype=resident.x.dtype)
-    return resident.concepts, resident.yt @ (resident.x @ v)
+    return resident.concepts, summed_rows(resident.yt, resident.x, v)

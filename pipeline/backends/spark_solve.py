@@ -28,6 +28,7 @@ from pipeline.backends.spark_resident import ResidentLanguage
 from pipeline.errors import ConvergenceWarning
 from pipeline.linalg.block_cg import BlockCGResult, block_cg
 from pipeline.linalg.operator import BlockOperator
+from pipeline.linalg.sparse_products import gram
 
 __all__ = [
     "CG_ARRAYS_PER_COLUMN",
@@ -107,7 +108,7 @@ class _ResidentGram(BlockOperator):
 
     def _matmat(self, v: np.ndarray) -> np.ndarray:
         out = self.lam * v
-        out += self.x.T @ (self.x @ np.ascontiguousarray(v, dtype=self.x.dtype))
+        out += gram(self.x, np.ascontiguousarray(v, dtype=self.x.dtype))
         return out
 
     _rmatmat = _matmat
