@@ -83,9 +83,9 @@ def checkpoint_gap(least_seconds: float, write_seconds: float, max_share: float)
     time (``write_seconds * (1 - max_share) / max_share``). ``least_seconds == 0`` means
     every time, so no bound applies then.
 
-    Why: a checkpoint writes the whole Lanczos basis and images (2.5 GB at 2M documents and
-    r = 300), and how long that takes depends on the storage, not the solve; a fixed interval
-    that suits a local disk would spend most of a fit writing to an object store.
+    Why: a checkpoint writes the whole Lanczos basis and images (K x basis and p x basis),
+    and how long that takes depends on the storage, not the solve; a fixed interval that
+    suits a local disk would spend most of a fit writing to an object store.
     """
     if least_seconds <= 0:
         return 0.0

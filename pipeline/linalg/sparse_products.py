@@ -6,11 +6,10 @@ result at random. While that p_l x b array fits one core's share of the last-lev
 the reads hit; past it, every nonzero waits for memory, and a column of a wide block costs
 more than a column of a narrow one. Chunking the columns so that each chunk's p_l x chunk
 array stays under :data:`DENSE_CHUNK_BYTES` costs one more read of X per chunk, streamed in
-order, which is less than the misses it saves. Measured on the 2M corpus's English (849k x
-200k, 167M nonzeros; bench/README.md, "What a column of a sparse product costs"), a column
-of a 100-column Gram product took 1.31x one of a 25-column product unchunked and 0.74x to
-0.80x in chunks of 20 to 25; with only the 50k most frequent terms the 100 columns fit, and
-chunking them cost 1.05x.
+order, which is less than the misses it saves; where the block fits, chunking only adds
+those reads, so it is not done (measured on the 2M corpus's English with the full and a
+cut vocabulary, and in eigensolver-sized solves: bench/README.md, "What a column of a sparse
+product costs").
 
 The chunks are equal and only as many as the budget needs, so a block that fits runs as one
 product, with no copy.
@@ -33,8 +32,8 @@ __all__ = [
 ]
 
 #: Most bytes of the randomly accessed dense side (rows x chunk columns) of one product:
-#: about a core's share of this machine's last-level cache (32 MB for 2 cores), and above a
-#: p_l = 200k x 25-column float32 block (20 MB), so the default block width runs unchunked.
+#: about one core's share of a server's last-level cache, and above a p_l = 200k x 25-column
+#: float32 block (20 MB), so the default block width on a 200k vocabulary runs unchunked.
 DENSE_CHUNK_BYTES = 24 * 2**20
 
 
