@@ -655,8 +655,9 @@ class _Cr5Fit:
         self.ainv.stage = self.cmat.stage = f"cr5/eig{iteration}"
 
     def _save_state(self, st: LanczosState, *, due: bool = False) -> None:
-        # at most one checkpoint per checkpoint_seconds: each writes the whole basis and
-        # images, too much to write after every iteration of a large fit
+        # each checkpoint writes the whole basis and images, too much to write after every
+        # iteration of a large fit: at most one per checkpoint_seconds, and spaced so that
+        # writing takes at most checkpoint_max_share of the time (slow storage)
         if not due and time.perf_counter() - self.last_saved < self.checkpoint_gap:
             return
         t0 = time.perf_counter()
