@@ -61,7 +61,12 @@ from pipeline.baselines.topics import (
 )
 from pipeline.errors import ConfigError
 from pipeline.linalg.backend import TermLayout
-from pipeline.linalg.checkpoint import CheckpointMismatchError, CheckpointStore, array_digest
+from pipeline.linalg.checkpoint import (
+    CheckpointCadence,
+    CheckpointMismatchError,
+    CheckpointStore,
+    array_digest,
+)
 from pipeline.linalg.groups import GroupBlock, GroupedCorpus
 from pipeline.linalg.monitor import ValidationSet
 from pipeline.linalg.params import CR5_DEFAULTS as _D
@@ -238,7 +243,8 @@ class _TopicFit:
         self.validation = validation
         self.checkpoint = checkpoint
         self.store: CheckpointStore | None = None
-        self.last_saved = -np.inf
+        # the first iteration is checkpointed; then at most one per checkpoint_seconds
+        self.cadence = CheckpointCadence(params["checkpoint_seconds"], start=-np.inf)
         self.layout = corpus.layout
 
     def shared(self, words: np.ndarray) -> dict[str, Any]:
@@ -290,8 +296,9 @@ class _TopicFit:
     def save(self, em: _Em, *, due: bool) -> None:
         if self.store is None:
             return
-        if not due and time.perf_counter() - self.last_saved < self.p["checkpoint_seconds"]:
+        if not due and not self.cadence.due():
             return
+        started = time.perf_counter()
         out = self.corpus.step(_collect_task, {"joint": self.joint}, description="plsa/collect")
         keys = np.concatenate([e["keys"] for e in out.extras])
         order = np.argsort(keys, kind="stable")
@@ -308,7 +315,7 @@ class _TopicFit:
             "best_score": em.best_score,
         }
         self.store.save(STATE, arrays, meta)
-        self.last_saved = time.perf_counter()
+        self.cadence.written(started)
 
     def iterate(self, em: _Em) -> dict[str, Any]:
         """One EM iteration: the step over the blocks, B's M-step, the record."""

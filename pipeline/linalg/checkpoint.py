@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
@@ -21,6 +22,7 @@ from pipeline.errors import PipelineError
 from pipeline.linalg.spill import release_rows
 
 __all__ = [
+    "CheckpointCadence",
     "CheckpointMismatchError",
     "CheckpointStore",
     "ColumnBlocks",
@@ -90,6 +92,31 @@ def checkpoint_gap(least_seconds: float, write_seconds: float, max_share: float)
     if least_seconds <= 0:
         return 0.0
     return max(float(least_seconds), float(write_seconds) * (1.0 - max_share) / max_share)
+
+
+class CheckpointCadence:
+    """When a solver's next checkpoint is due: ``least_seconds`` after the last one ended
+    (0: every time it asks), or later so that writing takes at most ``max_share`` of the wall
+    time (:func:`checkpoint_gap`; 1: no such bound). ``start`` is the clock reading the first
+    wait counts from (default now; ``-inf``: the first ask is due)."""
+
+    def __init__(
+        self, least_seconds: float, max_share: float = 1.0, *, start: float | None = None
+    ) -> None:
+        self.least_seconds, self.max_share = float(least_seconds), float(max_share)
+        self.last_end = time.perf_counter() if start is None else float(start)
+        self.gap = self.least_seconds
+        self.last_write = 0.0
+
+    def due(self) -> bool:
+        """Whether a checkpoint asked for now should be written."""
+        return time.perf_counter() - self.last_end >= self.gap
+
+    def written(self, started: float) -> None:
+        """Record a checkpoint written from clock reading ``started`` until now."""
+        self.last_end = time.perf_counter()
+        self.last_write = self.last_end - started
+        self.gap = checkpoint_gap(self.least_seconds, self.last_write, self.max_share)
 
 
 def fingerprint_hash(fingerprint: dict) -> str:

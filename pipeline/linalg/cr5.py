@@ -67,7 +67,7 @@ from pipeline.linalg.block_lanczos import (
     orthonormal_columns,
     restart_due,
 )
-from pipeline.linalg.checkpoint import CheckpointStore, array_digest, checkpoint_gap
+from pipeline.linalg.checkpoint import CheckpointCadence, CheckpointStore, array_digest
 from pipeline.linalg.dense import subtract_outer, tall_matmul, tall_matmul_blocks, tall_t_matmul
 from pipeline.linalg.errors import SolverArgumentError, check_arguments, check_rank
 from pipeline.linalg.monitor import IterationMonitor, ValidationSet, orthonormal_rows
@@ -429,9 +429,7 @@ class _Cr5Fit:
     ainv: WoodburyInverse
     w_saved: bool
     cmat: CrossCovariance
-    last_saved: float
-    #: least seconds from the last checkpoint to the next (:func:`checkpoint_gap`)
-    checkpoint_gap: float
+    cadence: CheckpointCadence
 
     def __init__(
         self,
@@ -572,8 +570,7 @@ class _Cr5Fit:
         self.cmat = CrossCovariance(self.backend, self.mu, self.nu, max_workers=p.max_workers)
         m_op = CrossSolve(self.cmat, self.ainv)
         state, resumed_from = self._start_state(m_op, t0)
-        self.last_saved = time.perf_counter()
-        self.checkpoint_gap = float(p.checkpoint_seconds)
+        self.cadence = CheckpointCadence(p.checkpoint_seconds, p.checkpoint_max_share)
         self._label(state.n_iter + 1)
         eig = block_lanczos(
             m_op,
@@ -658,23 +655,21 @@ class _Cr5Fit:
         # each checkpoint writes the whole basis and images, too much to write after every
         # iteration of a large fit: at most one per checkpoint_seconds, and spaced so that
         # writing takes at most checkpoint_max_share of the time (slow storage)
-        if not due and time.perf_counter() - self.last_saved < self.checkpoint_gap:
+        if not due and not self.cadence.due():
             return
         t0 = time.perf_counter()
         self._save_woodbury()
         self.store.save("lanczos", st.arrays(), st.meta())
-        self.last_saved = time.perf_counter()
-        p = self.p
-        gap = checkpoint_gap(p.checkpoint_seconds, self.last_saved - t0, p.checkpoint_max_share)
-        if gap > p.checkpoint_seconds and not due:
+        cadence = self.cadence
+        cadence.written(t0)
+        if cadence.gap > cadence.least_seconds and not due:
             logger.debug(
                 "checkpoint took %.1f s: the next one in %.0f s or more "
                 "(train.checkpoint_max_share %g)",
-                self.last_saved - t0,
-                gap,
-                p.checkpoint_max_share,
+                cadence.last_write,
+                cadence.gap,
+                cadence.max_share,
             )
-        self.checkpoint_gap = gap
 
     def _on_finish(self, st: LanczosState) -> None:
         self.peaks["iterations"] = peak_resident_mib()
